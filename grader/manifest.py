@@ -1,0 +1,232 @@
+"""Read a submission's `[tool.takehome]` manifest, falling back to discovery; never runs submission code."""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+__all__ = ["CASSETTE_DIR_CANDIDATES", "Manifest", "read_manifest"]
+
+# Ordered: the kit's own layout first, then the layouts vcrpy and pytest-recording use by default.
+CASSETTE_DIR_CANDIDATES = ("cassettes", "tests/cassettes", "fixtures/cassettes", "tests/fixtures/cassettes")
+
+_LIST_KEYS = ("triage_command", "record_command")
+_STR_KEYS = ("key_function", "api_key_env", "base_url_env", "default_model")
+_KNOWN_KEYS = {"cassette_dir", *_LIST_KEYS, *_STR_KEYS}
+# Folders never searched: they hold installed third-party code or VCS data, not the candidate's work.
+_SKIP_DIRS = {
+    ".git",
+    ".venv",
+    "venv",
+    "env",
+    ".env",
+    ".tox",
+    ".nox",
+    "node_modules",
+    "__pycache__",
+    "site-packages",
+}
+_MAX_SCAN_FILES = 400
+_MAX_SCAN_BYTES = 512_000
+
+
+@dataclass(frozen=True)
+class Manifest:
+    declared: bool  # [tool.takehome] present and readable
+    cassette_dir: Path | None  # repo-relative; declared or discovered
+    triage_command: list[str] | None
+    key_function: str | None
+    record_command: list[str] | None
+    api_key_env: str | None
+    base_url_env: str | None
+    default_model: str | None  # declared, or found in the repo's config when discoverable
+    cassette_dir_source: str = "none"  # "declared" | "discovered" | "none"
+    notes: tuple[str, ...] = ()  # problems a reviewer should know about (malformed TOML, bad key types)
+
+
+def read_manifest(repo: Path) -> Manifest:
+    """Read `repo/pyproject.toml`'s `[tool.takehome]`; missing or malformed -> declared=False + a note."""
+    notes: list[str] = []
+    table, declared = _load_table(repo, notes)
+
+    values: dict[str, object] = {}
+    for key in sorted(set(table) - _KNOWN_KEYS):
+        notes.append(f"pyproject.toml: unknown [tool.takehome] key {key!r} ignored")
+    for key in _LIST_KEYS:
+        values[key] = _as_argv(table.get(key), key, notes)
+    for key in _STR_KEYS:
+        value = table.get(key)
+        if value is not None and not (isinstance(value, str) and value.strip()):
+            notes.append(f"pyproject.toml: [tool.takehome] {key} must be a non-empty string; ignored")
+            value = None
+        values[key] = value
+
+    cassette_dir, source = _cassette_dir(repo, table.get("cassette_dir"), notes)
+    default_model = values.pop("default_model") or _discover_default_model(repo)
+    return Manifest(
+        declared=declared,
+        cassette_dir=cassette_dir,
+        default_model=default_model,  # type: ignore[arg-type]
+        cassette_dir_source=source,
+        notes=tuple(notes),
+        **values,  # type: ignore[arg-type]
+    )
+
+
+def _load_table(repo: Path, notes: list[str]) -> tuple[dict[str, object], bool]:
+    path = repo / "pyproject.toml"
+    if not path.is_file():
+        notes.append("no pyproject.toml: manifest keys fall back to discovery")
+        return {}, False
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        notes.append(f"pyproject.toml is not valid TOML ({exc}); manifest keys fall back to discovery")
+        return {}, False
+    tool = data.get("tool")
+    table = tool.get("takehome") if isinstance(tool, dict) else None
+    if table is None:
+        notes.append("pyproject.toml has no [tool.takehome]: manifest keys fall back to discovery")
+        return {}, False
+    if not isinstance(table, dict):
+        notes.append("pyproject.toml: tool.takehome is not a table; ignored")
+        return {}, False
+    return table, True
+
+
+def _as_argv(value: object, key: str, notes: list[str]) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, list) and value and all(isinstance(part, str) for part in value):
+        return list(value)
+    notes.append(f"pyproject.toml: [tool.takehome] {key} must be a non-empty list of strings; ignored")
+    return None
+
+
+def _inside(repo: Path, rel: str) -> Path | None:
+    """The repo-relative path for `rel` when it names a folder inside the repo (links out are refused)."""
+    pure = PurePosixPath(rel)
+    if pure.is_absolute() or ".." in pure.parts:
+        return None
+    candidate = repo / pure
+    try:
+        resolved = candidate.resolve(strict=True)
+        resolved.relative_to(repo.resolve())
+    except (OSError, ValueError):
+        return None
+    return Path(pure) if resolved.is_dir() else None
+
+
+def _cassette_dir(repo: Path, declared: object, notes: list[str]) -> tuple[Path | None, str]:
+    if declared is not None:
+        if isinstance(declared, str) and declared.strip():
+            found = _inside(repo, declared.strip())
+            if found is not None:
+                return found, "declared"
+            notes.append(
+                f"pyproject.toml: [tool.takehome] cassette_dir {declared!r} is not a folder inside the repo; "
+                "falling back to discovery"
+            )
+        else:
+            notes.append("pyproject.toml: [tool.takehome] cassette_dir must be a string; ignored")
+    for rel in CASSETTE_DIR_CANDIDATES:
+        found = _inside(repo, rel)
+        if found is not None:
+            return found, "discovered"
+    # Last resort: a folder named `cassettes` anywhere shallow (e.g. src/pkg/cassettes).
+    for path in sorted(_walk_dirs(repo, depth=4)):
+        if path.name == "cassettes":
+            found = _inside(repo, path.relative_to(repo).as_posix())
+            if found is not None:
+                return found, "discovered"
+    return None, "none"
+
+
+def _walk_dirs(repo: Path, depth: int) -> list[Path]:
+    out: list[Path] = []
+    frontier = [repo]
+    for _ in range(depth):
+        nxt: list[Path] = []
+        for folder in frontier:
+            try:
+                children = [p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()]
+            except OSError:
+                continue
+            for child in children:
+                if child.name in _SKIP_DIRS or child.name.startswith("."):
+                    continue
+                out.append(child)
+                nxt.append(child)
+        frontier = nxt
+    return out
+
+
+def _discover_default_model(repo: Path) -> str | None:
+    """Best effort: `.cookiecutter.json`'s default_model, else a `DEFAULT_MODEL = "..."` assignment."""
+    cookie = repo / ".cookiecutter.json"
+    if cookie.is_file():
+        try:
+            data = json.loads(cookie.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            data = None
+        value = data.get("default_model") if isinstance(data, dict) else None
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    for path in _python_files(repo):
+        found = _model_constant(path)
+        if found:
+            return found
+    return None
+
+
+def _python_files(repo: Path) -> list[Path]:
+    files: list[Path] = []
+    for folder in [repo, *sorted(_walk_dirs(repo, depth=3))]:
+        # Tests pin models of their own; the application's default is what the reviewer wants.
+        if {"tests", "test"} & set(folder.relative_to(repo).parts):
+            continue
+        try:
+            files.extend(sorted(p for p in folder.glob("*.py") if p.is_file() and not p.is_symlink()))
+        except OSError:
+            continue
+        if len(files) >= _MAX_SCAN_FILES:
+            break
+    return files[:_MAX_SCAN_FILES]
+
+
+def _model_constant(path: Path) -> str | None:
+    try:
+        if path.stat().st_size > _MAX_SCAN_BYTES:
+            return None
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+    for node in tree.body:
+        target: ast.expr | None = None
+        value: ast.expr | None = None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign):
+            target, value = node.target, node.value
+        if isinstance(target, ast.Name) and target.id in {"DEFAULT_MODEL", "MODEL"}:
+            found = _string_value(value)
+            if found:
+                return found
+    return None
+
+
+def _string_value(value: ast.expr | None) -> str | None:
+    """A literal string, or the literal default of `os.environ.get("X", "...")` / `os.getenv("X", "...")`."""
+    if isinstance(value, ast.Call) and len(value.args) == 2:
+        value = value.args[1]
+    if isinstance(value, ast.Constant) and isinstance(value.value, str) and value.value.strip():
+        return value.value.strip()
+    return None

@@ -1,0 +1,122 @@
+"""grader.manifest: [tool.takehome] reading, discovery fallback, malformed input."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from grader.manifest import read_manifest
+
+
+def _write(root: Path, rel: str, text: str = "") -> Path:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_declared_manifest_is_read(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        "pyproject.toml",
+        """
+[project]
+name = "triage"
+[tool.takehome]
+cassette_dir = "tapes"
+triage_command = ["python", "-m", "triage"]
+key_function = "triage.cassette:key_for"
+record_command = ["make", "record"]
+api_key_env = "ANTHROPIC_API_KEY"
+base_url_env = "ANTHROPIC_BASE_URL"
+""",
+    )
+    (tmp_path / "tapes").mkdir()
+    (tmp_path / "cassettes").mkdir()  # a declared folder wins over discovery
+
+    m = read_manifest(tmp_path)
+
+    assert m.declared
+    assert m.cassette_dir == Path("tapes")
+    assert m.cassette_dir_source == "declared"
+    assert m.triage_command == ["python", "-m", "triage"]
+    assert m.key_function == "triage.cassette:key_for"
+    assert m.record_command == ["make", "record"]
+    assert m.api_key_env == "ANTHROPIC_API_KEY"
+    assert m.base_url_env == "ANTHROPIC_BASE_URL"
+    assert m.notes == ()
+
+
+def test_no_manifest_falls_back_to_vcr_layout(tmp_path: Path) -> None:
+    _write(tmp_path, "pyproject.toml", '[project]\nname = "x"\n')
+    _write(tmp_path, "tests/cassettes/test_triage/test_one.yaml", "interactions: []\n")
+
+    m = read_manifest(tmp_path)
+
+    assert not m.declared
+    assert m.cassette_dir == Path("tests/cassettes")
+    assert m.cassette_dir_source == "discovered"
+    assert m.triage_command is None and m.key_function is None
+    assert any("no [tool.takehome]" in note for note in m.notes)
+
+
+def test_malformed_toml_is_a_note_not_a_crash(tmp_path: Path) -> None:
+    _write(tmp_path, "pyproject.toml", "[tool.takehome\ncassette_dir = \n")
+    (tmp_path / "cassettes").mkdir()
+
+    m = read_manifest(tmp_path)
+
+    assert not m.declared
+    assert m.cassette_dir == Path("cassettes")
+    assert len(m.notes) == 1 and "not valid TOML" in m.notes[0]
+
+
+def test_wrong_types_are_ignored_with_notes(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        "pyproject.toml",
+        '[tool.takehome]\ntriage_command = "python -m x"\napi_key_env = 3\n'
+        'cassette_dir = "../outside"\nnew = 1\n',
+    )
+
+    m = read_manifest(tmp_path)
+
+    assert m.declared
+    assert m.triage_command is None and m.api_key_env is None and m.cassette_dir is None
+    joined = "\n".join(m.notes)
+    assert "triage_command must be a non-empty list" in joined
+    assert "api_key_env must be a non-empty string" in joined
+    assert "'../outside' is not a folder inside the repo" in joined
+    assert "unknown [tool.takehome] key 'new'" in joined
+
+
+def test_cassette_dir_symlink_out_of_repo_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    os.symlink(outside, repo / "cassettes")
+
+    assert read_manifest(repo).cassette_dir is None
+
+
+def test_nested_cassettes_folder_is_discovered(tmp_path: Path) -> None:
+    _write(tmp_path, "src/triage/cassettes/abc.json", "{}")
+    _write(tmp_path, ".venv/lib/cassettes/x.json", "{}")
+
+    assert read_manifest(tmp_path).cassette_dir == Path("src/triage/cassettes")
+
+
+def test_default_model_from_cookiecutter_then_source(tmp_path: Path) -> None:
+    source = 'import os\nDEFAULT_MODEL = os.environ.get("MODEL", "gpt-4o-mini")\n'
+    _write(tmp_path, "triage/config.py", source)
+    _write(tmp_path, "tests/test_x.py", 'DEFAULT_MODEL = "test-only"\n')
+    assert read_manifest(tmp_path).default_model == "gpt-4o-mini"
+
+    _write(tmp_path, ".cookiecutter.json", '{"default_model": "claude-3-5-haiku-latest"}')
+    assert read_manifest(tmp_path).default_model == "claude-3-5-haiku-latest"
+
+
+def test_default_model_ignores_unparseable_source(tmp_path: Path) -> None:
+    _write(tmp_path, "broken.py", "def (:\n")
+    assert read_manifest(tmp_path).default_model is None
