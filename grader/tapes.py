@@ -1,0 +1,474 @@
+"""Read a submission's recorded tapes, whatever recorder wrote them, without running its code.
+
+Formats understood: the kit's own JSON file (version 1, one request per file), vcrpy / pytest-recording
+cassettes (YAML or JSON, gzip bodies included) and, best effort, generic JSON lists of request/response
+records (HAR included). Anything else that sits where tapes live is reported as ``format="invalid"`` with
+the reason and, when the parser gives one, the line — never a crash, never a traceback.
+
+Safety: symlinks are never followed (a linked tape is reported invalid, "symlink", and never opened), a
+file larger than ``MAX_PARSE_BYTES`` is sized but not parsed, and compressed bodies are inflated with a cap.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import json
+import os
+import re
+import stat
+import zlib
+from dataclasses import dataclass, field
+from datetime import timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+__all__ = [
+    "DISCOVERY_DIRS",
+    "MAX_PARSE_BYTES",
+    "TAPE_SUFFIXES",
+    "Interaction",
+    "Tape",
+    "canonical_key",
+    "canonical_request_json",
+    "load_tapes",
+]
+
+# A tape this large is not a tape a stranger can review; sizing it is enough to score hygiene.
+MAX_PARSE_BYTES = 16 * 1024 * 1024
+# Inflated bodies are capped too: a small gzip body can expand to gigabytes.
+_MAX_INFLATED_BYTES = 32 * 1024 * 1024
+TAPE_SUFFIXES = (".json", ".yaml", ".yml")
+DISCOVERY_DIRS = ("cassettes", "tests/cassettes", "fixtures/cassettes", "tests/fixtures/cassettes")
+_OUTSIDE = "outside the repository"
+_SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", ".nox"}
+
+_GEMINI_MODEL = re.compile(r"/models/([^/:?]+)(?::|$|/|\?)")
+_SSE_MODEL = re.compile(r'"model"\s*:\s*"([^"\\]{1,200})"')
+
+
+@dataclass
+class Interaction:
+    """One request/response pair as stored; bodies parsed as JSON when they are JSON."""
+
+    method: str | None = None
+    url: str | None = None  # full URI when the recorder stored one (vcrpy); None for the kit's format
+    path: str | None = None
+    request_body: Any = None
+    request_headers: dict[str, list[str]] = field(default_factory=dict)  # lower-case name -> values
+    status: int | None = None
+    response_headers: dict[str, list[str]] = field(default_factory=dict)
+    response_body: Any = None
+    response_text: str | None = None  # a streamed (SSE) or otherwise non-JSON reply
+    line: int | None = None  # 1-based line where the interaction starts in its file, when known
+
+    @property
+    def model(self) -> str | None:
+        """The model the request asked for: body ``model``, else the Gemini-style URL path."""
+        if isinstance(self.request_body, dict) and isinstance(self.request_body.get("model"), str):
+            return self.request_body["model"]
+        match = _GEMINI_MODEL.search(self.path or "")
+        return match.group(1) if match else None
+
+    @property
+    def served_model(self) -> str | None:
+        """The model the response says answered (JSON body, or the first ``"model"`` in a stream)."""
+        if isinstance(self.response_body, dict) and isinstance(self.response_body.get("model"), str):
+            return self.response_body["model"]
+        if isinstance(self.response_body, dict) and isinstance(self.response_body.get("modelVersion"), str):
+            return self.response_body["modelVersion"]  # Gemini names the served model here
+        if self.response_text:
+            match = _SSE_MODEL.search(self.response_text[:200_000])
+            if match:
+                return match.group(1)
+        return None
+
+
+@dataclass
+class Tape:
+    """One tape file. ``format`` is "kit" | "vcr" | "json" | "invalid" (then ``error`` says why)."""
+
+    path: str  # repo-relative, POSIX separators; undecodable bytes shown as \\x escapes
+    format: str
+    interactions: list[Interaction] = field(default_factory=list)
+    model: str | None = None
+    served_model: str | None = None
+    endpoint: str | None = None
+    recorded_at: str | None = None
+    error: str | None = None
+    size: int = 0  # bytes on disk (counted even when too large to parse; 0 for a symlink)
+    key: str | None = None  # kit format: the "key" field as stored
+    meta: dict[str, Any] = field(default_factory=dict)  # kit format: the "meta" object as stored
+    text: str = field(default="", repr=False)  # decoded file text (empty when not read)
+
+    def find_line(self, needle: str, start: int = 1) -> int | None:
+        """1-based number of the first line at or after ``start`` containing ``needle`` (case-insensitive)."""
+        low = needle.lower()
+        for number, line in enumerate(self.text.splitlines(), 1):
+            if number >= start and low in line.lower():
+                return number
+        return None
+
+
+def canonical_request_json(method: Any, path: Any, body: Any) -> str:
+    """The canonical JSON the kit hashes: sorted keys, compact separators, UTF-8 kept as is."""
+    return json.dumps(
+        {"method": method, "path": path, "body": body},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+
+
+def canonical_key(method: Any, path: Any, body: Any) -> str:
+    """Full sha256 hex digest of the canonical request; a tape's key is a prefix (>= 16 chars) of it."""
+    data = canonical_request_json(method, path, body).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()
+
+
+def load_tapes(repo: Path, cassette_dir: Path | None) -> list[Tape]:
+    """Every tape under ``cassette_dir`` (recursive), or under the discovery folders when none is declared.
+
+    ``cassette_dir`` is repo-relative (an absolute path inside the repo is accepted). The result is sorted by
+    path. Nothing outside the repository is read, and no symlink is followed.
+    """
+    repo = Path(repo)
+    roots: list[Path] = []
+    if cassette_dir is not None:
+        rel = Path(cassette_dir)
+        if rel.is_absolute():
+            try:
+                rel = rel.relative_to(repo)
+            except ValueError:
+                return [
+                    Tape(path=_display(str(cassette_dir)), format="invalid", error="outside the repository")
+                ]
+        roots.append(rel)
+    else:
+        roots.extend(Path(d) for d in DISCOVERY_DIRS)
+
+    tapes: dict[str, Tape] = {}
+    for rel in roots:
+        if ".." in rel.parts:
+            tapes[rel.as_posix()] = Tape(
+                path=rel.as_posix(), format="invalid", error="outside the repository"
+            )
+            continue
+        linked = _linked_component(repo, rel)
+        if linked is not None:
+            shown = _display(linked.as_posix())
+            tapes[shown] = Tape(path=shown, format="invalid", error="symlink (not followed)")
+            continue
+        base = repo / rel
+        if not base.is_dir():
+            continue
+        for path in _walk(base):
+            tape = _load_one(repo, path)
+            tapes.setdefault(tape.path, tape)
+    return sorted(tapes.values(), key=lambda t: t.path)
+
+
+def _display(name: str) -> str:
+    """A printable form of a file name whose bytes may not be UTF-8."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _linked_component(repo: Path, rel: Path) -> Path | None:
+    """The first component of ``rel`` that is a symlink, or None."""
+    current = Path()
+    for part in rel.parts:
+        current = current / part
+        if (repo / current).is_symlink():
+            return current
+    return None
+
+
+def _walk(base: Path) -> list[Path]:
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
+        here = Path(dirpath)
+        kept = []
+        for name in dirnames:
+            if name in _SKIP_DIRS:
+                continue
+            if (here / name).is_symlink():
+                found.append(here / name)  # reported as an invalid "symlink" tape, never entered
+            else:
+                kept.append(name)
+        dirnames[:] = sorted(kept)
+        found.extend(here / name for name in sorted(filenames) if name.lower().endswith(TAPE_SUFFIXES))
+    return found
+
+
+def _load_one(repo: Path, path: Path) -> Tape:
+    rel = _display(path.relative_to(repo).as_posix())
+    try:
+        info = path.lstat()
+    except OSError as exc:
+        return Tape(path=rel, format="invalid", error=f"cannot stat: {exc.strerror}")
+    if stat.S_ISLNK(info.st_mode):
+        return Tape(path=rel, format="invalid", error="symlink (not followed)")
+    if not stat.S_ISREG(info.st_mode):
+        return Tape(path=rel, format="invalid", error="not a regular file")
+    if info.st_size > MAX_PARSE_BYTES:
+        return Tape(
+            path=rel,
+            format="invalid",
+            size=info.st_size,
+            error=f"too large to parse ({info.st_size / 1e6:.1f} MB > {MAX_PARSE_BYTES / 1e6:.0f} MB cap)",
+        )
+    try:
+        # O_NOFOLLOW closes the gap between lstat and open: a file swapped for a link is refused.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as handle:
+            raw = handle.read(MAX_PARSE_BYTES + 1)
+    except OSError as exc:
+        return Tape(path=rel, format="invalid", size=info.st_size, error=f"cannot read: {exc.strerror}")
+    if len(raw) > MAX_PARSE_BYTES:
+        return Tape(path=rel, format="invalid", size=len(raw), error="too large to parse (grew while read)")
+    text = raw.decode("utf-8", "replace")  # a stray Latin-1 byte must not hide the rest of the tape
+    tape = _parse(rel, text)
+    tape.size = info.st_size
+    tape.text = text
+    return tape
+
+
+def _parse(rel: str, text: str) -> Tape:
+    is_yaml = rel.lower().endswith((".yaml", ".yml"))
+    try:
+        data = yaml.load(text, Loader=_Loader) if is_yaml else json.loads(text)  # noqa: S506 (safe loader)
+    except json.JSONDecodeError as exc:
+        return Tape(path=rel, format="invalid", error=f"invalid JSON at line {exc.lineno}: {exc.msg}")
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        return Tape(path=rel, format="invalid", error=f"invalid YAML{where}: {problem}")
+    except (ValueError, RecursionError) as exc:
+        return Tape(path=rel, format="invalid", error=f"unreadable: {str(exc).splitlines()[0][:200]}")
+
+    if (
+        isinstance(data, dict)
+        and "request" in data
+        and "version" in data
+        and isinstance(data["request"], dict)
+    ):
+        tape = _kit(rel, data)
+    elif isinstance(data, dict) and isinstance(data.get("interactions"), list):
+        tape = _vcr(rel, data["interactions"], text)
+    else:
+        records = _generic_records(data)
+        if records is None:
+            return Tape(
+                path=rel, format="invalid", error="not a request/response record (unrecognised shape)"
+            )
+        tape = Tape(path=rel, format="json", interactions=records)
+    _fill_from_interactions(tape)
+    return tape
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader (which already decodes ``!!binary``) without timestamp magic: dates stay strings."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def _kit(rel: str, data: dict[str, Any]) -> Tape:
+    req = data.get("request") or {}
+    resp = data.get("response") if isinstance(data.get("response"), dict) else {}
+    meta = data.get("meta") if isinstance(data.get("meta"), dict) else {}
+    inter = Interaction(
+        method=_str(req.get("method")),
+        path=_str(req.get("path")),
+        request_body=req.get("body"),
+        request_headers=_headers(req.get("headers")),
+        status=_int(resp.get("status")),
+        response_headers=_headers(resp.get("headers")),
+        response_body=resp.get("body"),
+        response_text=_str(resp.get("text")),
+        line=1,
+    )
+    return Tape(
+        path=rel,
+        format="kit",
+        interactions=[inter],
+        model=_str(meta.get("model")),
+        served_model=_str(meta.get("served_model")),
+        endpoint=_str(meta.get("endpoint")),
+        recorded_at=_str(meta.get("recorded_at")),
+        key=_str(data.get("key")),
+        meta=meta,
+    )
+
+
+def _vcr(rel: str, items: list[Any], text: str) -> Tape:
+    starts = [n for n, line in enumerate(text.splitlines(), 1) if re.match(r"^\s*-\s+request:", line)]
+    interactions = []
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            continue
+        req = item.get("request") if isinstance(item.get("request"), dict) else {}
+        resp = item.get("response") if isinstance(item.get("response"), dict) else {}
+        uri = _str(req.get("uri")) or _str(req.get("url"))
+        status = resp.get("status")
+        code = status.get("code") if isinstance(status, dict) else status
+        resp_headers = _headers(resp.get("headers"))
+        raw_body = resp.get("body")
+        if isinstance(raw_body, dict):
+            raw_body = raw_body.get("string", raw_body.get("base64_string"))
+        body, body_text = _decode_body(raw_body, resp_headers)
+        req_body, _ = _decode_body(req.get("body"), _headers(req.get("headers")))
+        interactions.append(
+            Interaction(
+                method=_str(req.get("method")),
+                url=uri,
+                path=urlsplit(uri).path if uri else None,
+                request_body=req_body,
+                request_headers=_headers(req.get("headers")),
+                status=_int(code),
+                response_headers=resp_headers,
+                response_body=body,
+                response_text=body_text,
+                line=starts[index] if index < len(starts) else None,
+            )
+        )
+    return Tape(path=rel, format="vcr", interactions=interactions)
+
+
+def _generic_records(data: Any) -> list[Interaction] | None:
+    """Best effort for hand-rolled JSON: a record, a list of records, or a dict holding one (HAR too)."""
+    if isinstance(data, dict):
+        if isinstance(data.get("log"), dict) and isinstance(data["log"].get("entries"), list):
+            data = data["log"]["entries"]  # HAR
+        elif "request" in data and "response" in data:
+            data = [data]
+        else:
+            lists = [v for v in data.values() if isinstance(v, list) and v and _is_record(v[0])]
+            if not lists:
+                return None
+            data = lists[0]
+    if not isinstance(data, list) or not data or not all(_is_record(x) for x in data):
+        return None
+    out = []
+    for item in data:
+        req = item.get("request") if isinstance(item.get("request"), dict) else {}
+        resp = item.get("response") if isinstance(item.get("response"), dict) else {}
+        uri = _str(req.get("url")) or _str(req.get("uri"))
+        path = _str(req.get("path")) or (urlsplit(uri).path if uri else None)
+        req_body = req.get("body", req.get("json"))
+        if req_body is None and isinstance(req.get("postData"), dict):
+            req_body = req["postData"].get("text")
+        resp_headers = _headers(resp.get("headers"))
+        resp_body = resp.get("body", resp.get("json"))
+        if resp_body is None and isinstance(resp.get("content"), dict):
+            resp_body = resp["content"].get("text")
+        body, text = _decode_body(resp_body, resp_headers)
+        req_parsed, _ = _decode_body(req_body, {})
+        inter = Interaction(
+            method=_str(req.get("method")),
+            url=uri,
+            path=path,
+            request_body=req_parsed,
+            request_headers=_headers(req.get("headers")),
+            status=_int(resp.get("status", resp.get("status_code"))),
+            response_headers=resp_headers,
+            response_body=body,
+            response_text=_str(resp.get("text")) or text,
+        )
+        out.append(inter)
+    return out
+
+
+def _is_record(item: Any) -> bool:
+    return isinstance(item, dict) and isinstance(item.get("request"), dict) and "response" in item
+
+
+def _fill_from_interactions(tape: Tape) -> None:
+    """Tape-level model, endpoint and time: the first interaction that names each wins."""
+    for inter in tape.interactions:
+        tape.model = tape.model or inter.model
+        tape.served_model = tape.served_model or inter.served_model
+        if tape.endpoint is None and inter.url:
+            tape.endpoint = urlsplit(inter.url).hostname
+        if tape.recorded_at is None:
+            tape.recorded_at = _http_date(inter.response_headers.get("date"))
+
+
+def _http_date(values: list[str] | None) -> str | None:
+    if not values:
+        return None
+    try:
+        when = email.utils.parsedate_to_datetime(values[0])
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # "-0000" in RFC 5322 means UTC with unknown origin zone
+        when = when.replace(tzinfo=timezone.utc)
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _headers(raw: Any) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    if isinstance(raw, dict):
+        for name, value in raw.items():
+            values = value if isinstance(value, list) else [value]
+            out.setdefault(str(name).lower(), []).extend(str(v) for v in values)
+    elif isinstance(raw, list):  # HAR: [{"name": ..., "value": ...}]
+        for item in raw:
+            if isinstance(item, dict) and "name" in item:
+                out.setdefault(str(item["name"]).lower(), []).append(str(item.get("value", "")))
+    return out
+
+
+def _decode_body(raw: Any, headers: dict[str, list[str]]) -> tuple[Any, str | None]:
+    """(parsed JSON body or None, text when not JSON). Inflates gzip/deflate bodies with a size cap."""
+    if raw is None or raw == "" or raw == b"":
+        return None, None
+    if isinstance(raw, (dict, list)):
+        return raw, None
+    if isinstance(raw, str):
+        data: bytes | None = None
+        text = raw
+    elif isinstance(raw, bytes):
+        data = raw
+        encoding = ",".join(headers.get("content-encoding", [])).lower()
+        if "gzip" in encoding or data[:2] == b"\x1f\x8b":
+            data = _inflate(data, zlib.MAX_WBITS | 16)
+        elif "deflate" in encoding:
+            data = _inflate(data, zlib.MAX_WBITS | 32)  # zlib or gzip header, detected
+        if data is None:
+            return None, "<undecodable compressed body>"
+        text = data.decode("utf-8", "replace")
+    else:
+        return raw, None
+    stripped = text.lstrip()
+    if stripped[:1] in ("{", "["):
+        try:
+            return json.loads(text), None
+        except ValueError:
+            pass
+    return None, text
+
+
+def _inflate(data: bytes, wbits: int) -> bytes | None:
+    try:
+        return zlib.decompressobj(wbits).decompress(data, _MAX_INFLATED_BYTES)
+    except zlib.error:
+        return None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None and not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        return None
