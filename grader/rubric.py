@@ -1,0 +1,619 @@
+"""Load, validate and score a rubric YAML (version 1).
+
+Validation happens before any grading, so a typo in the hiring team's YAML costs seconds, not a grading run:
+every problem is a ``BadInput("rubric.yaml:LINE: message")``. Level expressions and evidence templates are
+Jinja2 over the facts of the row's check, compiled in a SandboxedEnvironment and restricted further to a small
+whitelist of syntax (see ``_ALLOWED_NODES``): no calls, no ``**``, no underscore names, no repetition of
+strings or lists. docs/rubric.md documents the same rules.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jinja2 import StrictUndefined, nodes
+from jinja2.exceptions import SecurityError, TemplateSyntaxError
+from jinja2.parser import Parser
+from jinja2.sandbox import SandboxedEnvironment
+
+from grader.checks import Check, CheckResult, registry
+from grader.errors import BadInput
+
+__all__ = ["Row", "RowScore", "Rubric", "default_rubric_path", "load_rubric", "score", "totals"]
+
+_TOP_KEYS = {"version", "name", "scale", "thresholds", "rows"}
+_TOP_REQUIRED = ("version", "name", "rows")
+_ROW_KEYS = {"id", "title", "weight", "check", "levels", "evidence"}
+_ROW_REQUIRED = ("id", "title", "weight", "check", "levels")
+_DEFAULT_SCALE = (0, 3)
+_DEFAULT_EVIDENCE = "{{ summary }}"
+_ROW_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
+# The syntax a level expression or an evidence template may use. Everything else (calls, `**`, slices,
+# dict literals, `{% set %}`, macros, imports...) is refused at load time: rubric YAML comes from a file
+# anyone can edit, and an expression runs once per graded submission.
+_ALLOWED_NODES = (
+    nodes.Template,
+    nodes.Output,
+    nodes.TemplateData,
+    nodes.If,
+    nodes.For,
+    nodes.Name,
+    nodes.Const,
+    nodes.List,
+    nodes.Tuple,
+    nodes.Compare,
+    nodes.Operand,
+    nodes.And,
+    nodes.Or,
+    nodes.Not,
+    nodes.Neg,
+    nodes.Pos,
+    nodes.Add,
+    nodes.Sub,
+    nodes.Mul,
+    nodes.Div,
+    nodes.FloorDiv,
+    nodes.Mod,
+    nodes.Concat,
+    nodes.CondExpr,
+    nodes.Getattr,
+    nodes.Getitem,
+    nodes.Filter,
+    nodes.Test,
+)
+_ALLOWED_FILTERS = frozenset(
+    {"abs", "default", "first", "float", "int", "join", "last", "length", "lower", "max", "min", "round"}
+    | {"sum", "upper", "count", "string", "trim"}
+)
+_ALLOWED_TESTS = frozenset(
+    {"defined", "undefined", "none", "number", "string", "boolean", "true", "false", "even", "odd"}
+    | {"eq", "ne", "lt", "le", "gt", "ge", "in"}
+)
+
+
+class _Env(SandboxedEnvironment):
+    """The sandbox, plus: `*` never repeats a string or a list (a short expression could ask for GBs)."""
+
+    intercepted_binops = frozenset({"*"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "*" and not (_is_number(left) and _is_number(right)):
+            raise SecurityError("'*' only multiplies numbers")
+        return super().call_binop(context, operator, left, right)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+_ENV = _Env(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=False)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One rubric row: levels map a score (high to low) to a Jinja2 expression string."""
+
+    id: str
+    title: str
+    weight: float
+    check: str
+    levels: dict[int, str]
+    evidence: str
+    line: int
+    level_lines: dict[int, int] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class Rubric:
+    name: str
+    version: int
+    scale: tuple[int, int]
+    thresholds: dict[str, float]
+    rows: tuple[Row, ...]
+    path: Path
+    sha256: str
+
+    @property
+    def max(self) -> int:
+        return self.scale[1]
+
+    def reference(self) -> dict[str, str]:
+        """The report's ``rubric`` object: which rubric, exactly, produced these scores."""
+        return {"name": self.name, "sha256": self.sha256, "path": str(self.path)}
+
+
+@dataclass
+class RowScore:
+    id: str
+    title: str
+    weight: float
+    score: int | None
+    max: int
+    status: str  # "scored" | "manual" | "not-assessable"
+    evidence: str
+    details: list[str] = field(default_factory=list)
+
+    @property
+    def auto(self) -> bool:
+        return self.status == "scored"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report's row object, keys in the order docs/design.md shows them."""
+        return {
+            "id": self.id,
+            "title": self.title,
+            "weight": _plain_number(self.weight),
+            "score": self.score,
+            "max": self.max,
+            "auto": self.auto,
+            "status": self.status,
+            "evidence": self.evidence,
+            "details": list(self.details),
+        }
+
+
+# --------------------------------------------------------------------------------------------- loading
+
+
+def default_rubric_path() -> Path:
+    """The packaged default rubric (a wheel's grader/_rubric/), else the repo's rubric/default.yaml."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "_rubric" / "default.yaml", here.parent / "rubric" / "default.yaml"):
+        if candidate.is_file():
+            return candidate
+    raise BadInput("the default rubric is missing from this installation; pass --rubric PATH")
+
+
+def load_rubric(path: Path | None = None, *, checks: Mapping[str, Check] | None = None) -> Rubric:
+    """Read and validate a rubric; ``checks`` (default: the registry) says which check ids and facts exist."""
+    path = default_rubric_path() if path is None else Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise BadInput(f"{path}: rubric file not found; pass an existing YAML file") from None
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read the rubric: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{path}: the rubric is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    known = registry() if checks is None else dict(checks)
+    return _Loader(path, known).load(text, hashlib.sha256(raw).hexdigest())
+
+
+class _Loader:
+    def __init__(self, path: Path, checks: dict[str, Check]) -> None:
+        self.path = path
+        self.checks = checks
+        self.errors: list[tuple[int, str]] = []
+
+    def error(self, line: int, message: str) -> None:
+        self.errors.append((line, message))
+
+    def load(self, text: str, sha256: str) -> Rubric:
+        root = self._compose(text)
+        rubric = self._rubric(root, sha256)
+        if self.errors:
+            # Report the first problem in file order; mention the rest so nobody fixes them one run at a time.
+            line, message = min(self.errors, key=lambda e: e[0])
+            more = len(self.errors) - 1
+            suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+            raise BadInput(f"{self.path}:{line}: {message}{suffix}")
+        assert rubric is not None  # no errors means every part was built
+        return rubric
+
+    def _compose(self, text: str) -> yaml.Node:
+        try:
+            node = yaml.compose(text, Loader=yaml.SafeLoader)
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            line = mark.line + 1 if mark is not None else 1
+            problem = exc.problem or exc.context or "invalid YAML"
+            raise BadInput(f"{self.path}:{line}: YAML syntax error: {problem}") from None
+        except yaml.YAMLError as exc:
+            raise BadInput(f"{self.path}: YAML error: {exc}") from None
+        if node is None:
+            raise BadInput(f"{self.path}:1: the rubric is empty; start from rubric/default.yaml")
+        return node
+
+    # -- node helpers: every value keeps its line so errors can point at it
+
+    def _value(self, node: yaml.Node) -> Any:
+        return yaml.SafeLoader("").construct_object(node, deep=True)
+
+    def _mapping(self, node: yaml.Node, what: str) -> dict[str, tuple[yaml.Node, yaml.Node]] | None:
+        if not isinstance(node, yaml.MappingNode):
+            self.error(_line(node), f"{what} must be a mapping of keys to values")
+            return None
+        out: dict[str, tuple[yaml.Node, yaml.Node]] = {}
+        for key_node, value_node in node.value:
+            key = self._value(key_node)
+            key_text = str(key) if not isinstance(key, bool) else str(key).lower()
+            if key_text in out:
+                self.error(_line(key_node), f"duplicate key {key_text!r} in {what}")
+                continue
+            out[key_text] = (key_node, value_node)
+        return out
+
+    def _keys(
+        self,
+        items: dict[str, tuple[yaml.Node, yaml.Node]],
+        allowed: set[str],
+        required: tuple[str, ...],
+        where: str,
+        line: int,
+    ) -> None:
+        for key, (key_node, _) in items.items():
+            if key not in allowed:
+                self.error(
+                    _line(key_node), f"unknown key {key!r} in {where}; allowed: {', '.join(sorted(allowed))}"
+                )
+        for key in required:
+            if key not in items:
+                self.error(line, f"{where} is missing the required key {key!r}")
+
+    # -- the document
+
+    def _rubric(self, root: yaml.Node, sha256: str) -> Rubric | None:
+        top = self._mapping(root, "the rubric")
+        if top is None:
+            return None
+        self._keys(top, _TOP_KEYS, _TOP_REQUIRED, "the rubric", _line(root))
+
+        version = None
+        if "version" in top:
+            node = top["version"][1]
+            version = self._value(node)
+            if version != 1 or isinstance(version, bool):
+                self.error(
+                    _line(node), f"unsupported rubric version {version!r}; this grader reads version: 1"
+                )
+
+        name = ""
+        if "name" in top:
+            node = top["name"][1]
+            name = self._value(node)
+            if not isinstance(name, str) or not name.strip():
+                self.error(_line(node), "name must be a non-empty string")
+                name = ""
+
+        scale = self._scale(top["scale"][1]) if "scale" in top else _DEFAULT_SCALE
+        thresholds = self._thresholds(top["thresholds"][1]) if "thresholds" in top else {}
+        rows = self._rows(top["rows"][1], scale or _DEFAULT_SCALE, thresholds) if "rows" in top else []
+        if self.errors or scale is None:
+            return None
+        return Rubric(
+            name=name,
+            version=1,
+            scale=scale,
+            thresholds=thresholds,
+            rows=tuple(rows),
+            path=self.path,
+            sha256=sha256,
+        )
+
+    def _scale(self, node: yaml.Node) -> tuple[int, int] | None:
+        value = self._value(node)
+        ok = (
+            isinstance(value, list)
+            and len(value) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+            and 0 <= value[0] < value[1]
+        )
+        if not ok:
+            self.error(
+                _line(node), f"scale must be [lowest, highest] whole numbers, e.g. [0, 3]; got {value!r}"
+            )
+            return None
+        return (value[0], value[1])
+
+    def _thresholds(self, node: yaml.Node) -> dict[str, float]:
+        items = self._mapping(node, "thresholds")
+        out: dict[str, float] = {}
+        for key, (key_node, value_node) in (items or {}).items():
+            value = self._value(value_node)
+            if not _IDENT.match(key):
+                self.error(_line(key_node), f"threshold name {key!r} must be letters, digits and underscores")
+            elif not _is_number(value) or not math.isfinite(value):
+                self.error(_line(value_node), f"threshold {key!r} must be a number; got {value!r}")
+            else:
+                out[key] = value
+        return out
+
+    def _rows(self, node: yaml.Node, scale: tuple[int, int], thresholds: dict[str, float]) -> list[Row]:
+        if not isinstance(node, yaml.SequenceNode) or not node.value:
+            self.error(
+                _line(node), "rows must be a non-empty list of rows (each with id, title, weight, ...)"
+            )
+            return []
+        rows: list[Row] = []
+        seen: dict[str, int] = {}
+        for row_node in node.value:
+            row = self._row(row_node, scale, thresholds)
+            if row is None:
+                continue
+            if row.id in seen:
+                self.error(row.line, f"duplicate row id {row.id!r} (first defined on line {seen[row.id]})")
+                continue
+            seen[row.id] = row.line
+            rows.append(row)
+        return rows
+
+    def _row(self, node: yaml.Node, scale: tuple[int, int], thresholds: dict[str, float]) -> Row | None:
+        line = _line(node)
+        items = self._mapping(node, "a row")
+        if items is None:
+            return None
+        label = "row"
+        row_id = None
+        if "id" in items:
+            id_node = items["id"][1]
+            row_id = self._value(id_node)
+            if not isinstance(row_id, str) or not _ROW_ID.match(row_id):
+                self.error(_line(id_node), f"row id {row_id!r} must be lowercase letters, digits and dashes")
+                row_id = None
+            else:
+                label = f"row {row_id!r}"
+        n_before = len(self.errors)
+        self._keys(items, _ROW_KEYS, _ROW_REQUIRED, label, line)
+
+        title = ""
+        if "title" in items:
+            title_node = items["title"][1]
+            title = self._value(title_node)
+            if not isinstance(title, str) or not title.strip():
+                self.error(_line(title_node), f"{label}: title must be a non-empty string")
+
+        weight = 0.0
+        if "weight" in items:
+            weight_node = items["weight"][1]
+            weight = self._value(weight_node)
+            if not _is_number(weight) or not math.isfinite(weight) or weight <= 0:
+                self.error(_line(weight_node), f"{label}: weight must be a positive number; got {weight!r}")
+
+        check: Check | None = None
+        if "check" in items:
+            check_node = items["check"][1]
+            check_id = self._value(check_node)
+            check = self.checks.get(check_id) if isinstance(check_id, str) else None
+            if check is None:
+                known = ", ".join(self.checks) or "none registered"
+                self.error(_line(check_node), f"{label}: unknown check {check_id!r}; known checks: {known}")
+
+        names = set(check.facts) if check is not None else None
+        levels: dict[int, str] = {}
+        level_lines: dict[int, int] = {}
+        if "levels" in items:
+            levels, level_lines = self._levels(items["levels"][1], label, scale, names, thresholds)
+
+        evidence = _DEFAULT_EVIDENCE
+        if "evidence" in items:
+            evidence_node = items["evidence"][1]
+            evidence = self._value(evidence_node)
+            if not isinstance(evidence, str):
+                self.error(_line(evidence_node), f"{label}: evidence must be a template string")
+            else:
+                self._check_jinja(
+                    evidence, _line(evidence_node), f"{label} evidence", names, thresholds, template=True
+                )
+
+        if len(self.errors) > n_before or row_id is None:
+            return None
+        assert check is not None  # a missing check was recorded above
+        return Row(
+            id=row_id,
+            title=title.strip(),
+            weight=weight,
+            check=check.id,
+            levels=levels,
+            evidence=evidence,
+            line=line,
+            level_lines=level_lines,
+        )
+
+    def _levels(
+        self,
+        node: yaml.Node,
+        label: str,
+        scale: tuple[int, int],
+        names: set[str] | None,
+        thresholds: dict[str, float],
+    ) -> tuple[dict[int, str], dict[int, int]]:
+        items = self._mapping(node, f"{label} levels")
+        if items is None:
+            return {}, {}
+        levels: dict[int, str] = {}
+        lines: dict[int, int] = {}
+        low, high = scale
+        for key, (key_node, value_node) in items.items():
+            level = int(key) if key.isdigit() else None
+            if level is None or not low <= level <= high:
+                self.error(_line(key_node), f"{label}: level {key!r} is outside the scale {low}-{high}")
+                continue
+            value = self._value(value_node)
+            if isinstance(value, bool):
+                # A bare YAML true/false is that expression.
+                value = "true" if value else "false"
+            if not isinstance(value, str) or not value.strip():
+                self.error(_line(value_node), f"{label}: level {level} must be a Jinja2 expression string")
+                continue
+            self._check_jinja(value, _line(value_node), f"{label} level {level}", names, thresholds)
+            levels[level] = value
+            lines[level] = _line(value_node)
+        if str(low) not in items:
+            self.error(_line(node), f"{label}: level {low} is missing; add `{low}: true` as the fallback")
+        order = sorted(levels, reverse=True)
+        return {k: levels[k] for k in order}, {k: lines[k] for k in order}
+
+    def _check_jinja(
+        self,
+        source: str,
+        line: int,
+        where: str,
+        names: set[str] | None,
+        thresholds: dict[str, float],
+        *,
+        template: bool = False,
+    ) -> None:
+        try:
+            tree = _ENV.parse(source) if template else _parse_expression(source)
+        except TemplateSyntaxError as exc:
+            self.error(line, f"{where}: invalid expression: {exc.message}")
+            return
+        problem = _unsafe(tree)
+        if problem:
+            self.error(line, f"{where}: unsafe expression: {problem}")
+            return
+        if names is None:  # the check is unknown; that error is already recorded
+            return
+        for name in _free_names(tree):
+            if name == "thresholds":
+                continue
+            if name not in names:
+                self.error(
+                    line,
+                    f"{where}: {name!r} is not a fact of this check; "
+                    f"facts: {', '.join(sorted(names))}, thresholds",
+                )
+        for used in _threshold_refs(tree):
+            if used not in thresholds:
+                defined = ", ".join(sorted(thresholds)) or "none"
+                self.error(line, f"{where}: thresholds.{used} is not defined under thresholds: ({defined})")
+
+
+def _parse_expression(source: str) -> nodes.Expr:
+    # The same parse compile_expression does, so what is validated is exactly what is evaluated.
+    parser = Parser(_ENV, source, state="variable")
+    expr = parser.parse_expression()
+    if not parser.stream.eos:
+        raise TemplateSyntaxError("unexpected text after the expression", parser.stream.current.lineno)
+    return expr
+
+
+def _line(node: yaml.Node) -> int:
+    return node.start_mark.line + 1
+
+
+# ---------------------------------------------------------------------------------- expression safety
+
+
+def _unsafe(tree: nodes.Node) -> str | None:
+    for node in tree.find_all(nodes.Node):
+        if isinstance(node, nodes.Call):
+            return "function calls are not allowed"
+        if isinstance(node, nodes.Pow):
+            return "'**' is not allowed"
+        if not isinstance(node, _ALLOWED_NODES):
+            return f"{type(node).__name__.lower()} syntax is not allowed"
+        if isinstance(node, nodes.Name) and node.name.startswith("_"):
+            return f"the name {node.name!r} starts with an underscore"
+        if isinstance(node, nodes.Getattr) and node.attr.startswith("_"):
+            return f"the attribute {node.attr!r} starts with an underscore"
+        if isinstance(node, nodes.Getitem):
+            key = node.arg
+            if not isinstance(key, nodes.Const):
+                return "only a literal key may index a value"
+            if isinstance(key.value, str) and key.value.startswith("_"):
+                return f"the key {key.value!r} starts with an underscore"
+        if isinstance(node, nodes.Filter) and node.name not in _ALLOWED_FILTERS:
+            return f"the filter {node.name!r} is not allowed; allowed: {', '.join(sorted(_ALLOWED_FILTERS))}"
+        if isinstance(node, nodes.Test) and node.name not in _ALLOWED_TESTS:
+            return f"the test {node.name!r} is not allowed; allowed: {', '.join(sorted(_ALLOWED_TESTS))}"
+        if isinstance(node, (nodes.Filter, nodes.Test)) and (node.dyn_args or node.dyn_kwargs):
+            return "*args/**kwargs are not allowed"
+    return None
+
+
+def _free_names(tree: nodes.Node) -> list[str]:
+    bound = {n.name for n in tree.find_all(nodes.Name) if n.ctx == "store"} | {"loop"}
+    seen: list[str] = []
+    for n in tree.find_all(nodes.Name):
+        if n.ctx == "load" and n.name not in bound and n.name not in seen:
+            seen.append(n.name)
+    return seen
+
+
+def _threshold_refs(tree: nodes.Node) -> list[str]:
+    refs: list[str] = []
+    for node in tree.find_all(nodes.Getattr):
+        if isinstance(node.node, nodes.Name) and node.node.name == "thresholds":
+            refs.append(node.attr)
+    for node in tree.find_all(nodes.Getitem):
+        target = node.node
+        if (
+            isinstance(target, nodes.Name)
+            and target.name == "thresholds"
+            and isinstance(node.arg, nodes.Const)
+        ):
+            refs.append(str(node.arg.value))
+    return refs
+
+
+# ------------------------------------------------------------------------------------------- scoring
+
+
+def score(rubric: Rubric, results: Mapping[str, CheckResult]) -> list[RowScore]:
+    """Score every row from its check's result, in rubric order. Never raises for a bad fact value."""
+    return [_score_row(rubric, row, results.get(row.check)) for row in rubric.rows]
+
+
+def _score_row(rubric: Rubric, row: Row, result: CheckResult | None) -> RowScore:
+    def make(status: str, value: int | None, evidence: str, details: list[str]) -> RowScore:
+        return RowScore(row.id, row.title, row.weight, value, rubric.max, status, evidence, details)
+
+    if result is None:
+        return make("not-assessable", None, f"not assessable: check {row.check!r} did not run", [])
+    details = [*result.details, *(f"{f.location}: {f.message}" for f in result.findings)]
+    if result.not_assessable is not None:
+        return make("not-assessable", None, f"not assessable: {result.not_assessable}", details)
+    if result.manual is not None:
+        return make("manual", None, result.manual, details)
+
+    context = {**result.facts, "thresholds": dict(rubric.thresholds)}
+    where = f"{rubric.path}:{row.line}"
+    chosen: int | None = None
+    for level, expression in row.levels.items():
+        try:
+            if _ENV.compile_expression(expression, undefined_to_none=False)(**context):
+                chosen = level
+                break
+        except Exception as exc:  # any evaluation failure is this row's, never the run's
+            where = f"{rubric.path}:{row.level_lines.get(level, row.line)}"
+            reason = f"row {row.id!r} ({where}) level {level}: {_one_line(exc)}"
+            return make("not-assessable", None, f"not assessable: {reason}", details)
+    if chosen is None:
+        reason = f"no level of row {row.id!r} ({where}) is true for these facts"
+        return make("not-assessable", None, f"not assessable: {reason}", details)
+    try:
+        evidence = _ENV.from_string(row.evidence).render(**context)
+    except Exception as exc:  # a template problem marks the row, not the run
+        reason = f"row {row.id!r} ({where}) evidence: {_one_line(exc)}"
+        return make("not-assessable", None, f"not assessable: {reason}", details)
+    return make("scored", chosen, " ".join(evidence.split()), details)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def totals(rows: list[RowScore]) -> dict[str, float | int]:
+    """Weighted points over scored rows only; manual and not-assessable rows count toward neither side."""
+    points = sum(r.score * r.weight for r in rows if r.status == "scored" and r.score is not None)
+    maximum = sum(r.max * r.weight for r in rows if r.status == "scored")
+    percent = round(100 * points / maximum, 1) if maximum else 0
+    return {"points": _plain_number(points), "max": _plain_number(maximum), "percent": percent}
+
+
+def _plain_number(value: float) -> int | float:
+    # Weights are usually whole numbers; keep the report free of "3.0".
+    return int(value) if float(value).is_integer() else value
