@@ -1,0 +1,107 @@
+"""The `make-targets` check: `make record`, `test` and `demo` exist and behave, offline and keyless."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from grader.checks import CheckResult, register
+from grader.context import makefile_targets
+
+if TYPE_CHECKING:
+    from grader.context import Context
+    from grader.sandbox import RunResult
+
+# A refusal is a sentence for a human, not a log dump: longer output suggests the recorder got going.
+_SHORT_MESSAGE_CHARS = 2000
+
+
+@register("make-targets")
+def make_targets(ctx: Context) -> CheckResult:
+    """Checks the Makefile's record, test and demo targets; runs demo and a keyless record in the sandbox.
+
+    Facts:
+        has_record: the Makefile has a `record` target
+        has_test: the Makefile has a `test` target
+        has_demo: the Makefile has a `demo` target
+        test_passed: `make test` was the replay command and it exited 0 in time
+        demo_passed: `make demo` exited 0 offline with no connection attempt
+        record_refuses_without_key: `make record` with no key exited non-zero with a short message, no
+            traceback and no connection attempt (run in a scratch copy)
+        summary: e.g. "record, test, demo present; test passed; demo passed; record refuses without a key"
+    """
+    targets = makefile_targets(ctx.repo)
+    facts: dict[str, object] = {
+        "has_record": "record" in targets,
+        "has_test": "test" in targets,
+        "has_demo": "demo" in targets,
+        "test_passed": False,
+        "demo_passed": False,
+        "record_refuses_without_key": False,
+        "summary": "",
+    }
+    present = [t for t in ("record", "test", "demo") if facts[f"has_{t}"]]
+    missing = [t for t in ("record", "test", "demo") if not facts[f"has_{t}"]]
+    shape = (", ".join(present) + " present" if present else "no record/test/demo target") + (
+        f"; missing {', '.join(missing)}" if missing and present else ""
+    )
+    if ctx.env is None:
+        facts["summary"] = f"{shape}; not run: {ctx.install_error}"
+        return CheckResult(facts=facts, not_assessable=ctx.install_error)
+
+    details: list[str] = []
+    parts = [shape]
+    if facts["has_test"]:
+        rr = ctx.replay_run()
+        ok = rr.command == ["make", "test"] and rr.run.returncode == 0 and not rr.run.timed_out
+        facts["test_passed"] = ok
+        parts.append("test passed" if ok else "test failed")
+    if facts["has_demo"]:
+        run, audit = ctx.run(
+            ["make", "demo"],
+            env={"CASSETTE_MISS_LOG": str(ctx.log_path("demo", ".misses.jsonl"))},
+            label="make demo",
+        )
+        ok = run.returncode == 0 and not run.timed_out and not audit.network_attempts
+        facts["demo_passed"] = ok
+        parts.append("demo passed" if ok else "demo failed")
+        if not ok:
+            details.append(f"make demo: {_why(run, len(audit.network_attempts))}")
+    if facts["has_record"]:
+        scratch = ctx.scratch_copy("record-without-key")
+        run, audit = ctx.run(
+            ["make", "record"],
+            cwd=scratch,
+            env={"CASSETTE_MISS_LOG": str(ctx.log_path("record", ".misses.jsonl"))},
+            label="make record (no key)",
+        )
+        output = f"{run.stdout}\n{run.stderr}"
+        refused = (
+            run.returncode not in (0, None)
+            and not run.timed_out
+            and "Traceback" not in output
+            and len(output.strip()) <= _SHORT_MESSAGE_CHARS
+            and not audit.network_attempts
+        )
+        facts["record_refuses_without_key"] = refused
+        parts.append("record refuses without a key" if refused else "record does not refuse cleanly")
+        if not refused:
+            details.append(f"make record without a key: {_why(run, len(audit.network_attempts), output)}")
+    facts["summary"] = "; ".join(parts)
+    return CheckResult(facts=facts, details=details)
+
+
+def _why(run: RunResult, attempts: int, output: str | None = None) -> str:
+    if run.timed_out:
+        return "timed out"
+    text = output if output is not None else f"{run.stdout}\n{run.stderr}"
+    reasons = [f"exit {run.returncode}"]
+    if attempts:
+        reasons.append(f"{attempts} connection attempt(s)")
+    if "Traceback" in text:
+        reasons.append("printed a traceback")
+    elif len(text.strip()) > _SHORT_MESSAGE_CHARS:
+        reasons.append(f"printed {len(text.strip())} characters")
+    last = next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
+    if last:
+        reasons.append(f"last line: {last[:160]}")
+    return ", ".join(reasons)

@@ -1,0 +1,120 @@
+"""The `replay` check: the submission's own suite, run offline in the sandbox with no credentials."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from grader.checks import CheckResult, Finding, register
+from grader.context import ReplayRun, Results
+
+if TYPE_CHECKING:
+    from grader.context import Context
+
+# pytest-socket refuses the socket before any connect happens, so the audit hook never sees those attempts;
+# the refusal's exception in the grader-owned result log is the evidence instead.
+_SOCKET_BLOCKED = re.compile(r"SocketBlockedError|A test tried to use socket\.socket")
+_MAX_DETAILS = 10
+
+
+def _zero_facts() -> dict[str, object]:
+    return {
+        "passed": 0,
+        "failed": 0,
+        "errors": 0,
+        "skipped": 0,
+        "xfailed": 0,
+        "deselected": 0,
+        "network_attempts": 0,
+        "first_network_attempt": "",
+        "timed_out": False,
+        "duration": 0.0,
+        "command": "",
+        "summary": "",
+    }
+
+
+@register("replay")
+def replay(ctx: Context) -> CheckResult:
+    """Runs the submission's suite offline (`make test`, else `python -m pytest`) in the sandbox.
+
+    Facts:
+        passed: tests that passed
+        failed: tests that failed in their call phase
+        errors: tests that errored in setup or teardown (collection errors count here too)
+        skipped: tests skipped
+        xfailed: tests that failed as expected (xfail)
+        deselected: tests deselected by the suite's own options
+        network_attempts: connection attempts seen by the audit hook or refused by pytest-socket
+        first_network_attempt: file:line of the first connection attempt, or "" when none
+        timed_out: true when the suite ran past the grader's timeout and was killed
+        duration: seconds the suite ran
+        command: the command the grader ran (e.g. "make test")
+        summary: e.g. "24 passed, 0 failed, 0 errors, 0 connection attempts (make test, 1.2 s)"
+    """
+    facts = _zero_facts()
+    if ctx.env is None:
+        facts["summary"] = f"not run: {ctx.install_error}"
+        return CheckResult(facts=facts, not_assessable=ctx.install_error)
+    rr = ctx.replay_run()
+    results = rr.results or Results()
+    attempts = _attempts(rr, results)
+    facts.update(
+        passed=results.passed,
+        failed=results.failed,
+        errors=results.errors,
+        skipped=results.skipped,
+        xfailed=results.xfailed,
+        deselected=results.deselected,
+        network_attempts=len(attempts),
+        first_network_attempt=attempts[0][0] if attempts else "",
+        timed_out=rr.run.timed_out,
+        duration=round(rr.run.duration, 2),
+        command=" ".join(rr.command),
+    )
+    if rr.results is None and not rr.run.timed_out:
+        # Nothing reported: the collection crashed, or `make test` never reached pytest.
+        facts["errors"] = max(1, results.errors)
+    facts["summary"] = _summary(ctx, rr, facts)
+
+    details: list[str] = [f"connection attempt at {where}: {what}" for where, what in attempts[:_MAX_DETAILS]]
+    details += [f"failed: {line}" for line in results.first_failures]
+    if rr.results is None and not rr.run.timed_out:
+        tail = _tail(rr.run.stderr) or _tail(rr.run.stdout)
+        details.append(f"no test results; exit {rr.run.returncode}: {tail}" if tail else "no test results")
+    findings = [Finding(rule="network-attempt", message=what, location=where) for where, what in attempts]
+    return CheckResult(facts=facts, findings=findings, details=details)
+
+
+def _attempts(rr: ReplayRun, results: Results) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for event in rr.audit.network_attempts:
+        where = str(getattr(event, "where", "") or "?")
+        what = str(getattr(event, "detail", "") or getattr(event, "event", "") or "connection attempt")
+        out.append((where, what))
+    for line in results.first_failures + list(getattr(results, "blocked", [])):
+        if _SOCKET_BLOCKED.search(line):
+            nodeid = line.split(": ", 1)[0]
+            out.append((_where_from_nodeid(nodeid), "socket refused by pytest-socket"))
+    return out
+
+
+def _where_from_nodeid(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0] or "?"
+
+
+def _tail(text: str) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1][:200] if lines else ""
+
+
+def _summary(ctx: Context, rr: ReplayRun, facts: dict[str, object]) -> str:
+    if facts["timed_out"]:
+        command, passed = facts["command"], facts["passed"]
+        return f"timed out after {ctx.timeout:g} s ({command}, {passed} passed before the kill)"
+    attempts = facts["network_attempts"]
+    noun = "connection attempt" if attempts == 1 else "connection attempts"
+    return (
+        f"{facts['passed']} passed, {facts['failed']} failed, {facts['errors']} errors, {attempts} {noun} "
+        f"({facts['command']}, {rr.run.duration:.1f} s)"
+    )

@@ -1,0 +1,333 @@
+"""What a check sees: workspace, manifest and environment, plus memoized sandboxed runs of submission code."""
+
+from __future__ import annotations
+
+import configparser
+import json
+import os
+import re
+import shutil
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from grader.errors import NotAssessable
+
+if TYPE_CHECKING:
+    from grader.acquire import Workspace
+    from grader.audit import AuditLog
+    from grader.install import Env
+    from grader.manifest import Manifest
+    from grader.sandbox import RunResult
+
+__all__ = ["Context", "ReplayRun", "Results", "makefile_targets", "pytest_plugin_modules"]
+
+# Loaded explicitly under PYTEST_DISABLE_PLUGIN_AUTOLOAD: pytest-socket blocks sockets inside the test process
+# (a second layer under the network namespace) and _grader_pytest writes the result log the grader trusts.
+_GRADER_PLUGINS = ("pytest_socket", "_grader_pytest")
+_MAKEFILES = ("GNUmakefile", "makefile", "Makefile")
+_TARGET_LINE = re.compile(r"^([A-Za-z0-9_.\-/ ]+?)\s*::?(?!=)")
+_MAX_FIRST_FAILURES = 5
+
+
+@dataclass
+class Results:
+    """Test outcomes read from the grader-owned result log (or the grader's JUnit file as a fallback)."""
+
+    passed: int = 0
+    failed: int = 0
+    errors: int = 0
+    skipped: int = 0
+    xfailed: int = 0
+    xpassed: int = 0
+    deselected: int = 0
+    first_failures: list[str] = field(default_factory=list)  # "nodeid: one-line message"
+    source: str = "result-log"  # "result-log" | "junit"
+
+    @property
+    def total(self) -> int:
+        return self.passed + self.failed + self.errors + self.skipped + self.xfailed + self.xpassed
+
+
+@dataclass
+class ReplayRun:
+    """The replay suite's one run in the sandbox, and what the grader read back from its own logs."""
+
+    command: list[str]
+    run: RunResult
+    results: Results | None  # None: the suite never reported a single test (crash, timeout before collection)
+    audit: AuditLog
+    junit: Path | None
+    misses: list[dict[str, object]] = field(default_factory=list)  # CASSETTE_MISS_LOG entries
+
+
+class Context:
+    """Everything a check may use. Checks read `repo`; code from it runs only through `run`/`replay_run`."""
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        manifest: Manifest,
+        *,
+        env: Env | None,
+        install_error: str | None = None,
+        thresholds: Mapping[str, float] | None = None,
+        timeout: float = 300.0,
+    ) -> None:
+        self.workspace = workspace
+        self.repo: Path = workspace.repo
+        self.manifest = manifest
+        self.env = env
+        self.install_error = install_error if env is None else None
+        if env is None and not self.install_error:
+            self.install_error = "the submission's environment was not installed"
+        self.thresholds: dict[str, float] = dict(thresholds or {})
+        self.timeout = timeout
+        self.outputs: list[tuple[str, str]] = []
+        self._replay: ReplayRun | None = None
+        self._runs = 0
+        self._logs = workspace.root / "logs"
+        self._logs.mkdir(parents=True, exist_ok=True)
+
+    def require_env(self) -> Env:
+        """The installed environment, or NotAssessable with the install failure's reason."""
+        if self.env is None:
+            raise NotAssessable(self.install_error or "the submission's environment was not installed")
+        return self.env
+
+    def log_path(self, label: str, suffix: str) -> Path:
+        """A fresh file path outside the repo for a log one run writes (audit, results, JUnit, misses)."""
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", label).strip("-") or "run"
+        self._runs += 1
+        return self._logs / f"{self._runs:02d}-{safe}{suffix}"
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        loopback: bool = False,
+        label: str = "",
+    ) -> tuple[RunResult, AuditLog]:
+        """Run `argv` in the sandbox with the submission's venv, no network and no credentials."""
+        from grader import sandbox
+        from grader.audit import read_audit_log
+
+        venv = self.require_env().venv
+        cwd = cwd or self.repo
+        label = label or " ".join(argv)
+        audit_log = self.log_path(label, ".audit.jsonl")
+        home = self._logs.parent / "home" / audit_log.stem
+        home.mkdir(parents=True, exist_ok=True)
+        extra = {"PYTHONPATH": _pythonpath(cwd), **(env or {})}
+        result = sandbox.run(
+            list(argv),
+            cwd=cwd,
+            home=home,
+            timeout=self.timeout if timeout is None else timeout,
+            venv=venv,
+            env=extra,
+            loopback=loopback,
+            audit_log=audit_log,
+            audit_root=cwd,
+        )
+        self.outputs.append((label, f"{result.stdout}\n{result.stderr}"))
+        return result, read_audit_log(audit_log)
+
+    def replay_run(self) -> ReplayRun:
+        """The replay suite (`make test` when the Makefile has it, else `python -m pytest`), run once."""
+        if self._replay is None:
+            self._replay = self._run_replay()
+        return self._replay
+
+    def _run_replay(self) -> ReplayRun:
+        venv = self.require_env().venv
+        command = ["make", "test"] if "test" in makefile_targets(self.repo) else ["python", "-m", "pytest"]
+        results_log = self.log_path("replay", ".results.jsonl")
+        junit = self.log_path("replay", ".junit.xml")
+        misses = self.log_path("replay", ".misses.jsonl")
+        plugins = [m for m in pytest_plugin_modules(venv) if m not in _GRADER_PLUGINS]
+        addopts = [
+            *(f"-p {m}" for m in (*_GRADER_PLUGINS, *plugins)),
+            "--disable-socket",
+            "--allow-unix-socket",
+            f"--junitxml={junit}",
+            # Keep .pytest_cache out of the checkout: the secret and hygiene scans read the tree afterwards.
+            f"-o cache_dir={self._logs / 'pytest-cache'}",
+        ]
+        env = {
+            "PYTEST_ADDOPTS": " ".join(addopts),
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+            "GRADER_RESULT_LOG": str(results_log),
+            "CASSETTE_MISS_LOG": str(misses),
+            "CASSETTE_MODE": "replay",
+        }
+        run, audit = self.run(command, env=env, label="replay")
+        results = read_result_log(results_log) or read_junit(junit)
+        return ReplayRun(
+            command=command,
+            run=run,
+            results=results,
+            audit=audit,
+            junit=junit if junit.is_file() else None,
+            misses=_read_jsonl(misses),
+        )
+
+    def scratch_copy(self, name: str) -> Path:
+        """A throwaway copy of the repo (history included) for probes that mutate files."""
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "scratch"
+        base = self.workspace.root / "scratch"
+        dest = base / safe
+        n = 1
+        while dest.exists():
+            n += 1
+            dest = base / f"{safe}-{n}"
+        base.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(self.repo, dest, symlinks=True)
+        return dest
+
+
+def _pythonpath(cwd: Path) -> str:
+    # The venv is cached across checkouts, so the submission is imported from its tree, src layout included.
+    parts = [str(cwd)]
+    if (cwd / "src").is_dir():
+        parts.insert(0, str(cwd / "src"))
+    return os.pathsep.join(parts)
+
+
+def makefile_targets(repo: Path) -> set[str]:
+    """Explicit target names of the repo's Makefile, read statically (no make run)."""
+    for name in _MAKEFILES:
+        path = repo / name
+        if path.is_file():
+            break
+    else:
+        return set()
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return set()
+    targets: set[str] = set()
+    for line in text.splitlines():
+        if not line or line[0] in "\t #" or "=" in line.split(":", 1)[0]:
+            continue
+        match = _TARGET_LINE.match(line)
+        if match:
+            targets.update(t for t in match.group(1).split() if not t.startswith("."))
+    return targets
+
+
+def pytest_plugin_modules(venv: Path) -> list[str]:
+    """Modules of every `pytest11` entry point in `venv`, read from dist-info files (no code run)."""
+    modules: list[str] = []
+    for entry_points in sorted(venv.glob("lib/python*/site-packages/*.dist-info/entry_points.txt")):
+        parser = configparser.ConfigParser(interpolation=None, delimiters=("=",))
+        parser.optionxform = str  # type: ignore[assignment,method-assign]
+        try:
+            parser.read(entry_points, encoding="utf-8")
+        except (configparser.Error, OSError, UnicodeDecodeError):
+            continue
+        if not parser.has_section("pytest11"):
+            continue
+        for value in parser["pytest11"].values():
+            module = value.split(":", 1)[0].split("[", 1)[0].strip()
+            if re.fullmatch(r"[A-Za-z_][\w.]*", module) and module not in modules:
+                modules.append(module)
+    return modules
+
+
+def _read_jsonl(path: Path) -> list[dict[str, object]]:
+    if not path.is_file():
+        return []
+    out: list[dict[str, object]] = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(item, dict):
+            out.append(item)
+    return out
+
+
+def _first_line(text: object) -> str:
+    for line in str(text or "").splitlines():
+        if line.strip():
+            return line.strip()[:300]
+    return ""
+
+
+def read_result_log(path: Path) -> Results | None:
+    """Counts from _grader_pytest's JSONL (one object per test report); None when it holds no test report."""
+    entries = _read_jsonl(path)
+    if not entries:
+        return None
+    res = Results(source="result-log")
+    seen = False
+    for entry in entries:
+        if entry.get("event") == "deselected" or ("deselected" in entry and "nodeid" not in entry):
+            res.deselected += int(entry.get("deselected") or entry.get("count") or 0)  # type: ignore[call-overload]
+            continue
+        when, outcome = entry.get("when"), entry.get("outcome")
+        if when not in {"setup", "call", "teardown"} or outcome not in {"passed", "failed", "skipped"}:
+            continue
+        seen = True
+        xfail = bool(entry.get("wasxfail")) or entry.get("xfail") is True
+        nodeid = str(entry.get("nodeid", "?"))
+        if outcome == "failed":
+            if when == "call" and not xfail:
+                res.failed += 1
+            elif when != "call":
+                res.errors += 1
+            else:
+                res.xpassed += 1
+            if len(res.first_failures) < _MAX_FIRST_FAILURES and not xfail:
+                msg = _first_line(entry.get("message") or entry.get("longrepr"))
+                res.first_failures.append(f"{nodeid}: {msg}" if msg else nodeid)
+        elif outcome == "skipped":
+            if xfail:
+                res.xfailed += 1
+            elif when in {"setup", "call"}:
+                res.skipped += 1
+        elif when == "call":
+            if xfail:
+                res.xpassed += 1
+            else:
+                res.passed += 1
+    return res if seen or res.deselected else None
+
+
+def read_junit(path: Path) -> Results | None:
+    """Fallback counts from the JUnit file pytest wrote at the grader's path."""
+    if not path.is_file():
+        return None
+    try:
+        root = ET.parse(path).getroot()  # noqa: S314 - pytest wrote this file at a path the grader chose
+    except (ET.ParseError, OSError):
+        return None
+    res = Results(source="junit")
+    for case in root.iter("testcase"):
+        name = f"{case.get('classname', '')}::{case.get('name', '')}".strip(":")
+        failure, error, skipped = case.find("failure"), case.find("error"), case.find("skipped")
+        if skipped is not None:
+            if skipped.get("type") == "pytest.xfail":
+                res.xfailed += 1
+            else:
+                res.skipped += 1
+            continue
+        problem = failure if failure is not None else error
+        if problem is None:
+            res.passed += 1
+            continue
+        if failure is not None:
+            res.failed += 1
+        if error is not None:
+            res.errors += 1
+        if len(res.first_failures) < _MAX_FIRST_FAILURES:
+            msg = _first_line(problem.get("message"))
+            res.first_failures.append(f"{name}: {msg}" if msg else name)
+    return res if res.total else None
