@@ -1,0 +1,209 @@
+"""The cassette-hygiene check: tapes are used, unique, small, readable and free of credential headers."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from grader.checks import CheckResult, Finding, register
+from grader.tapes import Interaction, Tape, canonical_key, tapes_of
+
+if TYPE_CHECKING:
+    from grader.context import Context
+
+_MB = 1_000_000
+_DEFAULT_MAX_INTERACTIONS = 20
+_MAX_LISTED = 20
+# Request headers that carry a credential when recorded as sent.
+_CREDENTIAL_HEADERS = (
+    "authorization",
+    "proxy-authorization",
+    "x-api-key",
+    "api-key",
+    "x-goog-api-key",
+    "openai-api-key",
+    "anthropic-api-key",
+)
+# What recorders' filters and hand redaction leave behind instead of a key.
+_PLACEHOLDER = re.compile(
+    r"redact|filter|dummy|placeholder|fake|masked|hidden|removed|example|changeme|your[-_ ]?(api[-_ ]?)?key"
+    r"|<[^>]*>|\$\{?[A-Z_]+\}?|^(none|null|test|testing|xxx+|\*+|-+|\.+|sk-x+|sk-\.\.\.)$",
+    re.IGNORECASE,
+)
+_SCHEME = re.compile(r"^(bearer|basic|token)\s+", re.IGNORECASE)
+# Real keys are long; a short value is a label, not a credential.
+_MIN_SECRET_LEN = 16
+
+
+@register("hygiene")
+def hygiene(ctx: Context) -> CheckResult:
+    """Tapes are pruned, small and free of credential headers.
+
+    Unused means never opened during the replay run (the audit hook's record of opened files). For vcrpy
+    cassettes an opened file counts as used even if some of its interactions were never played; finding
+    unplayed interactions is a later refinement. When the replay run is not available, ``unused`` cannot be
+    decided: it is reported as 0 with a detail line, and ``manual`` is set so the row goes to a reviewer
+    instead of scoring a guess; every other fact is static and still reported.
+    Duplicates: kit tapes whose stored requests re-hash to the same canonical request (across all files; the
+    format is one file per request); vcrpy/JSON interactions with the same method, URI and body inside one
+    file (vcrpy keeps one cassette per test, so the same request in two tests' cassettes is by design).
+    A conversation blob is a file holding more interactions than ``thresholds.cassette_max_interactions``
+    (default 20). Credential headers are reported by name and location, never by value.
+
+    Facts:
+        tapes: tape files found, invalid ones included
+        unused: tapes never opened during the replay run
+        duplicates: extra copies of an already stored request
+        conversation_blobs: files holding too many interactions to review as one tape
+        credential_headers: stored credential headers (Authorization, x-api-key, api-key...) with a real value
+        invalid: tapes that could not be parsed (bad JSON/YAML, symlink, too large, unknown shape)
+        total_mb: size of all tapes in MB (10^6 bytes), 2 decimals
+        largest_mb: size of the largest tape in MB, 2 decimals
+        summary: one line with the counts and sizes
+    """
+    tapes = tapes_of(ctx)
+    thresholds = getattr(ctx, "thresholds", {}) or {}
+    findings: list[Finding] = []
+    details: list[str] = []
+
+    opened, why_unknown = _opened(ctx)
+    # An invalid tape is reported as invalid only: it cannot be replayed whether opened or not.
+    unused = [
+        t for t in tapes if opened is not None and t.format != "invalid" and _norm(t.path) not in opened
+    ]
+    if why_unknown:
+        details.append(f"unused tapes not decided: the replay run is not available ({why_unknown})")
+    for tape in unused[:_MAX_LISTED]:
+        findings.append(Finding("cassette-hygiene", "tape never opened by the replay run", f"{tape.path}:1"))
+    _more(details, unused, "unused tapes", "never opened by the replay run")
+
+    invalid = [t for t in tapes if t.format == "invalid"]
+    for tape in invalid:
+        line = _error_line(tape.error or "")
+        findings.append(Finding("cassette-hygiene", f"invalid tape: {tape.error}", f"{tape.path}:{line}"))
+
+    duplicates = _duplicates(tapes)
+    for tape, inter, first in duplicates[:_MAX_LISTED]:
+        where = f"{tape.path}:{inter.line or 1}"
+        findings.append(Finding("cassette-hygiene", f"duplicate of the request stored at {first}", where))
+    _more(details, duplicates, "duplicates", "")
+
+    limit = int(thresholds.get("cassette_max_interactions", _DEFAULT_MAX_INTERACTIONS))
+    blobs = [t for t in tapes if len(t.interactions) > limit]
+    for tape in blobs:
+        message = f"{len(tape.interactions)} interactions in one file (more than {limit})"
+        findings.append(Finding("cassette-hygiene", message, f"{tape.path}:1"))
+
+    credentials = list(_credential_headers(tapes))
+    for name, where in credentials:
+        findings.append(Finding("cassette-hygiene", f"credential header {name!r} stored with a value", where))
+
+    sizes = [t.size for t in tapes]
+    total_mb = round(sum(sizes) / _MB, 2)
+    largest_mb = round(max(sizes, default=0) / _MB, 2)
+    largest = max(tapes, key=lambda t: t.size, default=None)
+    total_cap = thresholds.get("cassette_total_mb")
+    largest_cap = thresholds.get("cassette_largest_mb")
+    if total_cap is not None and total_mb > float(total_cap):
+        details.append(f"tapes total {total_mb} MB, above the {total_cap} MB threshold")
+    if largest is not None and largest_cap is not None and largest_mb > float(largest_cap):
+        details.append(f"{largest.path} is {largest_mb} MB, above the {largest_cap} MB threshold")
+
+    facts: dict[str, Any] = {
+        "tapes": len(tapes),
+        "unused": len(unused),
+        "duplicates": len(duplicates),
+        "conversation_blobs": len(blobs),
+        "credential_headers": len(credentials),
+        "invalid": len(invalid),
+        "total_mb": total_mb,
+        "largest_mb": largest_mb,
+    }
+    facts["summary"] = _summary(facts, unknown=bool(why_unknown))
+    details = [f"{f.location} {f.message}" for f in findings] + details
+    manual = None
+    if why_unknown and tapes:
+        manual = f"{facts['summary']}. Unused tapes could not be decided ({why_unknown}): check by hand."
+    return CheckResult(facts=facts, findings=findings, details=details, manual=manual)
+
+
+def _opened(ctx: Context) -> tuple[set[str] | None, str | None]:
+    """Repo-relative paths opened in the replay run, or (None, reason) when there was no run."""
+    if getattr(ctx, "env", None) is None:
+        return None, getattr(ctx, "install_error", None) or "no installed environment"
+    try:
+        run = ctx.replay_run()
+    except Exception as exc:  # NotAssessable and anything else: the static facts still stand
+        return None, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return {_norm(p) for p in run.audit.opened}, None
+
+
+def _norm(path: str) -> str:
+    path = path.replace("\\", "/")
+    while path.startswith("./"):
+        path = path[2:]
+    return path
+
+
+def _error_line(error: str) -> int:
+    match = re.search(r"at line (\d+)", error)
+    return int(match.group(1)) if match else 1
+
+
+def _duplicates(tapes: list[Tape]) -> list[tuple[Tape, Interaction, str]]:
+    """(tape, interaction, where the first copy is) for every copy after the first."""
+    seen: dict[str, str] = {}
+    out = []
+    for tape in tapes:
+        if tape.format == "kit":
+            inter = tape.interactions[0]
+            ident = "kit:" + canonical_key(inter.method, inter.path, inter.request_body)
+            if ident in seen:
+                out.append((tape, inter, seen[ident]))
+            else:
+                seen[ident] = f"{tape.path}:1"
+            continue
+        local: dict[str, str] = {}
+        for inter in tape.interactions:
+            ident = json.dumps([inter.method, inter.url or inter.path, inter.request_body], sort_keys=True)
+            if ident in local:
+                out.append((tape, inter, local[ident]))
+            else:
+                local[ident] = f"{tape.path}:{inter.line or 1}"
+    return out
+
+
+def _credential_headers(tapes: list[Tape]) -> Iterator[tuple[str, str]]:
+    """(header name, "file:line") for each credential header stored with a real-looking value."""
+    for tape in tapes:
+        for inter in tape.interactions:
+            for name in _CREDENTIAL_HEADERS:
+                values = inter.request_headers.get(name, [])
+                if any(_looks_real(v) for v in values):
+                    line = tape.find_line(name, start=inter.line or 1) or inter.line or 1
+                    yield name, f"{tape.path}:{line}"
+
+
+def _looks_real(value: str) -> bool:
+    token = _SCHEME.sub("", value.strip()).strip()
+    if len(token) < _MIN_SECRET_LEN or _PLACEHOLDER.search(token):
+        return False
+    return len(set(token)) > 4  # "aaaaaaaaaaaaaaaaaaaa" is a placeholder too
+
+
+def _more(details: list[str], items: list[Any], label: str, what: str) -> None:
+    if len(items) > _MAX_LISTED:
+        details.append(f"... and {len(items) - _MAX_LISTED} more {label} {what}".rstrip())
+
+
+def _summary(facts: dict[str, Any], *, unknown: bool) -> str:
+    if not facts["tapes"]:
+        return "no tapes found"
+    unused = "unused not decided" if unknown else f"{facts['unused']} unused"
+    return (
+        f"{facts['tapes']} tapes, {facts['total_mb']} MB (largest {facts['largest_mb']} MB); {unused}, "
+        f"{facts['duplicates']} duplicates, {facts['invalid']} invalid, "
+        f"{facts['conversation_blobs']} conversation blobs, {facts['credential_headers']} credential headers"
+    )

@@ -1,0 +1,100 @@
+"""The model-metadata check: does every tape say which model, endpoint and time it was recorded against?"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from grader.checks import CheckResult, Finding, register
+from grader.tapes import Tape, tapes_of
+
+if TYPE_CHECKING:
+    from grader.context import Context
+
+_MAX_LISTED = 20
+
+
+@register("metadata")
+def metadata(ctx: Context) -> CheckResult:
+    """Every tape names its model, endpoint and recording time.
+
+    Read from the kit's ``meta`` block, or for other recorders from the request body or a Gemini-style URL
+    (model), the URI host (endpoint) and the response ``date`` header (time). Invalid tapes (unreadable,
+    symlinks, too large) are not counted here; the hygiene check reports them.
+
+    Facts:
+        tapes: readable tapes found
+        with_model: tapes naming the model they asked for
+        with_endpoint: tapes naming the endpoint (API host)
+        with_time: tapes carrying a recording time
+        models: sorted distinct models the tapes name
+        disagreeing: tapes whose model differs from the manifest's default_model (0 when it is unknown)
+        summary: one line, e.g. "41/41 tapes name a model (gpt-4o-mini), endpoint and recording time"
+    """
+    all_tapes = tapes_of(ctx)
+    tapes = [t for t in all_tapes if t.format != "invalid"]
+    invalid = len(all_tapes) - len(tapes)
+    default_model = getattr(ctx.manifest, "default_model", None)
+
+    lacking: dict[str, list[Tape]] = {"model": [], "endpoint": [], "recording time": []}
+    models: set[str] = set()
+    disagreeing: list[Tape] = []
+    for tape in tapes:
+        named = _models(tape)
+        models |= named
+        if not named:
+            lacking["model"].append(tape)
+        if not tape.endpoint:
+            lacking["endpoint"].append(tape)
+        if not tape.recorded_at:
+            lacking["recording time"].append(tape)
+        if default_model and named and default_model not in named:
+            disagreeing.append(tape)
+
+    details: list[str] = []
+    findings: list[Finding] = []
+    for item, missing in lacking.items():
+        for tape in missing[:_MAX_LISTED]:
+            details.append(f"{tape.path}:1 names no {item}")
+            findings.append(Finding("model-metadata", f"tape names no {item}", f"{tape.path}:1"))
+        if len(missing) > _MAX_LISTED:
+            details.append(f"... and {len(missing) - _MAX_LISTED} more tapes naming no {item}")
+    for tape in disagreeing[:_MAX_LISTED]:
+        details.append(f"{tape.path}:1 model {tape.model} differs from default_model {default_model}")
+    if invalid:
+        details.append(f"{invalid} invalid tape(s) not counted (see cassette-hygiene)")
+
+    facts = {
+        "tapes": len(tapes),
+        "with_model": len(tapes) - len(lacking["model"]),
+        "with_endpoint": len(tapes) - len(lacking["endpoint"]),
+        "with_time": len(tapes) - len(lacking["recording time"]),
+        "models": sorted(models),
+        "disagreeing": len(disagreeing),
+    }
+    facts["summary"] = _summary(facts, sorted(models), invalid)
+    return CheckResult(facts=facts, findings=findings, details=details)
+
+
+def _models(tape: Tape) -> set[str]:
+    named = {tape.model} if tape.model else set()
+    if tape.format != "kit":  # a vcrpy cassette can hold several requests, each naming its own model
+        named |= {i.model for i in tape.interactions if i.model}
+    return named
+
+
+def _summary(facts: dict[str, object], models: list[str], invalid: int) -> str:
+    total = facts["tapes"]
+    if not total:
+        return "no readable tapes" + (f" ({invalid} invalid)" if invalid else "")
+    shown = ", ".join(models[:3]) + (f", +{len(models) - 3} more" if len(models) > 3 else "")
+    parts = [f"{facts['with_model']}/{total} tapes name a model" + (f" ({shown})" if shown else "")]
+    if facts["with_endpoint"] == total and facts["with_time"] == total:
+        parts[0] += ", endpoint and recording time"
+    else:
+        parts.append(f"{facts['with_endpoint']}/{total} an endpoint")
+        parts.append(f"{facts['with_time']}/{total} a recording time")
+    if facts["disagreeing"]:
+        parts.append(f"{facts['disagreeing']} disagree with default_model")
+    if invalid:
+        parts.append(f"{invalid} invalid not counted")
+    return "; ".join(parts)
