@@ -1,0 +1,26 @@
+"""Render a grade-report/1 dict as json, markdown or text. One module per format; this is the dispatcher."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from grader.report import as_json, as_markdown, as_text
+
+__all__ = ["FORMATS", "render"]
+
+_RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "json": as_json.render,
+    "markdown": as_markdown.render,
+    "text": as_text.render,
+}
+FORMATS = tuple(_RENDERERS)
+
+
+def render(report: dict[str, Any], fmt: str) -> str:
+    """The report in ``fmt`` (one of FORMATS), ending with a newline."""
+    try:
+        renderer = _RENDERERS[fmt]
+    except KeyError:
+        raise ValueError(f"unknown report format {fmt!r}; choose one of: {', '.join(FORMATS)}") from None
+    return renderer(report)
