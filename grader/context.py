@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -88,6 +89,9 @@ class Context:
         self.outputs: list[tuple[str, str]] = []
         self._replay: ReplayRun | None = None
         self._runs = 0
+        # Checks may run concurrently (--jobs): log names, scratch copies and the replay memo are shared.
+        self._lock = threading.Lock()
+        self._replay_lock = threading.Lock()
         self._logs = workspace.root / "logs"
         self._logs.mkdir(parents=True, exist_ok=True)
 
@@ -100,8 +104,9 @@ class Context:
     def log_path(self, label: str, suffix: str) -> Path:
         """A fresh file path outside the repo for a log one run writes (audit, results, JUnit, misses)."""
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", label).strip("-") or "run"
-        self._runs += 1
-        return self._logs / f"{self._runs:02d}-{safe}{suffix}"
+        with self._lock:
+            self._runs += 1
+            return self._logs / f"{self._runs:02d}-{safe}{suffix}"
 
     def run(
         self,
@@ -140,9 +145,10 @@ class Context:
 
     def replay_run(self) -> ReplayRun:
         """The replay suite (`make test` when the Makefile has it, else `python -m pytest`), run once."""
-        if self._replay is None:
-            self._replay = self._run_replay()
-        return self._replay
+        with self._replay_lock:
+            if self._replay is None:
+                self._replay = self._run_replay()
+            return self._replay
 
     def _run_replay(self) -> ReplayRun:
         venv = self.require_env().venv
@@ -181,13 +187,14 @@ class Context:
         """A throwaway copy of the repo (history included) for probes that mutate files."""
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "scratch"
         base = self.workspace.root / "scratch"
-        dest = base / safe
-        n = 1
-        while dest.exists():
-            n += 1
-            dest = base / f"{safe}-{n}"
-        base.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(self.repo, dest, symlinks=True)
+        with self._lock:
+            dest = base / safe
+            n = 1
+            while dest.exists():
+                n += 1
+                dest = base / f"{safe}-{n}"
+            dest.mkdir(parents=True)
+        shutil.copytree(self.repo, dest, symlinks=True, dirs_exist_ok=True)
         return dest
 
 

@@ -1,0 +1,237 @@
+"""The grading pipeline: acquire -> manifest -> install -> checks -> score, as one grade-report/1 dict."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from grader import __version__
+from grader.errors import NotAssessable
+
+if TYPE_CHECKING:
+    from grader.checks import Check, CheckResult
+    from grader.context import Context
+    from grader.rubric import Rubric
+
+__all__ = ["Progress", "default_cache_root", "grade", "run_checks"]
+
+# step, seconds the step took, one-line message
+Progress = Callable[[str, float, str], None]
+
+SCHEMA = "grade-report/1"
+# Run first: other checks (make-targets) reuse its memoized suite run, and its timing is then the suite's.
+_FIRST = ("replay",)
+# Run last: the secret scan also reads the output of every command the other checks ran.
+_LAST = ("secrets",)
+
+
+def default_cache_root() -> Path:
+    """Where per-submission environments are cached: $XDG_CACHE_HOME/cassette-grader (or ~/.cache/...)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "cassette-grader"
+
+
+def _no_progress(step: str, seconds: float, message: str) -> None:
+    return None
+
+
+def grade(
+    target: str,
+    *,
+    rubric: Rubric,
+    timeout: float = 300.0,
+    keep_workspace: bool = False,
+    cache_root: Path | None = None,
+    progress: Progress | None = None,
+    jobs: int = 1,
+) -> dict[str, Any]:
+    """Grade one submission; raises BadInput only for an unusable target (before any code runs)."""
+    from grader.acquire import acquire
+    from grader.manifest import read_manifest
+    from grader.sandbox import isolation
+
+    report_progress = progress or _no_progress
+    cache_root = cache_root or default_cache_root()
+    timings: dict[str, float] = {}
+    notes: list[str] = []
+    root = Path(tempfile.mkdtemp(prefix="grade-"))
+    try:
+        start = time.monotonic()
+        workspace = acquire(target, root)
+        timings["acquire"] = _since(start)
+        commit = workspace.commit[:12] if workspace.commit else "no git history"
+        report_progress("acquire", timings["acquire"], f"{workspace.source} @ {commit}")
+
+        manifest = read_manifest(workspace.repo)
+        notes.extend(manifest.notes)
+
+        start = time.monotonic()
+        env, install_error = _install(workspace.repo, cache_root=cache_root, timeout=timeout)
+        timings["install"] = _since(start)
+        if env is not None:
+            how = "cached" if env.cached else f"installed with {env.tool}"
+            report_progress("install", timings["install"], f"{how}: {env.venv}")
+        else:
+            notes.append(f"install failed: {install_error}")
+            report_progress("install", timings["install"], f"failed: {install_error}")
+
+        from grader.context import Context
+
+        ctx = Context(
+            workspace,
+            manifest,
+            env=env,
+            install_error=install_error,
+            thresholds=rubric.thresholds,
+            timeout=timeout,
+        )
+        results = run_checks(ctx, [row.check for row in rubric.rows], timings, report_progress, jobs=jobs)
+        report = _report(workspace, rubric, results, timings, notes, isolation())
+    finally:
+        if keep_workspace:
+            report_progress("workspace", 0.0, f"kept at {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    if keep_workspace:
+        report.setdefault("notes", []).append(f"workspace kept at {root}")
+    return report
+
+
+def _since(start: float) -> float:
+    return round(time.monotonic() - start, 3)
+
+
+def _install(repo: Path, *, cache_root: Path, timeout: float) -> tuple[Any, str | None]:
+    from grader.install import ensure_env
+
+    try:
+        return ensure_env(repo, cache_root=cache_root, timeout=timeout), None
+    except NotAssessable as exc:
+        return None, exc.reason
+
+
+def _ordered(check_ids: list[str]) -> list[str]:
+    unique = list(dict.fromkeys(check_ids))
+    first = [c for c in _FIRST if c in unique]
+    last = [c for c in _LAST if c in unique]
+    return first + [c for c in unique if c not in first and c not in last] + last
+
+
+def run_checks(
+    ctx: Context,
+    check_ids: list[str],
+    timings: dict[str, float],
+    progress: Progress,
+    *,
+    jobs: int = 1,
+) -> dict[str, CheckResult]:
+    """Run each referenced check once; a crash or NotAssessable inside a check marks only its rows."""
+    from grader.checks import registry
+
+    checks = registry()
+    ordered = _ordered(check_ids)
+    results: dict[str, CheckResult] = {}
+
+    def one(check_id: str) -> None:
+        start = time.monotonic()
+        results[check_id] = _run_one(checks.get(check_id), check_id, ctx)
+        timings[check_id] = _since(start)
+        outcome = results[check_id]
+        message = outcome.facts.get("summary") or outcome.manual or outcome.not_assessable or ""
+        if outcome.not_assessable is not None:
+            message = f"not assessable: {outcome.not_assessable}"
+        progress(check_id, timings[check_id], str(message))
+
+    head = [c for c in ordered if c in _FIRST]
+    tail = [c for c in ordered if c in _LAST]
+    middle = [c for c in ordered if c not in head and c not in tail]
+    for check_id in head:
+        one(check_id)
+    if jobs > 1 and len(middle) > 1:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            list(pool.map(one, middle))
+    else:
+        for check_id in middle:
+            one(check_id)
+    for check_id in tail:
+        one(check_id)
+    return {c: results[c] for c in ordered}
+
+
+def _run_one(check: Check | None, check_id: str, ctx: Context) -> CheckResult:
+    from grader.checks import CheckResult
+
+    if check is None:
+        reason = f"no check named {check_id!r} is installed"
+        return CheckResult(facts={"summary": reason}, not_assessable=reason)
+    try:
+        result = check.func(ctx)
+    except NotAssessable as exc:
+        return CheckResult(facts={"summary": f"not assessable: {exc.reason}"}, not_assessable=exc.reason)
+    except Exception as exc:  # a bug in one check must cost one row, never the report
+        reason = f"check {check_id!r} crashed: {_one_line(exc)}"
+        return CheckResult(facts={"summary": reason}, not_assessable=reason)
+    if not isinstance(result, CheckResult):
+        reason = f"check {check_id!r} returned {type(result).__name__}, not a CheckResult"
+        return CheckResult(facts={"summary": reason}, not_assessable=reason)
+    result.facts.setdefault("summary", result.manual or result.not_assessable or "")
+    return result
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = sorted(value, key=str) if isinstance(value, (set, frozenset)) else value
+        return [_jsonable(v) for v in items]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def _report(
+    workspace: Any,
+    rubric: Rubric,
+    results: dict[str, CheckResult],
+    timings: dict[str, float],
+    notes: list[str],
+    iso: Any,
+) -> dict[str, Any]:
+    from grader.rubric import score, totals
+
+    rows = score(rubric, results)
+    findings = [
+        {"check": check_id, "rule": f.rule, "location": f.location, "message": f.message}
+        for check_id, result in results.items()
+        for f in result.findings
+    ]
+    report: dict[str, Any] = {
+        "schema": SCHEMA,
+        "target": workspace.source,
+        "commit": workspace.commit or "",
+        "graded_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "grader_version": __version__,
+        "rubric": rubric.reference(),
+        "isolation": asdict(iso),
+        "rows": [row.as_dict() for row in rows],
+        "total": totals(rows),
+        "facts": {check_id: _jsonable(result.facts) for check_id, result in results.items()},
+        "findings": findings,
+        "timings": {k: max(0.0, v) for k, v in timings.items()},
+    }
+    if notes:
+        report["notes"] = list(notes)
+    return report
