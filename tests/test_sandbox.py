@@ -1,0 +1,216 @@
+"""The sandbox, exercised with real subprocesses, real sockets and real namespaces."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from grader import sandbox
+
+ROOT = os.geteuid() == 0
+NETNS = sandbox.isolation().network == "namespace+pytest-socket"
+needs_netns = pytest.mark.skipif(not NETNS, reason="no network namespace on this machine")
+needs_root = pytest.mark.skipif(not ROOT, reason="privilege drop only happens as root")
+# A Python any user can execute (the grader's may live under a 0700 /root).
+PY = next(
+    (p for p in ("/usr/bin/python3", "/usr/local/bin/python3") if os.access(p, os.X_OK)), sys.executable
+)
+
+
+@pytest.fixture
+def box():
+    """A world-traversable folder (pytest's tmp_path is 0700 as root: `nobody` could not enter it)."""
+    path = Path(tempfile.mkdtemp(prefix="sbx-test-"))
+    path.chmod(0o755)
+    (path / "work").mkdir()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _run(box: Path, argv, **kw):
+    kw.setdefault("timeout", 20)
+    return sandbox.run(argv, cwd=box / "work", home=box / "home", **kw)
+
+
+def _alive(marker: str) -> bool:
+    return subprocess.run(["pgrep", "-f", marker], capture_output=True, check=False).returncode == 0
+
+
+def test_command_output_and_exit_code(box):
+    res = _run(box, ["sh", "-c", "echo out; echo err >&2; exit 3"])
+    assert (res.returncode, res.stdout, res.stderr, res.timed_out) == (3, "out\n", "err\n", False)
+
+
+@needs_root
+def test_runs_as_nobody_and_cannot_write_root_owned_files(box):
+    precious = box / "precious.txt"
+    precious.write_text("grader data\n")
+    res = _run(box, ["sh", "-c", f"id -u; echo evil >> {precious}; touch mine"])
+    assert res.user == "nobody"
+    assert res.stdout.splitlines()[0] == "65534"
+    assert "Permission denied" in res.stderr
+    assert precious.read_text() == "grader data\n"
+    assert (box / "work" / "mine").exists()  # cwd is handed to the command
+
+
+def test_hanging_command_is_killed_at_the_deadline(box):
+    start = time.monotonic()
+    res = _run(box, ["sh", "-c", "trap '' TERM; sleep 9731"], timeout=1.5)
+    elapsed = time.monotonic() - start
+    assert res.timed_out and res.returncode is None
+    assert elapsed < 1.5 + 2
+    assert not _alive("sleep 9731")
+
+
+def test_grandchild_holding_stdout_does_not_block(box):
+    # The command exits at once but leaves a daemon with our stdout open.
+    start = time.monotonic()
+    res = _run(box, ["sh", "-c", "(setsid sleep 9732 &); echo started"], timeout=3)
+    assert time.monotonic() - start < 3 + 2
+    assert res.stdout == "started\n" and not res.timed_out
+    time.sleep(0.2)
+    assert not _alive("sleep 9732")
+
+
+def test_grandchild_is_killed_on_timeout(box):
+    start = time.monotonic()
+    res = _run(box, ["sh", "-c", "sleep 9733 & echo go; sleep 9734"], timeout=1)
+    assert time.monotonic() - start < 1 + 2
+    assert res.timed_out and res.stdout == "go\n"
+    time.sleep(0.2)
+    assert not _alive("sleep 9733") and not _alive("sleep 9734")
+
+
+@needs_root
+def test_fork_bomb_is_contained(box):
+    # Ask for far more processes than the limit; forks start failing instead of exhausting the machine.
+    script = "i=0; while [ $i -lt 600 ]; do sleep 9735 & i=$((i+1)); done; echo spawned"
+    start = time.monotonic()
+    res = _run(box, ["sh", "-c", script], timeout=10)
+    assert time.monotonic() - start < 12
+    assert "fork" in res.stderr.lower()
+    time.sleep(0.2)
+    assert not _alive("sleep 9735")
+
+
+def test_memory_hog_is_stopped(box):
+    res = _run(box, [PY, "-c", "b = bytearray(16 * 1024**3); print('allocated')"])
+    assert res.returncode != 0
+    assert "MemoryError" in res.stderr
+    assert "allocated" not in res.stdout
+
+
+def test_huge_output_is_capped_and_drained(box):
+    script = "head -c 30000000 /dev/zero | tr '\\0' x; echo; echo finished >&2"
+    res = _run(box, ["sh", "-c", script], output_cap=100_000)
+    assert res.truncated
+    assert res.returncode == 0  # the writer was never blocked on a full pipe
+    assert res.stderr == "finished\n"
+    assert len(res.stdout) < 100_000 + 100
+    assert "truncated" in res.stdout[-60:]
+
+
+def test_credentials_are_scrubbed_and_home_is_fresh(box, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-live-should-not-leak")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_nope")
+    monkeypatch.setenv("MY_DB_PASSWORD", "hunter2")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    res = _run(box, ["sh", "-c", 'env; echo "home=$(ls -A "$HOME" | tr "\\n" " ")"'], env={"EXTRA_FLAG": "1"})
+    env = dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
+    for leaked in ("OPENAI_API_KEY", "GITHUB_TOKEN", "MY_DB_PASSWORD"):
+        assert leaked not in env
+    assert "sk-live" not in res.stdout and "hunter2" not in res.stdout
+    assert env["HOME"] == str(box / "home")
+    assert env["TMPDIR"] == str(box / "home" / "tmp")
+    assert env["home"].split() == ["tmp"]
+    assert env["CASSETTE_MODE"] == "replay"
+    assert env["PYTHONPATH"] == str(box / "work")
+    assert env["PIP_NO_INDEX"] == "1"
+    assert env["LC_ALL"] == "C.UTF-8"
+    assert env["EXTRA_FLAG"] == "1"
+
+
+def test_scrubbed_env_passes_index_config_only_for_install(tmp_path):
+    base = {
+        "PATH": "/usr/bin",
+        "PIP_INDEX_URL": "https://pypi.example/simple",
+        "UV_CACHE_DIR": "/c",
+        "UV_INDEX_PRIVATE_PASSWORD": "x",
+        "AWS_SECRET_ACCESS_KEY": "y",
+    }
+    offline = sandbox.scrubbed_env(home=tmp_path, base=base)
+    online = sandbox.scrubbed_env(home=tmp_path, base=base, network=True, venv=tmp_path / "v")
+    assert "PIP_INDEX_URL" not in offline and offline["PIP_NO_INDEX"] == "1"
+    assert online["PIP_INDEX_URL"] == "https://pypi.example/simple" and online["UV_CACHE_DIR"] == "/c"
+    assert "PIP_NO_INDEX" not in online
+    for env in (offline, online):
+        assert "UV_INDEX_PRIVATE_PASSWORD" not in env and "AWS_SECRET_ACCESS_KEY" not in env
+    assert online["PATH"].split(os.pathsep)[0] == str(tmp_path / "v" / "bin")
+    assert online["VIRTUAL_ENV"] == str(tmp_path / "v")
+    assert sandbox.scrubbed_env(home=tmp_path, base=base, extra={"CASSETTE_MODE": "record"})[
+        "CASSETTE_MODE"
+    ] == ("record")
+
+
+_CONNECT = textwrap.dedent(
+    """
+    import socket, sys
+    try:
+        socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3).close()
+    except OSError as exc:
+        print("blocked", exc.errno)
+    else:
+        print("connected")
+    """
+)
+
+
+@needs_netns
+def test_no_network_inside(box):
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    try:
+        local = _run(box, [PY, "-c", _CONNECT, "127.0.0.1", str(port)])
+        public = _run(box, [PY, "-c", _CONNECT, "1.1.1.1", "53"])
+    finally:
+        server.close()
+    assert local.stdout.startswith("blocked"), local.stdout + local.stderr
+    assert public.stdout.startswith("blocked"), public.stdout + public.stderr
+
+
+_ECHO = textwrap.dedent(
+    """
+    import socket, threading
+    srv = socket.create_server(("127.0.0.1", 0))
+    def serve():
+        conn, _ = srv.accept()
+        conn.sendall(conn.recv(100).upper())
+        conn.close()
+    threading.Thread(target=serve).start()
+    c = socket.create_connection(srv.getsockname(), timeout=3)
+    c.sendall(b"ping")
+    print(c.recv(100).decode())
+    """
+)
+
+
+@needs_netns
+def test_loopback_allows_server_and_client_inside(box):
+    res = _run(box, [PY, "-c", _ECHO], loopback=True)
+    assert res.stdout.strip() == "PING", res.stderr
+    closed = _run(box, [PY, "-c", _ECHO], timeout=4)
+    assert closed.stdout.strip() != "PING"  # without loopback even lo is down
+
+
+def test_missing_command_is_reported_not_raised(box):
+    res = _run(box, ["definitely-not-a-command-xyz"])
+    assert res.returncode != 0
