@@ -1,0 +1,231 @@
+"""The transport-boundary check: one module builds network clients; agent logic does not know about tapes.
+
+Static only (``ast``, no code run). The submission's code is every ``.py`` file outside tests, virtualenvs,
+docs and build folders (a test module may build clients and import the cassette layer freely).
+A client module calls a known client constructor or request function (httpx/httpx2 ``Client``,
+``AsyncClient`` and the module-level ``get``/``post``/``request``/``stream``, ``requests.Session`` and
+friends, ``openai.OpenAI``/``AsyncOpenAI``/``AzureOpenAI``, ``anthropic.Anthropic``/``AsyncAnthropic``,
+``urllib.request.urlopen``, ``aiohttp.ClientSession``), with import aliases resolved.
+A cassette module is named ``*cassette*`` or imports ``vcr``. Entry points (``__main__.py``, ``cli.py``) wire
+the layers together and turn a cassette miss into exit code 2, so they may import it. Agent logic is every
+other module that is not a client module, and it must not import a cassette module.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from grader.checks import CheckResult, Finding, register
+
+if TYPE_CHECKING:
+    from grader.context import Context
+
+_CLIENT_CALLS = {
+    *(f"{lib}.{name}" for lib in ("httpx", "httpx2") for name in ("Client", "AsyncClient")),
+    *(f"{lib}.{verb}" for lib in ("httpx", "httpx2", "requests") for verb in ("get", "post", "request")),
+    "httpx.stream",
+    "httpx2.stream",
+    "requests.Session",
+    "requests.session",
+    "requests.put",
+    "requests.delete",
+    "openai.OpenAI",
+    "openai.AsyncOpenAI",
+    "openai.AzureOpenAI",
+    "openai.AsyncAzureOpenAI",
+    "anthropic.Anthropic",
+    "anthropic.AsyncAnthropic",
+    "urllib.request.urlopen",
+    "aiohttp.ClientSession",
+    "http.client.HTTPSConnection",
+    "http.client.HTTPConnection",
+}
+_SKIP_DIRS = {
+    ".git",
+    ".venv",
+    "venv",
+    "env",
+    ".tox",
+    ".nox",
+    "node_modules",
+    "__pycache__",
+    "site-packages",
+    "build",
+    "dist",
+    "tests",
+    "test",
+    "docs",
+}
+_ENTRY_POINTS = {"__main__.py", "cli.py"}
+_MAX_FILES = 2000
+_MAX_BYTES = 1_000_000
+
+
+@dataclass
+class _Module:
+    path: str  # repo-relative
+    name: str  # dotted module name, best effort ("pkg.agent")
+    clients: list[tuple[str, int]] = field(default_factory=list)  # (call, line)
+    imports: list[tuple[str, int]] = field(default_factory=list)  # (absolute dotted name, line)
+    uses_vcr: bool = False
+
+
+@register("boundary")
+def boundary(ctx: Context) -> CheckResult:
+    """One module builds network clients; agent logic does not know about tapes.
+
+    Facts:
+        client_modules: modules of the submission (tests excluded) that build network clients
+        client_module_list: those modules as "file:line" of their first client construction
+        agent_imports_cassette: agent-logic modules (not client, cassette or entry-point modules) importing
+            the cassette module
+        summary: one line with the counts
+    """
+    repo = Path(ctx.repo)
+    modules, unparsable = _scan(repo)
+    clients = [m for m in modules if m.clients]
+    cassettes = {m.name for m in modules if _is_cassette(m)}
+    findings: list[Finding] = []
+    details = [f"{m.path}:{m.clients[0][1]} builds a client ({m.clients[0][0]})" for m in clients]
+
+    offenders = []
+    for module in modules:
+        if module.clients or module.name in cassettes or Path(module.path).name in _ENTRY_POINTS:
+            continue
+        hit = next(((n, line) for n, line in module.imports if _imports_cassette(n, cassettes)), None)
+        if hit is not None:
+            offenders.append(module)
+            where = f"{module.path}:{hit[1]}"
+            message = f"agent logic imports the cassette layer ({hit[0]})"
+            findings.append(Finding("transport-boundary", message, where))
+            details.append(f"{where} {message}")
+    if len(clients) > 1:
+        for module in clients:
+            where = f"{module.path}:{module.clients[0][1]}"
+            findings.append(Finding("transport-boundary", "one of several modules building clients", where))
+    details += [f"{path} not parsed: {why}" for path, why in unparsable]
+
+    facts: dict[str, Any] = {
+        "client_modules": len(clients),
+        "client_module_list": [f"{m.path}:{m.clients[0][1]}" for m in clients],
+        "agent_imports_cassette": len(offenders),
+    }
+    names = ", ".join(m.path for m in clients[:3]) + (", ..." if len(clients) > 3 else "")
+    facts["summary"] = (
+        f"{len(clients)} module(s) build network clients"
+        + (f" ({names})" if names else "")
+        + f"; {len(offenders)} agent module(s) import the cassette layer"
+    )
+    return CheckResult(facts=facts, findings=findings, details=details)
+
+
+def _scan(repo: Path) -> tuple[list[_Module], list[tuple[str, str]]]:
+    modules: list[_Module] = []
+    unparsable: list[tuple[str, str]] = []
+    count = 0
+    for dirpath, dirnames, filenames in os.walk(repo, followlinks=False):
+        here = Path(dirpath)
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
+        for name in sorted(filenames):
+            if not name.endswith(".py") or _is_test_file(name):
+                continue
+            path = here / name
+            if path.is_symlink():
+                continue
+            count += 1
+            if count > _MAX_FILES:
+                return modules, unparsable
+            rel = path.relative_to(repo).as_posix()
+            try:
+                with path.open("rb") as handle:
+                    source = handle.read(_MAX_BYTES + 1)
+                if len(source) > _MAX_BYTES:
+                    unparsable.append((rel, "larger than 1 MB"))
+                    continue
+                tree = ast.parse(source, filename=rel)
+            except (SyntaxError, ValueError, OSError) as exc:
+                unparsable.append((rel, f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"))
+                continue
+            modules.append(_analyse(rel, _module_name(repo, path), tree))
+    return modules, unparsable
+
+
+def _is_test_file(name: str) -> bool:
+    return name.startswith("test_") or name.endswith("_test.py") or name in {"conftest.py", "noxfile.py"}
+
+
+def _module_name(repo: Path, path: Path) -> str:
+    """Dotted name: the path from the outermost package (a folder with __init__.py) down."""
+    parts = [path.stem] if path.stem != "__init__" else []
+    folder = path.parent
+    while folder != repo and (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return ".".join(parts) or path.parent.name
+
+
+def _analyse(rel: str, name: str, tree: ast.AST) -> _Module:
+    module = _Module(path=rel, name=name)
+    package = name if rel.endswith("__init__.py") else name.rpartition(".")[0]
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                module.imports.append((alias.name, node.lineno))
+                # `import urllib.request` binds `urllib`; `import x.y as z` binds z to x.y
+                bound = alias.asname or alias.name.split(".")[0]
+                aliases[bound] = alias.name if alias.asname else bound
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(node.module, node.level, package)
+            for alias in node.names:
+                full = f"{base}.{alias.name}" if base else alias.name
+                module.imports.append((full, node.lineno))
+                module.imports.append((base, node.lineno))
+                aliases[alias.asname or alias.name] = full
+    module.uses_vcr = any(n.split(".")[0] in ("vcr", "pytest_recording") for n, _ in module.imports)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            dotted = _dotted(node.func)
+            if dotted is None:
+                continue
+            head, _, rest = dotted.partition(".")
+            resolved = aliases.get(head, head) + (f".{rest}" if rest else "")
+            if resolved in _CLIENT_CALLS:
+                module.clients.append((resolved, node.lineno))
+    module.clients.sort(key=lambda c: c[1])
+    return module
+
+
+def _absolute(module: str | None, level: int, package: str) -> str:
+    if not level:
+        return module or ""
+    parts = package.split(".") if package else []
+    base = parts[: len(parts) - (level - 1)] if level > 1 else parts
+    return ".".join([*base, *([module] if module else [])])
+
+
+def _dotted(node: ast.AST) -> str | None:
+    names = []
+    while isinstance(node, ast.Attribute):
+        names.insert(0, node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        names.insert(0, node.id)
+        return ".".join(names)
+    return None
+
+
+def _is_cassette(module: _Module) -> bool:
+    return "cassette" in module.name.rsplit(".", 1)[-1].lower() or module.uses_vcr
+
+
+def _imports_cassette(name: str, cassettes: set[str]) -> bool:
+    if not name:
+        return False
+    if name.split(".")[0] in ("vcr", "pytest_recording"):
+        return True
+    return any(name == c or name.startswith(c + ".") or c.endswith("." + name) for c in cassettes)
