@@ -63,6 +63,8 @@ def grade(
     timings: dict[str, float] = {}
     notes: list[str] = []
     root = Path(tempfile.mkdtemp(prefix="grade-"))
+    # Traversable (not listable) so the sandbox can hand the checkout to an unprivileged user.
+    root.chmod(0o711)
     try:
         start = time.monotonic()
         workspace = acquire(target, root)
