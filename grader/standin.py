@@ -59,6 +59,7 @@ _TOKEN = re.compile(r"\s*(?:\w+|[^\w\s])", re.UNICODE)
 # Keeps `created` in a plausible range (mid-2024 onwards) while staying a pure function of the request.
 _CREATED_BASE = 1_720_000_000
 _CREATED_SPAN = 31_536_000
+_MODEL_NAME = re.compile(r"[\x21-\x7e]{1,256}")
 
 
 class RulesError(ValueError):
@@ -193,6 +194,9 @@ def _model(body: dict[str, Any]) -> str:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise _BadRequest("you must provide a model parameter")
+    # The name is echoed in a response header: anything but visible ASCII could split or break the headers.
+    if not _MODEL_NAME.fullmatch(model):
+        raise _BadRequest("'model' must be a model name of visible ASCII characters, e.g. gpt-4o-mini")
     return model
 
 
@@ -272,7 +276,8 @@ def _reply(path: str, body: dict[str, Any], provider: str, limit: int | None, ru
         pieces=pieces[:limit] if truncated else pieces,
         truncated=truncated,
         prompt_tokens=_prompt_tokens(body, messages),
-        digest=hashlib.sha256(f"{path}\n{canonical}".encode()).digest(),
+        # surrogatepass: JSON may carry lone surrogate escapes, which strict UTF-8 refuses.
+        digest=hashlib.sha256(f"{path}\n{canonical}".encode("utf-8", "surrogatepass")).digest(),
     )
 
 
@@ -420,6 +425,13 @@ class StandinServer(ThreadingHTTPServer):
         host, port = self.server_address[:2]
         self.server_name, self.server_port = str(host), int(port)
 
+    def handle_error(self, request: object, client_address: object) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError):  # the client went away mid-reply: nothing to report
+            return
+        line = f"standin: internal error while answering: {type(exc).__name__}: {exc}"
+        (self.log or (lambda text: print(text, file=sys.stderr, flush=True)))(line)
+
     @property
     def base_url(self) -> str:
         host, port = self.server_address[:2]
@@ -532,7 +544,7 @@ class _Handler(BaseHTTPRequestHandler):
         }
 
     def _send_json(self, status: int, body: dict[str, Any], headers: dict[str, str]) -> None:
-        data = json.dumps(body, ensure_ascii=False).encode()
+        data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))

@@ -226,6 +226,22 @@ def test_bad_requests_are_400(base_url: str, path: str, payload: bytes, fragment
     assert fragment in r.text
 
 
+def test_model_name_cannot_inject_headers(base_url: str) -> None:
+    payload = {**_chat("refund"), "model": "gpt-4o\r\nx-injected: 1"}
+    r = httpx.post(f"{base_url}/chat/completions", json=payload, headers=OPENAI_KEY)
+    assert r.status_code == 400 and "x-injected" not in r.headers
+    assert "visible ASCII" in r.json()["error"]["message"]
+
+
+def test_non_ascii_and_lone_surrogates_are_answered(base_url: str) -> None:
+    headers = {**OPENAI_KEY, "content-type": "application/json"}
+    text = b'"R\\u00fcckerstattung \\ud83d refund"'  # a lone surrogate escape is valid JSON
+    payload = b'{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": %s}]}' % text
+    r = httpx.post(f"{base_url}/chat/completions", content=payload, headers=headers)
+    assert r.status_code == 200
+    assert json.loads(r.json()["choices"][0]["message"]["content"])["intent"] == "refund"
+
+
 def test_unknown_path_is_404(base_url: str, origin: str) -> None:
     r = httpx.post(f"{base_url}/completions", json={}, headers=OPENAI_KEY)
     assert r.status_code == 404
