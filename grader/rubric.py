@@ -195,6 +195,8 @@ class _Loader:
         self.path = path
         self.checks = checks
         self.errors: list[tuple[int, str]] = []
+        # Names declared under thresholds, valid or not: a bad value is one error, not one per use.
+        self.declared: set[str] = set()
 
     def error(self, line: int, message: str) -> None:
         self.errors.append((line, message))
@@ -274,9 +276,7 @@ class _Loader:
             node = top["version"][1]
             version = self._value(node)
             if version != 1 or isinstance(version, bool):
-                self.error(
-                    _line(node), f"unsupported rubric version {version!r}; this grader reads version: 1"
-                )
+                self.error(_line(node), f"unsupported rubric version {version!r}; use version: 1")
 
         name = ""
         if "name" in top:
@@ -311,7 +311,7 @@ class _Loader:
         )
         if not ok:
             self.error(
-                _line(node), f"scale must be [lowest, highest] whole numbers, e.g. [0, 3]; got {value!r}"
+                _line(node), f"scale must be [lowest, highest] whole numbers like [0, 3]; got {value!r}"
             )
             return None
         return (value[0], value[1])
@@ -320,6 +320,7 @@ class _Loader:
         items = self._mapping(node, "thresholds")
         out: dict[str, float] = {}
         for key, (key_node, value_node) in (items or {}).items():
+            self.declared.add(key)
             value = self._value(value_node)
             if not _IDENT.match(key):
                 self.error(_line(key_node), f"threshold name {key!r} must be letters, digits and underscores")
@@ -393,7 +394,8 @@ class _Loader:
         levels: dict[int, str] = {}
         level_lines: dict[int, int] = {}
         if "levels" in items:
-            levels, level_lines = self._levels(items["levels"][1], label, scale, names, thresholds)
+            key_node, levels_node = items["levels"]
+            levels, level_lines = self._levels(levels_node, _line(key_node), label, scale, names, thresholds)
 
         evidence = _DEFAULT_EVIDENCE
         if "evidence" in items:
@@ -423,6 +425,7 @@ class _Loader:
     def _levels(
         self,
         node: yaml.Node,
+        key_line: int,
         label: str,
         scale: tuple[int, int],
         names: set[str] | None,
@@ -450,7 +453,7 @@ class _Loader:
             levels[level] = value
             lines[level] = _line(value_node)
         if str(low) not in items:
-            self.error(_line(node), f"{label}: level {low} is missing; add `{low}: true` as the fallback")
+            self.error(key_line, f"{label}: level {low} is missing; add `{low}: true` as the fallback")
         order = sorted(levels, reverse=True)
         return {k: levels[k] for k in order}, {k: lines[k] for k in order}
 
@@ -485,7 +488,7 @@ class _Loader:
                     f"facts: {', '.join(sorted(names))}, thresholds",
                 )
         for used in _threshold_refs(tree):
-            if used not in thresholds:
+            if used not in thresholds and used not in self.declared:
                 defined = ", ".join(sorted(thresholds)) or "none"
                 self.error(line, f"{where}: thresholds.{used} is not defined under thresholds: ({defined})")
 
@@ -506,8 +509,13 @@ def _line(node: yaml.Node) -> int:
 # ---------------------------------------------------------------------------------- expression safety
 
 
+def _walk(tree: nodes.Node) -> list[nodes.Node]:
+    # find_all() skips the node it starts from, and a bare expression's root is often the unsafe part.
+    return [tree, *tree.find_all(nodes.Node)]
+
+
 def _unsafe(tree: nodes.Node) -> str | None:
-    for node in tree.find_all(nodes.Node):
+    for node in _walk(tree):
         if isinstance(node, nodes.Call):
             return "function calls are not allowed"
         if isinstance(node, nodes.Pow):
@@ -534,9 +542,10 @@ def _unsafe(tree: nodes.Node) -> str | None:
 
 
 def _free_names(tree: nodes.Node) -> list[str]:
-    bound = {n.name for n in tree.find_all(nodes.Name) if n.ctx == "store"} | {"loop"}
+    names = [n for n in _walk(tree) if isinstance(n, nodes.Name)]
+    bound = {n.name for n in names if n.ctx == "store"} | {"loop"}
     seen: list[str] = []
-    for n in tree.find_all(nodes.Name):
+    for n in names:
         if n.ctx == "load" and n.name not in bound and n.name not in seen:
             seen.append(n.name)
     return seen
@@ -544,10 +553,13 @@ def _free_names(tree: nodes.Node) -> list[str]:
 
 def _threshold_refs(tree: nodes.Node) -> list[str]:
     refs: list[str] = []
-    for node in tree.find_all(nodes.Getattr):
-        if isinstance(node.node, nodes.Name) and node.node.name == "thresholds":
-            refs.append(node.attr)
-    for node in tree.find_all(nodes.Getitem):
+    for node in _walk(tree):
+        if isinstance(node, nodes.Getattr):
+            if isinstance(node.node, nodes.Name) and node.node.name == "thresholds":
+                refs.append(node.attr)
+            continue
+        if not isinstance(node, nodes.Getitem):
+            continue
         target = node.node
         if (
             isinstance(target, nodes.Name)
