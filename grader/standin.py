@@ -747,7 +747,7 @@ def main(argv: list[str] | None = None) -> int:
         reason = exc.strerror or str(exc)
         print(
             f"standin: error: cannot listen on {args.host}:{args.port}: {reason}; "
-            "pass another --port (0 picks a free one)",
+            "pass another --host or --port (port 0 picks a free one)",
             file=sys.stderr,
         )
         return 2
