@@ -1,0 +1,158 @@
+"""The grader's eyes inside a submission's venv: a PEP 578 audit hook and a pytest result log.
+
+``install_into`` copies the two modules into the venv; the sandbox turns them on through
+``GRADER_AUDIT_LOG``/``GRADER_AUDIT_ROOT`` and ``GRADER_RESULT_LOG``; the readers here parse what they wrote.
+
+Both logs are written by processes the submission controls, so a hostile submission could write junk or
+forge lines into them. The readers skip malformed lines; tamper-proofing (a log the submission cannot reach)
+is not done yet.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["AuditLog", "Event", "Results", "install_into", "read_audit_log", "read_result_log"]
+
+_HERE = Path(__file__).parent
+_MODULES = ("_grader_audit.py", "_grader_pytest.py")
+_PTH = "_grader_audit.pth"
+_NETWORK_EVENTS = ("socket.connect", "socket.getaddrinfo", "socket.sendto")
+_FIRST_FAILURES = 10
+
+
+@dataclass(frozen=True)
+class Event:
+    event: str  # "socket.connect" | "socket.getaddrinfo" | "socket.sendto" | "socket.__new__" | "open"
+    where: str  # "file:line", repo-relative when the frame is in the repo
+    host: str | None = None
+    port: int | None = None
+    path: str | None = None  # for "open": repo-relative
+    pid: int | None = None
+
+    @property
+    def target(self) -> str:
+        return f"{self.host}:{self.port}" if self.host is not None else (self.path or "")
+
+
+@dataclass
+class AuditLog:
+    network_attempts: list[Event] = field(default_factory=list)  # connect/sendto/getaddrinfo
+    opened: set[str] = field(default_factory=set)  # repo-relative paths opened for reading
+    sockets: list[Event] = field(default_factory=list)  # inet sockets created (socket.__new__)
+
+
+@dataclass
+class Results:
+    passed: int = 0
+    failed: int = 0
+    errors: int = 0
+    skipped: int = 0
+    xfailed: int = 0
+    xpassed: int = 0
+    deselected: int = 0
+    first_failures: list[str] = field(default_factory=list)  # "nodeid (file:line): first line of the error"
+    exitstatus: int | None = None  # None: the session never finished (killed, crashed)
+    records: int = 0  # well-formed lines read
+
+
+def _site_packages(venv: Path) -> list[Path]:
+    found = sorted(venv.glob("lib/python3*/site-packages")) + sorted(venv.glob("Lib/site-packages"))
+    if not found:
+        raise FileNotFoundError(f"no site-packages folder in {venv}")
+    return found
+
+
+def install_into(venv: Path) -> None:
+    """Drop the audit hook, its .pth loader and the pytest plugin into ``venv``'s site-packages."""
+    for site in _site_packages(Path(venv)):
+        for name in _MODULES:
+            shutil.copyfile(_HERE / name, site / name)
+        (site / _PTH).write_text("import _grader_audit\n", encoding="utf-8")
+
+
+def _records(path: Path | None) -> Iterator[dict]:
+    if path is None:
+        return
+    try:
+        raw = Path(path).read_bytes()
+    except OSError:
+        return
+    for line in raw.decode("utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            yield record
+
+
+def _opt_str(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _opt_int(value: object) -> int | None:
+    try:
+        return None if value is None else int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return None
+
+
+def read_audit_log(path: Path | None) -> AuditLog:
+    """Parse the hook's JSONL; a missing file is an empty log, malformed lines are skipped."""
+    log = AuditLog()
+    for rec in _records(path):
+        kind = rec.get("event")
+        if not isinstance(kind, str):
+            continue
+        event = Event(
+            event=kind,
+            where=str(rec.get("where", "?")),
+            host=_opt_str(rec.get("host")),
+            port=_opt_int(rec.get("port")),
+            path=_opt_str(rec.get("path")),
+            pid=_opt_int(rec.get("pid")),
+        )
+        if kind in _NETWORK_EVENTS:
+            log.network_attempts.append(event)
+        elif kind == "socket.__new__":
+            log.sockets.append(event)
+        elif kind == "open" and event.path:
+            log.opened.add(event.path)
+    return log
+
+
+def read_result_log(path: Path | None) -> Results:
+    """Tally the pytest plugin's JSONL (``records == 0``: the plugin never wrote, e.g. pytest never ran)."""
+    res = Results()
+    for rec in _records(path):
+        res.records += 1
+        if rec.get("session") is True:
+            res.exitstatus = _opt_int(rec.get("exitstatus"))
+            res.deselected = _opt_int(rec.get("deselected")) or 0
+            continue
+        when, outcome, xfail = rec.get("when"), rec.get("outcome"), bool(rec.get("wasxfail"))
+        if outcome == "skipped":
+            if xfail:
+                res.xfailed += 1
+            else:
+                res.skipped += 1
+        elif outcome == "passed":
+            if when == "call":
+                if xfail:
+                    res.xpassed += 1
+                else:
+                    res.passed += 1
+        elif outcome in ("failed", "error"):
+            if when == "call":
+                res.failed += 1
+            else:
+                res.errors += 1  # setup, teardown or collection
+            if len(res.first_failures) < _FIRST_FAILURES:
+                where = rec.get("crash") or rec.get("location") or "?"
+                res.first_failures.append(f"{rec.get('nodeid', '?')} ({where}): {rec.get('longrepr', '')}")
+    return res
