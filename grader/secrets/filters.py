@@ -1,0 +1,100 @@
+"""Filters applied to each regex match: token boundaries, placeholders, entropy, repetition."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import zlib
+from collections import Counter
+
+__all__ = ["is_placeholder", "left_boundary_ok", "shannon_entropy"]
+
+_WORD = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+_JSON_ESCAPE_LETTERS = frozenset(b"nrtbf")
+_UNICODE_ESCAPE = re.compile(rb"\\u[0-9a-fA-F]{4}\Z")
+
+# Case-insensitive substrings that mark documentation values, test doubles and scrubbed tapes.
+_PLACEHOLDER_WORDS = (
+    "xxxx",
+    "****",
+    "...",
+    "…",
+    "example",
+    "redacted",
+    "filtered",
+    "your_",
+    "your-",
+    "yourkey",
+    "dummy",
+    "fake",
+    "test-key",
+    "test_key",
+    "testkey",
+    "placeholder",
+    "changeme",
+    "change_me",
+    "sample",
+    "secret",
+    "api_key",
+    "api-key",
+    "apikey",
+    "token",
+    "password",
+    "abcdef",
+    "123456",
+    "<",
+    ">",
+    "${",
+    "{{",
+)
+_MAX_RUN = 5  # a character repeated this often in a row does not happen in real random keys
+
+
+def left_boundary_ok(data: bytes, start: int) -> bool:
+    """True when the match at ``start`` begins a token, also behind a JSON escape or URL encoding.
+
+    A word character before the match means it is the tail of a longer token (``task-`` is not ``sk-``),
+    except when that character ends an escape: ``\\nsk-``, ``\\u0022sk-``, ``%3Dsk-``, ``%22sk-``.
+    """
+    if start == 0 or data[start - 1] not in _WORD:
+        return True
+    before = data[start - 1]
+    if before in _JSON_ESCAPE_LETTERS and start >= 2 and data[start - 2] == 0x5C:  # backslash
+        return True
+    if start >= 3 and data[start - 3] == 0x25 and data[start - 2] in _HEX and before in _HEX:  # %XX
+        return True
+    return start >= 6 and _UNICODE_ESCAPE.search(data, start - 6, start) is not None
+
+
+def shannon_entropy(text: str) -> float:
+    """Bits per character of ``text`` (0 for empty text)."""
+    if not text:
+        return 0.0
+    total = len(text)
+    return -sum(n / total * math.log2(n / total) for n in Counter(text).values())
+
+
+def _repetitive(body: str) -> bool:
+    run = 1
+    for prev, cur in itertools.pairwise(body):
+        run = run + 1 if cur == prev else 1
+        if run >= _MAX_RUN:
+            return True
+    # Patterns such as "aB3aB3aB3..." have decent per-character entropy but compress to almost nothing.
+    if len(body) >= 24:
+        return len(zlib.compress(body.encode("utf-8", "replace"), 9)) < 0.6 * len(body)
+    return False
+
+
+def is_placeholder(body: str, *, min_entropy: float, require_digit: bool = False) -> bool:
+    """True when ``body`` (the secret without its fixed prefix) is a placeholder rather than a key."""
+    lowered = body.lower()
+    if any(word in lowered for word in _PLACEHOLDER_WORDS):
+        return True
+    if require_digit and not any(ch.isdigit() for ch in body):
+        return True
+    if shannon_entropy(body) < min_entropy:
+        return True
+    return _repetitive(body)

@@ -1,0 +1,146 @@
+"""Git history: every blob reachable from any ref, read in one ``git cat-file --batch`` stream.
+
+A secret that was committed and later deleted is still in every clone; it is reported once, at the commit
+that introduced it (``short-sha:path:line``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+from grader.secrets.findings import SecretFinding
+from grader.secrets.scanner import Scanner
+from grader.secrets.tapes import looks_like_tape
+from grader.secrets.tree import MAX_FILE_BYTES, scan_blob
+
+__all__ = ["HistoryError", "is_git_repo", "scan_history_with"]
+
+_UNKNOWN = "unknown"
+
+
+class HistoryError(RuntimeError):
+    """git could not read the repository's history (message is one line)."""
+
+
+def _git(repo: Path, *args: str, stdin: bytes | None = None) -> bytes:
+    proc = subprocess.run(["git", "-C", str(repo), *args], input=stdin, capture_output=True, check=False)
+    if proc.returncode != 0:
+        first = proc.stderr.decode("utf-8", "replace").strip().splitlines()[:1]
+        raise HistoryError(f"git {args[0]} failed in {repo}: {first[0] if first else proc.returncode}")
+    return proc.stdout
+
+
+def is_git_repo(repo: Path) -> bool:
+    """True when ``repo`` is the top of a git work tree with at least one commit."""
+    try:
+        return _git(repo, "rev-parse", "--verify", "-q", "HEAD") != b""
+    except (HistoryError, OSError):
+        return False
+
+
+def scan_history_with(
+    scanner: Scanner, repo: Path, *, tape_dirs: tuple[str, ...] = ()
+) -> list[SecretFinding]:
+    """Scan each distinct blob of every ref once; one finding per secret, at its introducing commit."""
+    if not is_git_repo(repo):
+        return []
+    scanner.stats.commits += int(_git(repo, "rev-list", "--all", "--count").strip() or 0)
+    blobs = _blobs(repo, tape_dirs, scanner)
+    paths = dict(blobs)
+    by_blob: dict[str, list[SecretFinding]] = {}
+    for sha, data in _cat_blobs(repo, list(paths)):
+        scanner.stats.blobs += 1
+        path = paths[sha]
+        found = scan_blob(scanner, data, path, commit=_UNKNOWN, kind="history", tape_dirs=tape_dirs)
+        if found:
+            by_blob[sha] = found
+    if not by_blob:
+        return []
+    origins = _introductions(repo, set(by_blob))
+    best: dict[tuple[str, str], tuple[int, SecretFinding]] = {}
+    for sha, found in by_blob.items():
+        order, commit, path = origins.get(sha, (1 << 62, _UNKNOWN, found[0].path))
+        for finding in found:
+            key = (finding.rule, finding.fingerprint)
+            if key not in best or order < best[key][0]:
+                best[key] = (order, replace(finding, commit=commit, path=path))
+    return [finding for _, finding in sorted(best.values(), key=lambda item: item[0])]
+
+
+def _blobs(repo: Path, tape_dirs: tuple[str, ...], scanner: Scanner) -> list[tuple[str, str]]:
+    """(sha, first path seen) of each reachable blob within the size cap (tapes: no cap)."""
+    listing = _git(repo, "rev-list", "--all", "--objects").decode("utf-8", "surrogateescape")
+    paths: dict[str, str] = {}
+    for line in listing.splitlines():
+        sha, sep, path = line.partition(" ")
+        if sep and path:
+            paths.setdefault(sha, path)
+    if not paths:
+        return []
+    check = _git(
+        repo,
+        "cat-file",
+        "--batch-check=%(objectname) %(objecttype) %(objectsize)",
+        stdin="\n".join(paths).encode() + b"\n",
+    )
+    out: list[tuple[str, str]] = []
+    for line in check.decode().splitlines():
+        sha, kind, size = line.split(" ")
+        if kind != "blob":
+            continue
+        path = paths[sha]
+        if int(size) > MAX_FILE_BYTES and not looks_like_tape(path, b"", tape_dirs):
+            scanner.stats.skipped.append(
+                f"{sha[:7]}:{path}: {size} bytes, over the {MAX_FILE_BYTES} byte cap"
+            )
+            continue
+        out.append((sha, path))
+    return out
+
+
+def _cat_blobs(repo: Path, shas: list[str]) -> Iterator[tuple[str, bytes]]:
+    """Yield (sha, content) for each blob, streaming; the request list goes through a file, not a pipe,
+    so git never blocks writing while we block writing."""
+    with tempfile.TemporaryFile() as request:
+        request.write("\n".join(shas).encode() + b"\n")
+        request.seek(0)
+        proc = subprocess.Popen(
+            ["git", "-C", str(repo), "cat-file", "--batch"], stdin=request, stdout=subprocess.PIPE
+        )
+        assert proc.stdout is not None
+        try:
+            for _ in shas:
+                header = proc.stdout.readline().split()
+                if len(header) != 3:
+                    break
+                size = int(header[2])
+                data = proc.stdout.read(size)
+                proc.stdout.read(1)  # the newline after each object
+                yield header[0].decode(), data
+        finally:
+            proc.stdout.close()
+            proc.wait()
+
+
+def _introductions(repo: Path, wanted: set[str]) -> dict[str, tuple[int, str, str]]:
+    """blob sha -> (order, short commit sha, path) of the oldest commit that added it, in one log walk."""
+    log = _git(
+        repo, "log", "--all", "--reverse", "--raw", "--no-abbrev", "--no-renames", "-m", "--format=@%h"
+    ).decode("utf-8", "surrogateescape")
+    found: dict[str, tuple[int, str, str]] = {}
+    commit, order = _UNKNOWN, 0
+    for line in log.splitlines():
+        if line.startswith("@"):
+            commit, order = line[1:], order + 1
+        elif line.startswith(":"):
+            meta, _, path = line.partition("\t")
+            new = meta.split(" ")[3]
+            if new in wanted and new not in found:
+                found[new] = (order, commit, path)
+                if len(found) == len(wanted):
+                    break
+    return found

@@ -1,0 +1,179 @@
+"""Secret rules are data (grader/rules/secrets.toml); this module loads, validates and compiles them."""
+
+from __future__ import annotations
+
+import re
+import sys
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+__all__ = ["DEFAULT_RULES", "Rule", "RuleError", "load_rules", "validators"]
+
+DEFAULT_RULES = Path(__file__).resolve().parent.parent / "rules" / "secrets.toml"
+
+_B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_REGEX_META = set(".^$*+?{}[]\\|()")
+
+
+class RuleError(ValueError):
+    """A rule file that cannot be used; the message names file, rule and what to fix."""
+
+
+def base62(number: int, width: int) -> str:
+    """``number`` in base 62 (0-9A-Za-z), left-padded with zeros to ``width``."""
+    digits = ""
+    while number:
+        number, rest = divmod(number, 62)
+        digits = _B62[rest] + digits
+    return digits.rjust(width, "0")
+
+
+def _github_crc32(secret: str) -> bool:
+    # GitHub's token format: prefix_ + 30 random chars + 6-char base62 CRC32 of those 30 chars.
+    _, _, body = secret.partition("_")
+    if len(body) != 36:
+        return False
+    random_part, checksum = body[:30], body[30:]
+    return base62(zlib.crc32(random_part.encode("ascii", "replace")), 6) == checksum
+
+
+_VALIDATORS: dict[str, Callable[[str], bool]] = {"github_crc32": _github_crc32}
+
+
+def validators() -> dict[str, Callable[[str], bool]]:
+    """Validator name -> function(secret) -> bool that rules may name in ``validator``."""
+    return dict(_VALIDATORS)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One detector: a regex that starts with a literal, plus the filters that drop non-secrets."""
+
+    id: str
+    description: str
+    regex: str
+    keywords: tuple[str, ...] = ()
+    entropy: float = 3.0
+    validator: str | None = None
+    generic: bool = False  # a context rule (header values); loses to a specific rule on the same text
+    require_digit: bool = False
+    true_samples: tuple[str, ...] = ()
+    false_samples: tuple[str, ...] = ()
+    compiled: re.Pattern[bytes] = field(init=False, repr=False, compare=False)
+    keywords_b: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
+    prefix: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Rules match bytes: files are never decoded as a whole, which keeps the scan fast.
+        object.__setattr__(self, "compiled", re.compile(self.regex.encode("ascii")))
+        object.__setattr__(self, "keywords_b", tuple(k.encode("ascii") for k in self.keywords))
+        object.__setattr__(self, "prefix", _literal_prefix(self.regex))
+
+    def check_validator(self, secret: str) -> bool:
+        """True when the rule has no validator or the secret passes it."""
+        return self.validator is None or _VALIDATORS[self.validator](secret)
+
+
+def _literal_prefix(regex: str) -> str:
+    out = []
+    for ch in regex:
+        if ch in _REGEX_META:
+            break
+        out.append(ch)
+    return "".join(out)
+
+
+_FIELDS = {
+    "id": str,
+    "description": str,
+    "regex": str,
+    "keywords": list,
+    "entropy": (int, float),
+    "validator": str,
+    "generic": bool,
+    "require_digit": bool,
+    "true_samples": list,
+    "false_samples": list,
+}
+_REQUIRED = ("id", "description", "regex")
+
+
+def _line_of(text: str, needle: str) -> int:
+    pos = text.find(needle)
+    return text.count("\n", 0, pos) + 1 if pos >= 0 else 1
+
+
+def load_rules(path: Path | str | None = None) -> list[Rule]:
+    """Read and compile the rule file (default: the kit's grader/rules/secrets.toml).
+
+    Raises RuleError with ``file:line: rule: what is wrong`` for a file that cannot be used.
+    """
+    path = Path(path) if path is not None else DEFAULT_RULES
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RuleError(f"{path}: cannot read the secret rules ({exc.strerror}); check the path") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RuleError(f"{path}: not valid TOML: {exc}") from None
+    entries = data.get("rules")
+    if not isinstance(entries, list) or not entries:
+        raise RuleError(f"{path}:1: no [[rules]] tables; add at least one rule")
+    rules: list[Rule] = []
+    seen: set[str] = set()
+    for entry in entries:
+        rule_id = str(entry.get("id", "?"))
+        needle = f'id = "{rule_id}"'
+        where = f"{path}:{_line_of(text, needle)}: rule {rule_id}"
+        rules.append(_build(entry, where))
+        if rule_id in seen:
+            raise RuleError(f"{where}: duplicate id; ids must be unique")
+        seen.add(rule_id)
+    return rules
+
+
+def _build(entry: dict[str, object], where: str) -> Rule:
+    for name in _REQUIRED:
+        if name not in entry:
+            raise RuleError(f"{where}: missing {name!r}")
+    for name, value in entry.items():
+        expected = _FIELDS.get(name)
+        if expected is None:
+            raise RuleError(f"{where}: unknown field {name!r}; allowed: {', '.join(_FIELDS)}")
+        if not isinstance(value, expected) or (
+            expected is list and not all(isinstance(v, str) for v in value)
+        ):
+            raise RuleError(f"{where}: {name!r} has the wrong type")
+    regex = str(entry["regex"])
+    if not regex or (regex[0] in _REGEX_META and not entry.get("keywords")):
+        # Speed: either the regex engine can skip to a literal prefix or the keywords gate it.
+        raise RuleError(f"{where}: the regex must start with a literal or the rule must list keywords")
+    validator = entry.get("validator")
+    if validator is not None and validator not in _VALIDATORS:
+        raise RuleError(f"{where}: unknown validator {validator!r}; known: {', '.join(_VALIDATORS)}")
+    try:
+        rule = Rule(
+            id=str(entry["id"]),
+            description=str(entry["description"]),
+            regex=regex,
+            keywords=tuple(entry.get("keywords", ())),  # type: ignore[arg-type]
+            entropy=float(entry.get("entropy", 3.0)),  # type: ignore[arg-type]
+            validator=validator,  # type: ignore[arg-type]
+            generic=bool(entry.get("generic", False)),
+            require_digit=bool(entry.get("require_digit", False)),
+            true_samples=tuple(entry.get("true_samples", ())),  # type: ignore[arg-type]
+            false_samples=tuple(entry.get("false_samples", ())),  # type: ignore[arg-type]
+        )
+    except (re.error, UnicodeEncodeError) as exc:
+        raise RuleError(f"{where}: bad regex: {exc}") from None
+    if rule.generic and "secret" not in rule.compiled.groupindex:
+        raise RuleError(f"{where}: a generic rule needs a named group (?P<secret>...)")
+    return rule

@@ -1,0 +1,145 @@
+"""The core matcher: rules over bytes, boundary and placeholder filters, encoded bodies, scan statistics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from grader.secrets.decode import embedded_bodies
+from grader.secrets.filters import is_placeholder, left_boundary_ok
+from grader.secrets.findings import SecretFinding, make_finding
+from grader.secrets.rules import Rule, load_rules
+
+__all__ = ["ScanStats", "Scanner"]
+
+_MAX_DEPTH = 2  # a gzip body inside a base64 body inside a tape; deeper nesting is not a recording
+
+
+@dataclass
+class ScanStats:
+    """What a scanner looked at, for the check's facts and the benchmark."""
+
+    files: int = 0
+    tapes: int = 0
+    blobs: int = 0
+    commits: int = 0
+    outputs: int = 0
+    bytes: int = 0
+    skipped: list[str] = field(default_factory=list)  # "path: reason" for files not scanned
+
+
+@dataclass(frozen=True)
+class _Hit:
+    rule: Rule
+    start: int
+    end: int
+    secret: str
+
+
+class Scanner:
+    """Scans bytes and text with a rule set; one instance accumulates statistics over many scans."""
+
+    def __init__(self, rules: list[Rule] | None = None) -> None:
+        self.rules = load_rules() if rules is None else rules
+        self.stats = ScanStats()
+
+    def scan_text(self, text: str, *, source: str, kind: str = "output") -> list[SecretFinding]:
+        """Findings in arbitrary text (e.g. a command's output), located as ``source:line``."""
+        data = text.encode("utf-8", "replace")
+        self.stats.bytes += len(data)
+        if kind == "output":
+            self.stats.outputs += 1
+        return self.scan_bytes(data, source=source, kind=kind)
+
+    def scan_bytes(
+        self, data: bytes, *, source: str, kind: str, commit: str | None = None
+    ) -> list[SecretFinding]:
+        """Findings in ``data`` (not counted in stats: callers count what they read)."""
+        findings = self._scan(data, source=source, kind=kind, commit=commit, depth=0)
+        return _dedupe(findings)
+
+    def _scan(
+        self,
+        data: bytes,
+        *,
+        source: str,
+        kind: str,
+        commit: str | None,
+        depth: int,
+        encoding: str | None = None,
+    ) -> list[SecretFinding]:
+        found: list[SecretFinding] = []
+        line_at = _LineCounter(data)
+        for hit in self._hits(data):
+            found.append(
+                make_finding(
+                    hit.rule.id,
+                    hit.rule.description,
+                    hit.secret,
+                    kind=kind,
+                    path=source,
+                    line=line_at(hit.start),
+                    commit=commit,
+                    encoding=encoding,
+                )
+            )
+        if depth < _MAX_DEPTH:
+            for body in embedded_bodies(data):
+                line = line_at(body.start)
+                inner = self._scan(body.data, source=source, kind=kind, commit=commit, depth=depth + 1)
+                for finding in inner:
+                    # The decoded body has its own line numbers; the reviewer needs the tape's line.
+                    found.append(_relocate(finding, line, finding.encoding or body.encoding))
+        return found
+
+    def _hits(self, data: bytes) -> list[_Hit]:
+        specific: list[_Hit] = []
+        generic: list[_Hit] = []
+        for rule in self.rules:
+            if rule.keywords_b and not any(k in data for k in rule.keywords_b):
+                continue
+            for match in rule.compiled.finditer(data):
+                if not left_boundary_ok(data, match.start()):
+                    continue
+                start, end = match.span("secret") if rule.generic else match.span()
+                secret = data[start:end].decode("ascii", "replace")
+                body = secret if rule.generic else secret[len(rule.prefix) :]
+                if is_placeholder(body, min_entropy=rule.entropy, require_digit=rule.require_digit):
+                    continue
+                if not rule.check_validator(secret):
+                    continue
+                (generic if rule.generic else specific).append(_Hit(rule, start, end, secret))
+        # A generic header hit on a key a specific rule already named adds nothing but noise.
+        kept = [g for g in generic if not any(s.start < g.end and g.start < s.end for s in specific)]
+        return sorted(specific + kept, key=lambda h: h.start)
+
+
+class _LineCounter:
+    """Line numbers for ascending offsets without recounting from the start each time."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._pos = 0
+        self._line = 1
+
+    def __call__(self, offset: int) -> int:
+        if offset < self._pos:
+            self._pos, self._line = 0, 1
+        self._line += self._data.count(b"\n", self._pos, offset)
+        self._pos = offset
+        return self._line
+
+
+def _relocate(finding: SecretFinding, line: int, encoding: str) -> SecretFinding:
+    return replace(finding, line=line, encoding=encoding)
+
+
+def _dedupe(findings: list[SecretFinding]) -> list[SecretFinding]:
+    """One finding per (rule, secret) per source: a key repeated in every tape interaction is one fix."""
+    seen: set[tuple[str, str]] = set()
+    out: list[SecretFinding] = []
+    for finding in findings:
+        key = (finding.rule, finding.fingerprint)
+        if key not in seen:
+            seen.add(key)
+            out.append(finding)
+    return out
