@@ -9,4 +9,6 @@ answers = Path(".cookiecutter.json")
 data = json.loads(answers.read_text(encoding="utf-8"))
 for name in _LOCAL:
     data.pop(name, None)
+if Path(str(data.get("_template", ""))).is_absolute():
+    data["_template"] = Path(data["_template"]).name
 answers.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")

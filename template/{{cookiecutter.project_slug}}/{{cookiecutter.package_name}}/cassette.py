@@ -26,16 +26,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "AsyncCassetteTransport",
-    "AsyncCassetteTransport2",
-    "Cassette",
-    "CassetteMiss",
-    "CassetteTransport",
-    "CassetteTransport2",
-    "key_for",
-    "normalize",
-]
+# The four transports are module attributes built on first access (see __getattr__ at the end), so they
+# are importable by name but not listed here.
+__all__ = ["Cassette", "CassetteMiss", "key_for", "normalize", "prune"]
 
 TAPE_VERSION = 1
 MODES = ("replay", "record", "passthrough")

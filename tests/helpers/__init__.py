@@ -1,0 +1,1 @@
+"""Shared helpers for the kit's tests (importable as ``tests.helpers``)."""
