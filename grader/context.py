@@ -14,16 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from grader.audit import AuditLog, Results, read_audit_log, read_result_log
 from grader.errors import NotAssessable
 
 if TYPE_CHECKING:
     from grader.acquire import Workspace
-    from grader.audit import AuditLog
     from grader.install import Env
     from grader.manifest import Manifest
     from grader.sandbox import RunResult
 
-__all__ = ["Context", "ReplayRun", "Results", "makefile_targets", "pytest_plugin_modules"]
+__all__ = ["Context", "ReplayRun", "makefile_targets", "pytest_plugin_modules", "read_junit"]
 
 # Loaded explicitly under PYTEST_DISABLE_PLUGIN_AUTOLOAD: pytest-socket blocks sockets inside the test process
 # (a second layer under the network namespace) and _grader_pytest writes the result log the grader trusts.
@@ -31,25 +31,6 @@ _GRADER_PLUGINS = ("pytest_socket", "_grader_pytest")
 _MAKEFILES = ("GNUmakefile", "makefile", "Makefile")
 _TARGET_LINE = re.compile(r"^([A-Za-z0-9_.\-/ ]+?)\s*::?(?!=)")
 _MAX_FIRST_FAILURES = 5
-
-
-@dataclass
-class Results:
-    """Test outcomes read from the grader-owned result log (or the grader's JUnit file as a fallback)."""
-
-    passed: int = 0
-    failed: int = 0
-    errors: int = 0
-    skipped: int = 0
-    xfailed: int = 0
-    xpassed: int = 0
-    deselected: int = 0
-    first_failures: list[str] = field(default_factory=list)  # "nodeid: one-line message"
-    source: str = "result-log"  # "result-log" | "junit"
-
-    @property
-    def total(self) -> int:
-        return self.passed + self.failed + self.errors + self.skipped + self.xfailed + self.xpassed
 
 
 @dataclass
@@ -120,7 +101,6 @@ class Context:
     ) -> tuple[RunResult, AuditLog]:
         """Run `argv` in the sandbox with the submission's venv, no network and no credentials."""
         from grader import sandbox
-        from grader.audit import read_audit_log
 
         venv = self.require_env().venv
         cwd = cwd or self.repo
@@ -173,7 +153,9 @@ class Context:
             "CASSETTE_MODE": "replay",
         }
         run, audit = self.run(command, env=env, label="replay")
-        results = read_result_log(results_log) or read_junit(junit)
+        logged = read_result_log(results_log)
+        # JUnit is the fallback when the grader's plugin never wrote (e.g. pytest crashed loading it).
+        results = logged if logged.records else read_junit(junit)
         return ReplayRun(
             command=command,
             run=run,
@@ -268,46 +250,6 @@ def _first_line(text: object) -> str:
     return ""
 
 
-def read_result_log(path: Path) -> Results | None:
-    """Counts from _grader_pytest's JSONL (one object per test report); None when it holds no test report."""
-    entries = _read_jsonl(path)
-    if not entries:
-        return None
-    res = Results(source="result-log")
-    seen = False
-    for entry in entries:
-        if entry.get("event") == "deselected" or ("deselected" in entry and "nodeid" not in entry):
-            res.deselected += int(entry.get("deselected") or entry.get("count") or 0)  # type: ignore[call-overload]
-            continue
-        when, outcome = entry.get("when"), entry.get("outcome")
-        if when not in {"setup", "call", "teardown"} or outcome not in {"passed", "failed", "skipped"}:
-            continue
-        seen = True
-        xfail = bool(entry.get("wasxfail")) or entry.get("xfail") is True
-        nodeid = str(entry.get("nodeid", "?"))
-        if outcome == "failed":
-            if when == "call" and not xfail:
-                res.failed += 1
-            elif when != "call":
-                res.errors += 1
-            else:
-                res.xpassed += 1
-            if len(res.first_failures) < _MAX_FIRST_FAILURES and not xfail:
-                msg = _first_line(entry.get("message") or entry.get("longrepr"))
-                res.first_failures.append(f"{nodeid}: {msg}" if msg else nodeid)
-        elif outcome == "skipped":
-            if xfail:
-                res.xfailed += 1
-            elif when in {"setup", "call"}:
-                res.skipped += 1
-        elif when == "call":
-            if xfail:
-                res.xpassed += 1
-            else:
-                res.passed += 1
-    return res if seen or res.deselected else None
-
-
 def read_junit(path: Path) -> Results | None:
     """Fallback counts from the JUnit file pytest wrote at the grader's path."""
     if not path.is_file():
@@ -316,7 +258,7 @@ def read_junit(path: Path) -> Results | None:
         root = ET.parse(path).getroot()  # noqa: S314 - pytest wrote this file at a path the grader chose
     except (ET.ParseError, OSError):
         return None
-    res = Results(source="junit")
+    res = Results()
     for case in root.iter("testcase"):
         name = f"{case.get('classname', '')}::{case.get('name', '')}".strip(":")
         failure, error, skipped = case.find("failure"), case.find("error"), case.find("skipped")
@@ -335,6 +277,6 @@ def read_junit(path: Path) -> Results | None:
         if error is not None:
             res.errors += 1
         if len(res.first_failures) < _MAX_FIRST_FAILURES:
-            msg = _first_line(problem.get("message"))
-            res.first_failures.append(f"{name}: {msg}" if msg else name)
-    return res if res.total else None
+            res.first_failures.append(f"{name} (?): {_first_line(problem.get('message'))}")
+    res.records = res.passed + res.failed + res.errors + res.skipped + res.xfailed
+    return res if res.records else None

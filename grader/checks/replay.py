@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from grader.audit import Results
 from grader.checks import CheckResult, Finding, register
-from grader.context import ReplayRun, Results
+from grader.context import ReplayRun
 
 if TYPE_CHECKING:
     from grader.context import Context
@@ -15,6 +16,8 @@ if TYPE_CHECKING:
 # the refusal's exception in the grader-owned result log is the evidence instead.
 _SOCKET_BLOCKED = re.compile(r"SocketBlockedError|A test tried to use socket\.socket")
 _MAX_DETAILS = 10
+# audit.Results.first_failures lines: "nodeid (file:line): first line of the error"
+_FAILURE = re.compile(r"^(?P<nodeid>.*?) \((?P<where>[^()]*)\): ")
 
 
 def _zero_facts() -> dict[str, object]:
@@ -72,35 +75,40 @@ def replay(ctx: Context) -> CheckResult:
         duration=round(rr.run.duration, 2),
         command=" ".join(rr.command),
     )
-    if rr.results is None and not rr.run.timed_out:
-        # Nothing reported: the collection crashed, or `make test` never reached pytest.
-        facts["errors"] = max(1, results.errors)
+    ran = (
+        results.passed + results.failed + results.errors + results.skipped + results.xfailed + results.xpassed
+    )
+    broken = not ran and not rr.run.timed_out
+    if broken and rr.run.returncode != 0:
+        # Nothing ran and the command failed: collection crashed, or `make test` never reached pytest.
+        facts["errors"] = 1
     facts["summary"] = _summary(ctx, rr, facts)
 
-    details: list[str] = [f"connection attempt at {where}: {what}" for where, what in attempts[:_MAX_DETAILS]]
+    details = [f"connection attempt at {where}: {what}" for where, what in attempts[:_MAX_DETAILS]]
     details += [f"failed: {line}" for line in results.first_failures]
-    if rr.results is None and not rr.run.timed_out:
+    if broken:
         tail = _tail(rr.run.stderr) or _tail(rr.run.stdout)
-        details.append(f"no test results; exit {rr.run.returncode}: {tail}" if tail else "no test results")
+        details.append(f"no test ran; exit {rr.run.returncode}" + (f": {tail}" if tail else ""))
     findings = [Finding(rule="network-attempt", message=what, location=where) for where, what in attempts]
     return CheckResult(facts=facts, findings=findings, details=details)
 
 
 def _attempts(rr: ReplayRun, results: Results) -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
+    """(file:line, what) per distinct attempt: the audit hook's events, then pytest-socket refusals."""
+    out: dict[tuple[str, str], None] = {}
     for event in rr.audit.network_attempts:
-        where = str(getattr(event, "where", "") or "?")
-        what = str(getattr(event, "detail", "") or getattr(event, "event", "") or "connection attempt")
-        out.append((where, what))
-    for line in results.first_failures + list(getattr(results, "blocked", [])):
-        if _SOCKET_BLOCKED.search(line):
-            nodeid = line.split(": ", 1)[0]
-            out.append((_where_from_nodeid(nodeid), "socket refused by pytest-socket"))
-    return out
-
-
-def _where_from_nodeid(nodeid: str) -> str:
-    return nodeid.split("::", 1)[0] or "?"
+        what = f"{event.event} {event.target}".strip()
+        out.setdefault((event.where or "?", what), None)
+    seen_files = {where.rsplit(":", 1)[0] for where, _ in out}
+    for line in results.first_failures:
+        if not _SOCKET_BLOCKED.search(line):
+            continue
+        match = _FAILURE.match(line)
+        where = match.group("where") if match else "?"
+        # The audit hook already placed this attempt when it saw a lookup from the same file.
+        if where.rsplit(":", 1)[0] not in seen_files:
+            out.setdefault((where, "socket refused by pytest-socket"), None)
+    return list(out)
 
 
 def _tail(text: str) -> str:

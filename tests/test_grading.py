@@ -1,0 +1,279 @@
+"""The grading pipeline on small generated submissions: replay facts, timeouts, network, install failure."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grader.checks import Check, CheckResult
+from grader.context import makefile_targets, pytest_plugin_modules, read_junit
+from grader.errors import NotAssessable
+from grader.grading import _run_one, grade
+from grader.rubric import load_rubric
+
+
+def _row(report: dict, row_id: str) -> dict:
+    return next(row for row in report["rows"] if row["id"] == row_id)
+
+
+def _grade(repo: Path, cache: Path, *, timeout: float = 120) -> dict:
+    return grade(str(repo), rubric=load_rubric(), timeout=timeout, cache_root=cache)
+
+
+# --- fast: the parts that need no install
+
+
+def test_makefile_targets_are_read_statically(tmp_path: Path) -> None:
+    (tmp_path / "Makefile").write_text(
+        ".PHONY: test demo\nVAR := x\nrecord demo: deps\n\tpython -m x\ntest:\n\tpytest\n# lint:\nCC=gcc\n",
+        encoding="utf-8",
+    )
+    assert makefile_targets(tmp_path) == {"record", "demo", "test"}
+    assert makefile_targets(tmp_path / "nowhere") == set()
+
+
+def test_pytest_plugins_come_from_dist_info_entry_points(tmp_path: Path) -> None:
+    site = tmp_path / "lib" / "python3.11" / "site-packages"
+    for dist, text in {
+        "pytest_recording-0.13.dist-info": "[pytest11]\nrecording = pytest_recording.plugin\n",
+        "pytest_socket-0.7.dist-info": "[pytest11]\nsocket = pytest_socket\n",
+        "rich-13.dist-info": "[console_scripts]\nrich = rich.cli:main\n",
+        "broken-1.dist-info": "[pytest11\nnot ini",
+        "weird-1.dist-info": "[pytest11]\nx = os; rm -rf /\n",
+    }.items():
+        (site / dist).mkdir(parents=True)
+        (site / dist / "entry_points.txt").write_text(text, encoding="utf-8")
+
+    assert pytest_plugin_modules(tmp_path) == ["pytest_recording.plugin", "pytest_socket"]
+
+
+def test_junit_fallback_counts_outcomes(tmp_path: Path) -> None:
+    (tmp_path / "test_mix.py").write_text(
+        "import pytest\n"
+        "def test_ok(): pass\n"
+        "def test_bad(): assert 1 == 2, 'numbers differ'\n"
+        "@pytest.mark.skip\ndef test_skip(): pass\n"
+        "@pytest.mark.xfail\ndef test_xfail(): assert False\n"
+        "@pytest.fixture\ndef boom(): raise RuntimeError('setup broke')\n"
+        "def test_err(boom): pass\n",
+        encoding="utf-8",
+    )
+    junit = tmp_path / "junit.xml"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={junit}",
+            "test_mix.py",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        check=False,
+    )
+
+    res = read_junit(junit)
+
+    assert res is not None
+    assert (res.passed, res.failed, res.errors, res.skipped, res.xfailed) == (1, 1, 1, 1, 1)
+    assert any("test_bad" in line and "numbers differ" in line for line in res.first_failures)
+    assert read_junit(tmp_path / "absent.xml") is None
+
+
+def test_a_crashing_check_costs_only_its_row() -> None:
+    def crashes(ctx: object) -> CheckResult:
+        """Always crashes."""
+        raise KeyError("tapes")
+
+    def infra(ctx: object) -> CheckResult:
+        """Infrastructure gone."""
+        raise NotAssessable("the stand-in server did not start")
+
+    crashed = _run_one(Check.from_function("crashes", crashes), "crashes", ctx=None)  # type: ignore[arg-type]
+    assert crashed.not_assessable == "check 'crashes' crashed: KeyError: 'tapes'"
+    assert crashed.facts["summary"] == crashed.not_assessable
+
+    gone = _run_one(Check.from_function("infra", infra), "infra", ctx=None)  # type: ignore[arg-type]
+    assert gone.not_assessable == "the stand-in server did not start"
+
+    missing = _run_one(None, "nope", ctx=None)  # type: ignore[arg-type]
+    assert missing.not_assessable == "no check named 'nope' is installed"
+
+
+# --- slow: whole submissions, installed and replayed in the sandbox
+
+PASSING = {
+    "tests/test_ok.py": """
+        import os
+
+
+        def test_adds():
+            assert 1 + 1 == 2
+
+
+        def test_no_key_in_sight():
+            # The grader's own environment has a key; the sandbox must not pass it on.
+            assert "OPENAI_API_KEY" not in os.environ
+            assert "ANTHROPIC_API_KEY" not in os.environ
+
+
+        def test_upper():
+            assert "tape".upper() == "TAPE"
+        """,
+}
+
+
+@pytest.mark.slow
+def test_passing_suite_scores_full_offline_replay_without_leaking_keys(
+    make_submission, grade_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    from grader.report import FORMATS, render
+    from grader.schemas import load_schema
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-grader-own-key-must-not-leak-0123456789")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-grader-own-key-must-not-leak-0123")
+    repo = make_submission(PASSING)
+
+    report = _grade(repo, grade_cache)
+
+    row = _row(report, "offline-replay")
+    assert row["status"] == "scored" and row["score"] == 3, row
+    assert row["evidence"].startswith(
+        "3 passed, 0 failed, 0 errors, 0 connection attempts (python -m pytest,"
+    )
+    facts = report["facts"]["replay"]
+    assert (facts["passed"], facts["failed"], facts["network_attempts"], facts["timed_out"]) == (
+        3,
+        0,
+        0,
+        False,
+    )
+    # No Makefile: the row is scored (0), not skipped.
+    assert _row(report, "make-targets")["score"] == 0
+    assert report["facts"]["make-targets"]["has_test"] is False
+    assert len(report["commit"]) == 40
+    assert {"acquire", "install", "replay"} <= set(report["timings"])
+
+    jsonschema.Draft202012Validator(load_schema("grade-report")).validate(report)
+    for fmt in FORMATS:
+        assert render(report, fmt).strip()
+    assert "sk-grader-own-key" not in json.dumps(report)
+
+
+@pytest.mark.slow
+def test_make_test_is_the_replay_command_and_demo_runs(make_submission, grade_cache: Path) -> None:
+    repo = make_submission(
+        {
+            **PASSING,
+            "Makefile": "test:\n\tpython -m pytest -q\n\ndemo:\n\t@python -c \"print('demo ok')\"\n\n"
+            "record:\n\t@echo 'set OPENAI_API_KEY to record' >&2; exit 1\n",
+        }
+    )
+
+    report = _grade(repo, grade_cache)
+
+    assert report["facts"]["replay"]["command"] == "make test"
+    assert _row(report, "offline-replay")["score"] == 3
+    mt = report["facts"]["make-targets"]
+    assert mt["has_record"] and mt["has_test"] and mt["has_demo"]
+    assert mt["test_passed"] and mt["demo_passed"] and mt["record_refuses_without_key"], mt
+    assert _row(report, "make-targets")["score"] == 3
+
+
+@pytest.mark.slow
+def test_hanging_suite_is_graded_within_the_timeout(make_submission, grade_cache: Path) -> None:
+    repo = make_submission(
+        {
+            "tests/test_hang.py": """
+                import time
+
+
+                def test_quick():
+                    pass
+
+
+                def test_hangs():
+                    time.sleep(3600)
+                """,
+        }
+    )
+    started = time.monotonic()
+
+    report = _grade(repo, grade_cache, timeout=8)
+
+    elapsed = time.monotonic() - started
+    row = _row(report, "offline-replay")
+    assert row["status"] == "scored" and row["score"] == 0, row
+    assert "timed out after 8 s" in row["evidence"]
+    assert report["facts"]["replay"]["timed_out"] is True
+    assert report["timings"]["replay"] < 8 + 5
+    assert elapsed - report["timings"]["install"] < 8 + 20
+
+
+@pytest.mark.slow
+def test_connection_attempts_are_counted_with_their_location(make_submission, grade_cache: Path) -> None:
+    repo = make_submission(
+        {
+            "tests/test_net.py": """
+                import socket
+
+
+                def test_loopback():
+                    socket.create_connection(("127.0.0.1", 9), timeout=2).close()
+
+
+                def test_remote():
+                    socket.create_connection(("93.184.216.34", 80), timeout=2).close()
+
+
+                def test_fine():
+                    assert True
+                """,
+        }
+    )
+
+    report = _grade(repo, grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["network_attempts"] >= 2, facts
+    assert facts["first_network_attempt"].startswith("tests/test_net.py:"), facts
+    assert facts["passed"] == 1 and facts["failed"] == 2
+    row = _row(report, "offline-replay")
+    assert row["score"] == 2 or row["score"] == 1
+    assert "connection attempts" in row["evidence"]
+    assert any("tests/test_net.py:5" in line for line in row["details"]), row["details"]
+    assert any("tests/test_net.py:9" in line for line in row["details"]), row["details"]
+
+
+@pytest.mark.slow
+def test_uninstallable_submission_is_not_assessable_not_a_crash(
+    make_submission, grade_cache: Path, grade_cli, tmp_path: Path
+) -> None:
+    repo = make_submission(
+        {"tests/test_ok.py": "def test_ok():\n    assert True\n"},
+        dependencies=["kit-missing-dependency @ file:///nonexistent/kit-missing-dependency"],
+    )
+
+    done = grade_cli(
+        ["--cache-dir", str(grade_cache), "--format", "json", "--timeout", "120", str(repo)], cwd=tmp_path
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    report = json.loads(done.stdout)
+    for row_id in ("offline-replay", "make-targets"):
+        row = _row(report, row_id)
+        assert row["status"] == "not-assessable" and row["score"] is None, row
+        assert row["evidence"].startswith("not assessable: ")
+        assert len(row["evidence"]) > len("not assessable: ") + 10
+    assert any(note.startswith("install failed: ") for note in report.get("notes", []))
+    assert "[install]" in done.stderr and "failed" in done.stderr
