@@ -76,7 +76,8 @@ def keys(ctx: Context) -> CheckResult:
         problem = _key_problem(tape.path, tape.key, tape.interactions[0])
         if problem:
             mismatched += 1
-            findings.append(Finding("canonical-keys", problem, f"{tape.path}:{tape.find_line('key') or 1}"))
+            line = tape.find_line('"key"') or 1
+            findings.append(Finding("canonical-keys", problem, f"{tape.path}:{line}"))
 
     key_function = getattr(ctx.manifest, "key_function", None) or ""
     probes_run, probes_failed, note = _probe(ctx, key_function, findings)
@@ -131,7 +132,8 @@ def _probe(ctx: Context, key_function: str, findings: list[Finding]) -> tuple[in
         reason = getattr(ctx, "install_error", None) or "no installed environment"
         return 0, 0, f"key_function probes not run: {reason}"
     cases = probe_cases()
-    argv = ["python", "-c", _PROBE_SCRIPT, key_function, json.dumps([{"a": c[0], "b": c[1]} for c in cases])]
+    payloads = json.dumps([{"a": c[0], "b": c[1]} for c in cases], ensure_ascii=False)
+    argv = ["python", "-c", _PROBE_SCRIPT, key_function, payloads]
     try:
         result, _audit = ctx.run(argv, label="keys-probe")
     except Exception as exc:  # the sandbox could not run it: not the submission's fault
@@ -150,17 +152,18 @@ def _probe(ctx: Context, key_function: str, findings: list[Finding]) -> tuple[in
         findings.append(Finding("canonical-keys", "key_function probe answer is malformed", where))
         return 0, 1, "key_function probe answer is malformed"
     failed = 0
-    for (_a, _b, expect_same, label), got in zip(cases, results, strict=True):
+    for (_a, _b, expect_same, what, seed), got in zip(cases, results, strict=True):
         if not isinstance(got, dict) or "error" in got:
             failed += 1
             error = got.get("error") if isinstance(got, dict) else "no answer"
-            findings.append(Finding("canonical-keys", f"key_function raised on {label}: {error}", where))
+            message = f"key_function raised on a payload with {what}: {error} (seed {seed})"
+            findings.append(Finding("canonical-keys", message, where))
             continue
         same = got.get("a") == got.get("b")
         if same != expect_same:
             failed += 1
             wrong = "changes the key" if expect_same else "does not change the key"
-            findings.append(Finding("canonical-keys", f"{label} {wrong}", where))
+            findings.append(Finding("canonical-keys", f"{what} {wrong} (seed {seed})", where))
     return len(cases), failed, ""
 
 
@@ -175,8 +178,8 @@ def _read_answer(stdout: str) -> dict[str, Any] | None:
     return None
 
 
-def probe_cases(seeds: int = _SEEDS) -> list[tuple[dict[str, Any], dict[str, Any], bool, str]]:
-    """(payload a, payload b, keys must be equal, what differs) for seeded random chat payloads."""
+def probe_cases(seeds: int = _SEEDS) -> list[tuple[dict[str, Any], dict[str, Any], bool, str, int]]:
+    """(payload a, payload b, keys must be equal, what differs, seed) for seeded random chat payloads."""
     cases = []
     for seed in range(seeds):
         rng = random.Random(seed)  # noqa: S311 (reproducible payloads, not secrets)
@@ -194,9 +197,9 @@ def probe_cases(seeds: int = _SEEDS) -> list[tuple[dict[str, Any], dict[str, Any
             "another temperature": {**base, "temperature": base["temperature"] + 0.5},
             "other messages": _other_messages(base, rng),
         }
-        cases += [(base, b, True, f"{what} (seed {seed})") for what, b in same.items()]
-        cases += [(base, b, False, f"{what} (seed {seed})") for what, b in differ.items()]
-    return [(copy.deepcopy(a), copy.deepcopy(b), e, w) for a, b, e, w in cases]
+        cases += [(base, b, True, what, seed) for what, b in same.items()]
+        cases += [(base, b, False, what, seed) for what, b in differ.items()]
+    return [(copy.deepcopy(a), copy.deepcopy(b), e, w, s) for a, b, e, w, s in cases]
 
 
 _WORDS = ("refund", "order", "late", "invoice", "password", "reset", "café", "naïve", "😀", "urgent", "help")

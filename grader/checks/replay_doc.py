@@ -272,9 +272,10 @@ def _unknown_models(sections: list[_Section], tapes: list[Tape], rel: str) -> li
             continue  # "switching to gpt-4o needs a new recording" is not a claim about the tapes
         for number, line in section.lines:
             for match in _MODEL_NAME.finditer(line):
-                name = match.group(1).rstrip(".-").lower()
+                shown = match.group(1).rstrip(".-")  # a sentence's full stop is not part of the name
+                name = shown.lower()
                 if name in seen or name in lowered or name.rsplit("/", 1)[-1] in lowered:
                     continue
                 seen.add(name)
-                out.append((f"names model {match.group(1)}, which no tape carries", f"{rel}:{number}"))
+                out.append((f"names model {shown}, which no tape carries", f"{rel}:{number}"))
     return out

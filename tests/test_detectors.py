@@ -1,0 +1,415 @@
+"""The static detectors (metadata, hygiene, keys, replay-doc, boundary) on small fixture repositories.
+
+Contexts are SimpleNamespaces holding only what these checks read; the key probe runs a real subprocess.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from grader.checks import registry
+from grader.checks.boundary import boundary
+from grader.checks.hygiene import hygiene
+from grader.checks.keys import keys
+from grader.checks.metadata import metadata
+from grader.checks.replay_doc import replay_doc
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TAPES = FIXTURES / "tapes"
+CORPUS = FIXTURES / "corpus" if (FIXTURES / "corpus").is_dir() else TAPES / "corpus"
+THRESHOLDS = {"cassette_total_mb": 5, "cassette_largest_mb": 1}
+SECRET = "sk-proj-" + "Q7fT2kLm9XzA4bNc8RdE1vWy5UhJ3pGs6"
+
+
+def _ctx(repo, *, cassette_dir="cassettes", opened=None, key_function=None, default_model=None, run=None):
+    """A context with what the static checks use; `opened` None means the replay run is not available."""
+    manifest = SimpleNamespace(
+        cassette_dir=Path(cassette_dir) if cassette_dir else None,
+        key_function=key_function,
+        default_model=default_model,
+    )
+
+    def replay_run():
+        if opened is None:
+            raise RuntimeError("install failed: no matching distribution for numpy==0.0")
+        return SimpleNamespace(audit=SimpleNamespace(opened=set(opened)))
+
+    return SimpleNamespace(
+        repo=repo,
+        manifest=manifest,
+        thresholds=dict(THRESHOLDS),
+        env=object() if opened is not None or run is not None else None,
+        install_error=None if opened is not None or run is not None else "install failed",
+        replay_run=replay_run,
+        run=run,
+    )
+
+
+def _key(method, path, body):
+    text = json.dumps({"method": method, "path": path, "body": body}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _write_kit(folder: Path, text: str, *, name: str | None = None, extra: dict | None = None) -> str:
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}], "temperature": 0}
+    body.update(extra or {})
+    key = _key("POST", "/v1/chat/completions", body)
+    tape = {
+        "version": 1,
+        "key": name or key,
+        "request": {"method": "POST", "path": "/v1/chat/completions", "body": body},
+        "response": {"status": 200, "headers": {"content-type": "application/json"}, "body": {"choices": []}},
+        "meta": {"model": "gpt-4o-mini", "endpoint": "api.openai.com", "recorded_at": "2026-01-02T03:04:05Z"},
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name or key}.json").write_text(json.dumps(tape, indent=2, sort_keys=True) + "\n")
+    return f"{folder.name}/{name or key}.json"
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_every_detector_is_registered_with_the_rubric_fact_names():
+    checks = registry()
+    assert set(checks["metadata"].facts) >= {"tapes", "with_model", "with_endpoint", "with_time", "summary"}
+    assert set(checks["hygiene"].facts) >= {
+        "tapes", "unused", "duplicates", "invalid", "credential_headers", "total_mb", "largest_mb",
+    }  # fmt: skip
+    assert set(checks["keys"].facts) >= {"probes_failed", "mismatched", "probes_run", "key_function"}
+    assert set(checks["replay-doc"].facts) >= {"exists", "missing_sections", "contradictions"}
+    assert set(checks["boundary"].facts) >= {"client_modules", "agent_imports_cassette", "client_module_list"}
+
+
+# --------------------------------------------------------------------------------------------- metadata
+
+
+def test_metadata_counts_what_each_tape_names(tmp_path):
+    cassettes = tmp_path / "cassettes"
+    for folder in ("good", "missing_meta"):
+        for tape in (TAPES / "kit" / folder).iterdir():
+            cassettes.mkdir(exist_ok=True)
+            shutil.copy(tape, cassettes / tape.name)
+    result = metadata(_ctx(tmp_path, default_model="gpt-4o"))
+    facts = result.facts
+    assert (facts["tapes"], facts["with_model"], facts["with_endpoint"], facts["with_time"]) == (3, 3, 2, 2)
+    assert facts["models"] == ["gpt-4o-mini"]
+    assert facts["disagreeing"] == 3
+    assert any("9bee249f2ee1a029.json:1 names no endpoint" in d for d in result.details)
+    assert "3/3 tapes name a model (gpt-4o-mini)" in facts["summary"]
+
+
+def test_metadata_on_the_real_vcrpy_corpus(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    shutil.copytree(CORPUS / "simonw-llm-openai-plugin" / "cassettes", repo / "tests" / "cassettes" / "a")
+    shutil.copytree(CORPUS / "simonw-llm-openrouter" / "cassettes", repo / "tests" / "cassettes" / "b")
+    facts = metadata(_ctx(repo, cassette_dir="tests/cassettes", default_model="gpt-4o-mini")).facts
+    # 13 files; the OpenRouter model listing (a GET) names no model
+    counts = (facts["tapes"], facts["with_model"], facts["with_endpoint"], facts["with_time"])
+    assert counts == (13, 12, 13, 13)
+    assert {"gpt-4o-mini", "openai/gpt-4o", "openai/gpt-4.1-mini"} <= set(facts["models"])
+    assert facts["models"] == sorted(facts["models"])
+
+
+def test_metadata_leaves_invalid_tapes_to_hygiene(tmp_path):
+    _copy(TAPES / "invalid", tmp_path / "cassettes")
+    result = metadata(_ctx(tmp_path))
+    assert result.facts["tapes"] == 0
+    assert result.facts["summary"] == "no readable tapes (2 invalid)"
+
+
+# --------------------------------------------------------------------------------------------- hygiene
+
+
+def test_hygiene_300_unused_tapes_and_a_duplicate(tmp_path):
+    cassettes = tmp_path / "cassettes"
+    paths = [_write_kit(cassettes, f"question {i}") for i in range(302)]
+    # the same request stored again under another (wrong) name
+    shutil.copy(tmp_path / paths[0], cassettes / ("0" * 16 + ".json"))
+    opened = {paths[0], "./" + paths[1], "cassettes/" + "0" * 16 + ".json"}
+    result = hygiene(_ctx(tmp_path, opened=opened))
+    facts = result.facts
+    assert facts["tapes"] == 303
+    assert facts["unused"] == 300
+    assert facts["duplicates"] == 1
+    assert facts["invalid"] == facts["credential_headers"] == facts["conversation_blobs"] == 0
+    assert result.manual is None
+    assert any(d.startswith("... and 280 more unused tapes") for d in result.details)
+    assert "300 unused, 1 duplicates" in facts["summary"]
+
+
+def test_hygiene_credential_header_reported_by_name_and_line_never_value(tmp_path):
+    cassettes = tmp_path / "cassettes"
+    cassettes.mkdir()
+    text = (TAPES / "vcr" / "gzip_binary.yaml").read_text()
+    (cassettes / "leaky.yaml").write_text(text.replace("- DUMMY", f"- Bearer {SECRET}"))
+    shutil.copy(TAPES / "vcr" / "gzip_binary.yaml", cassettes / "redacted.yaml")  # "DUMMY" is a placeholder
+    result = hygiene(_ctx(tmp_path, opened={"cassettes/leaky.yaml", "cassettes/redacted.yaml"}))
+    assert result.facts["credential_headers"] == 1
+    (finding,) = [f for f in result.findings if "credential" in f.message]
+    assert finding.location == "cassettes/leaky.yaml:5"
+    assert "authorization" in finding.message
+    everything = json.dumps([result.facts, result.details, [vars(f) for f in result.findings]])
+    assert SECRET not in everything and SECRET[8:20] not in everything
+
+
+def test_hygiene_invalid_sizes_and_blobs(tmp_path):
+    _copy(TAPES / "invalid", tmp_path / "cassettes")
+    with (tmp_path / "cassettes" / "huge.yaml").open("wb") as handle:
+        handle.truncate(2_345_678)
+    (tmp_path / "cassettes" / "link.json").symlink_to("/etc/passwd")
+    blob = {"interactions": [{"request": {"method": "POST", "uri": f"https://x.test/{i}"}, "response": {}}
+                             for i in range(25)]}  # fmt: skip
+    (tmp_path / "cassettes" / "blob.json").write_text(json.dumps(blob))
+    result = hygiene(_ctx(tmp_path, opened=set()))
+    facts = result.facts
+    assert facts["invalid"] == 4  # broken.json, broken.yaml, link.json and huge.yaml (NUL bytes)
+    assert facts["conversation_blobs"] == 1
+    assert facts["largest_mb"] == 2.35
+    files = [p for p in (tmp_path / "cassettes").iterdir() if not p.is_symlink()]
+    assert facts["total_mb"] == round(sum(p.stat().st_size for p in files) / 1e6, 2) >= 2.35
+    locations = {f.location for f in result.findings}
+    assert "cassettes/broken.json:5" in locations
+    assert any("above the 1 MB threshold" in d for d in result.details)
+
+
+def test_hygiene_without_a_replay_run_goes_to_a_reviewer(tmp_path):
+    _write_kit(tmp_path / "cassettes", "hello")
+    result = hygiene(_ctx(tmp_path, opened=None))
+    assert result.facts["unused"] == 0
+    assert result.manual and "could not be decided" in result.manual
+    assert "unused not decided" in result.facts["summary"]
+    assert any("install failed" in d for d in result.details)
+
+
+# --------------------------------------------------------------------------------------------- keys
+
+
+def _sandbox_run(repo: Path):
+    """A ctx.run stand-in: a real subprocess with the submission importable, as the sandbox would run it."""
+
+    def run(argv, *, label="", **_kw):
+        argv = [sys.executable if argv[0] == "python" else argv[0], *argv[1:]]
+        env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(repo)}
+        proc = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, timeout=60)
+        return SimpleNamespace(stdout=proc.stdout, stderr=proc.stderr, returncode=proc.returncode,
+                               timed_out=False), None  # fmt: skip
+
+    return run
+
+
+_GOOD_KEY_FUNCTION = """
+import hashlib, json
+DROP = {"user", "metadata", "request_id", "stream_options"}
+def _clean(v):
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items() if k != "cache_control"}
+    if isinstance(v, list):
+        return [_clean(x) for x in v]
+    return v
+def key_for(payload):
+    body = _clean({k: v for k, v in payload.items() if k not in DROP})
+    text = json.dumps({"method": "POST", "path": "/v1/chat/completions", "body": body},
+                      sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+"""
+_NAIVE_KEY_FUNCTION = """
+import hashlib, json
+def key_for(payload):
+    return hashlib.sha256(json.dumps(payload).encode()).hexdigest()[:16]
+"""
+
+
+def _key_repo(tmp_path: Path, source: str) -> Path:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "cassette.py").write_text(source)
+    _write_kit(tmp_path / "cassettes", "hello")
+    return tmp_path
+
+
+def test_keys_hand_edited_tape_is_a_mismatch(tmp_path):
+    cassettes = _copy(TAPES / "kit" / "good", tmp_path / "cassettes")
+    shutil.copy(TAPES / "kit" / "hand_edited" / "c35a312e54b6369e.json", cassettes)
+    result = keys(_ctx(tmp_path))
+    assert (result.facts["tapes_checked"], result.facts["mismatched"]) == (3, 1)
+    (finding,) = result.findings
+    assert finding.location == "cassettes/c35a312e54b6369e.json:2"  # the "key" line
+    assert "edited after recording" in finding.message
+    assert result.facts["probes_run"] == 0 and result.facts["key_function"] == ""
+    assert "no key_function in [tool.takehome]: probes not available" in result.facts["summary"]
+
+
+def test_keys_renamed_tape_is_a_mismatch(tmp_path):
+    path = _write_kit(tmp_path / "cassettes", "hi")
+    os.rename(tmp_path / path, tmp_path / "cassettes" / "feedfacefeedface.json")
+    result = keys(_ctx(tmp_path))
+    assert result.facts["mismatched"] == 1
+    assert "is not the file name" in result.findings[0].message
+
+
+def test_keys_probes_pass_for_a_canonical_key_function(tmp_path):
+    repo = _key_repo(tmp_path, _GOOD_KEY_FUNCTION)
+    result = keys(_ctx(repo, key_function="pkg.cassette:key_for", run=_sandbox_run(repo)))
+    facts = result.facts
+    assert facts["probes_run"] == 36 and facts["probes_failed"] == 0, result.details
+    assert facts["mismatched"] == 0 and facts["key_function"] == "pkg.cassette:key_for"
+
+
+def test_keys_probes_catch_a_key_over_raw_json(tmp_path):
+    repo = _key_repo(tmp_path, _NAIVE_KEY_FUNCTION)
+    result = keys(_ctx(repo, key_function="pkg.cassette:key_for", run=_sandbox_run(repo)))
+    # every "must not change the key" probe fails: 6 kinds x 4 seeds; the "must change" ones pass
+    assert result.facts["probes_failed"] == 24
+    messages = {f.message.split(" (seed")[0] for f in result.findings}
+    assert len(messages) == 6
+    assert {"reordered keys changes the key", "an added user field changes the key"} <= messages
+    assert result.findings[0].location == "pkg/cassette.py:1"
+
+
+def test_keys_probe_of_an_unimportable_key_function_fails_once(tmp_path):
+    repo = _key_repo(tmp_path, "raise ImportError('boom')\n")
+    result = keys(_ctx(repo, key_function="pkg.cassette:key_for", run=_sandbox_run(repo)))
+    assert (result.facts["probes_run"], result.facts["probes_failed"]) == (0, 1)
+    assert "cannot import pkg.cassette:key_for" in result.findings[0].message
+
+
+def test_keys_vcr_only_submission_goes_to_a_reviewer(tmp_path):
+    _copy(TAPES / "vcr", tmp_path / "cassettes")
+    result = keys(_ctx(tmp_path))
+    assert result.facts["tapes_checked"] == 0
+    assert result.manual and "match_on" in result.manual
+
+
+# --------------------------------------------------------------------------------------------- replay-doc
+
+GOOD_DOC = """# Replaying the triage agent
+
+## Endpoint and model
+Recorded against `api.openai.com` (`/v1/chat/completions`) with model gpt-4o-mini.
+
+## Recording date
+Recorded on 2026-01-02.
+
+## Normalized fields
+- `user`: dropped because it identifies the caller, not the question
+- `stream_options` — dropped, it only asks for usage numbers in the stream
+- `content`: one text part is rewritten to the plain string so both spellings share a tape
+
+## What replay proves
+The agent's parsing and routing behave the same on the recorded answers.
+
+## What replay does not prove
+It does not prove that a newer model (say gpt-4.1) answers the same way.
+"""
+
+
+def test_replay_doc_missing(tmp_path):
+    result = replay_doc(_ctx(tmp_path))
+    assert result.facts["exists"] is False
+    assert result.facts["missing_sections"] == 6
+    assert "no REPLAY.md" in result.facts["summary"]
+
+
+def test_replay_doc_complete_and_consistent(tmp_path):
+    _write_kit(tmp_path / "cassettes", "hi")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "Replay.md").write_text(GOOD_DOC)
+    result = replay_doc(_ctx(tmp_path))
+    facts = result.facts
+    assert facts["exists"] is True
+    assert (facts["missing_sections"], facts["contradictions"]) == (0, 0), result.details
+    assert facts["sections_found"][0] == "endpoint" and len(facts["sections_found"]) == 6
+    assert "docs/Replay.md:9 covers normalized fields" in result.details
+
+
+def test_replay_doc_contradicting_the_tapes(tmp_path):
+    _write_kit(tmp_path / "cassettes", "hi", extra={"user": "u-1"})
+    doc = GOOD_DOC.replace("with model gpt-4o-mini", "with model gpt-4o")
+    (tmp_path / "REPLAY.md").write_text(doc)
+    result = replay_doc(_ctx(tmp_path))
+    assert result.facts["contradictions"] == 2
+    where = {f.location: f.message for f in result.findings}
+    assert "says `user` is dropped" in where["REPLAY.md:10"]
+    assert "names model gpt-4o," in where["REPLAY.md:4"]
+    # gpt-4.1 is named only under "does not prove": not a claim about the tapes
+
+
+def test_replay_doc_field_without_reason_and_missing_topics(tmp_path):
+    doc = "# Notes\n\n## Normalization\n- `user`\n- `metadata`: dropped since it is tracing only\n"
+    (tmp_path / "REPLAY.md").write_text(doc)
+    result = replay_doc(_ctx(tmp_path))
+    assert "normalized fields" not in result.facts["sections_found"]
+    assert "REPLAY.md:4 normalized fields without a reason: user" in result.details
+    assert result.facts["missing_sections"] >= 4
+
+
+# --------------------------------------------------------------------------------------------- boundary
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    for name, source in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+    return tmp_path
+
+
+def test_boundary_one_client_module_clean_agent(tmp_path):
+    repo = _package(tmp_path, {
+        "triage/__init__.py": "",
+        "triage/cassette.py": "class CassetteTransport: ...\n",
+        "triage/client.py": "import httpx as h\nfrom openai import OpenAI as O\n"
+                            "from .cassette import CassetteTransport as T\n"
+                            "def make():\n    return O(http_client=h.Client(transport=T()))\n",
+        "triage/agent.py": "from triage.client import make\n",
+        "triage/__main__.py": "from .cassette import CassetteTransport\n",
+        "tests/test_agent.py": "import httpx\nfrom triage import cassette\nhttpx.Client()\n",
+        "triage/broken.py": "def (:\n",
+    })  # fmt: skip
+    result = boundary(SimpleNamespace(repo=repo))
+    assert result.facts["client_modules"] == 1
+    assert result.facts["client_module_list"] == ["triage/client.py:5"]
+    assert result.facts["agent_imports_cassette"] == 0
+    assert any(d.startswith("triage/broken.py not parsed: SyntaxError") for d in result.details)
+
+
+def test_boundary_two_client_modules_and_agent_importing_the_cassette(tmp_path):
+    repo = _package(tmp_path, {
+        "src/bot/__init__.py": "",
+        "src/bot/cassette.py": "",
+        "src/bot/llm.py": "import anthropic\nc = anthropic.Anthropic()\n",
+        "src/bot/fetch.py": "import urllib.request\n\ndef get(u):\n    return urllib.request.urlopen(u)\n",
+        "src/bot/agent.py": "from . import cassette\n\ndef triage(m):\n    return cassette\n",
+        "src/bot/router.py": "from bot.cassette import Thing\n",
+    })  # fmt: skip
+    result = boundary(SimpleNamespace(repo=repo))
+    facts = result.facts
+    assert facts["client_modules"] == 2
+    assert facts["client_module_list"] == ["src/bot/fetch.py:4", "src/bot/llm.py:2"]
+    assert facts["agent_imports_cassette"] == 2
+    assert {f.location for f in result.findings if "cassette" in f.message} == {
+        "src/bot/agent.py:1",
+        "src/bot/router.py:1",
+    }
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["import requests\nrequests.post('x')\n", "from aiohttp import ClientSession\nClientSession()\n",
+     "import httpx2\nhttpx2.AsyncClient()\n"],
+)  # fmt: skip
+def test_boundary_recognises_other_clients(tmp_path, source):
+    repo = _package(tmp_path, {"app.py": source})
+    assert boundary(SimpleNamespace(repo=repo)).facts["client_modules"] == 1
