@@ -25,7 +25,7 @@ from grader.checks.replay_doc import replay_doc
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TAPES = FIXTURES / "tapes"
-CORPUS = FIXTURES / "corpus" if (FIXTURES / "corpus").is_dir() else TAPES / "corpus"
+CORPUS = FIXTURES / "corpus"  # real vcrpy cassettes, vendored with their LICENSE and source
 THRESHOLDS = {"cassette_total_mb": 5, "cassette_largest_mb": 1}
 SECRET = "sk-proj-" + "Q7fT2kLm9XzA4bNc8RdE1vWy5UhJ3pGs6"
 

@@ -16,8 +16,7 @@ from grader.tapes import MAX_PARSE_BYTES, canonical_key, load_tapes
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TAPES = FIXTURES / "tapes"
-# The shared vendored corpus wins when present; the copy beside these fixtures keeps a fresh clone green.
-CORPUS = FIXTURES / "corpus" if (FIXTURES / "corpus").is_dir() else TAPES / "corpus"
+CORPUS = FIXTURES / "corpus"  # real vcrpy cassettes, vendored with their LICENSE and source
 
 
 def _by_name(tapes):
