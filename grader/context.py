@@ -31,6 +31,9 @@ _GRADER_PLUGINS = ("pytest_socket", "_grader_pytest")
 _MAKEFILES = ("GNUmakefile", "makefile", "Makefile")
 _TARGET_LINE = re.compile(r"^([A-Za-z0-9_.\-/ ]+?)\s*::?(?!=)")
 _MAX_FIRST_FAILURES = 5
+# A traceback entry in pytest's long report, e.g. "tests/test_net.py:13: in test_raw"
+_FRAME = re.compile(r"^(?P<file>[^\s:][^:\n]*?\.py):(?P<line>\d+): ", re.MULTILINE)
+_BLOCKED_ARGS = re.compile(r"^_args = \('(?P<host>[^']*)', (?P<port>\d+)", re.MULTILINE)
 
 
 @dataclass
@@ -43,6 +46,7 @@ class ReplayRun:
     audit: AuditLog
     junit: Path | None
     misses: list[dict[str, object]] = field(default_factory=list)  # CASSETTE_MISS_LOG entries
+    blocked: list[tuple[str, str]] = field(default_factory=list)  # (file:line, what) refused by pytest-socket
 
 
 class Context:
@@ -163,6 +167,7 @@ class Context:
             audit=audit,
             junit=junit if junit.is_file() else None,
             misses=_read_jsonl(misses),
+            blocked=socket_refusals(junit),
         )
 
     def scratch_copy(self, name: str) -> Path:
@@ -280,3 +285,38 @@ def read_junit(path: Path) -> Results | None:
             res.first_failures.append(f"{name} (?): {_first_line(problem.get('message'))}")
     res.records = res.passed + res.failed + res.errors + res.skipped + res.xfailed
     return res if res.records else None
+
+
+def socket_refusals(junit: Path) -> list[tuple[str, str]]:
+    """(file:line, what) for each test pytest-socket stopped, from the grader's JUnit file.
+
+    pytest-socket raises before the socket exists, so the audit hook never sees these attempts; the
+    traceback's innermost frame inside the repository is the line that tried to connect.
+    """
+    if not junit.is_file():
+        return []
+    try:
+        root = ET.parse(junit).getroot()  # noqa: S314 - pytest wrote this file at a path the grader chose
+    except (ET.ParseError, OSError):
+        return []
+    out: list[tuple[str, str]] = []
+    for case in root.iter("testcase"):
+        for problem in (case.find("failure"), case.find("error")):
+            if problem is None:
+                continue
+            text = f"{problem.get('message') or ''}\n{problem.text or ''}"
+            if "SocketBlockedError" not in text:
+                continue
+            frames = [
+                f"{m.group('file')}:{m.group('line')}"
+                for m in _FRAME.finditer(problem.text or "")
+                if not m.group("file").startswith(("/", ".."))
+            ]
+            guess = (case.get("classname") or "?").replace(".", "/") + ".py"
+            where = frames[-1] if frames else guess
+            target = _BLOCKED_ARGS.search(problem.text or "")
+            what = "socket refused by pytest-socket"
+            if target:
+                what += f" ({target.group('host')}:{target.group('port')})"
+            out.append((where, what))
+    return out

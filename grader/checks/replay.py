@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from grader.audit import Results
@@ -12,12 +11,7 @@ from grader.context import ReplayRun
 if TYPE_CHECKING:
     from grader.context import Context
 
-# pytest-socket refuses the socket before any connect happens, so the audit hook never sees those attempts;
-# the refusal's exception in the grader-owned result log is the evidence instead.
-_SOCKET_BLOCKED = re.compile(r"SocketBlockedError|A test tried to use socket\.socket")
 _MAX_DETAILS = 10
-# audit.Results.first_failures lines: "nodeid (file:line): first line of the error"
-_FAILURE = re.compile(r"^(?P<nodeid>.*?) \((?P<where>[^()]*)\): ")
 
 
 def _zero_facts() -> dict[str, object]:
@@ -94,20 +88,19 @@ def replay(ctx: Context) -> CheckResult:
 
 
 def _attempts(rr: ReplayRun, results: Results) -> list[tuple[str, str]]:
-    """(file:line, what) per distinct attempt: the audit hook's events, then pytest-socket refusals."""
+    """(file:line, what) per distinct attempt: the audit hook's events, then pytest-socket's refusals
+    (which happen before a socket exists, so the hook never sees them)."""
     out: dict[tuple[str, str], None] = {}
     for event in rr.audit.network_attempts:
         what = f"{event.event} {event.target}".strip()
         out.setdefault((event.where or "?", what), None)
-    seen_files = {where.rsplit(":", 1)[0] for where, _ in out}
-    for line in results.first_failures:
-        if not _SOCKET_BLOCKED.search(line):
-            continue
-        match = _FAILURE.match(line)
-        where = match.group("where") if match else "?"
-        # The audit hook already placed this attempt when it saw a lookup from the same file.
-        if where.rsplit(":", 1)[0] not in seen_files:
-            out.setdefault((where, "socket refused by pytest-socket"), None)
+    for where, what in rr.blocked:
+        out.setdefault((where, what), None)
+    if not rr.blocked:
+        # No JUnit file (the run was killed before pytest wrote it): the result log still names the tests.
+        for line in results.first_failures:
+            if "SocketBlockedError" in line:
+                out.setdefault((line.split(" (", 1)[0], "socket refused by pytest-socket"), None)
     return list(out)
 
 
