@@ -49,7 +49,7 @@ _PLACEHOLDER_WORDS = (
     "${",
     "{{",
 )
-_MAX_RUN = 5  # a character repeated this often in a row does not happen in real random keys
+_MAX_RUN = 6  # a character repeated this often in a row (p < 1e-3 even for digit-only parts) is typed
 
 
 def left_boundary_ok(data: bytes, start: int) -> bool:
@@ -80,7 +80,8 @@ def _repetitive(body: str) -> bool:
     run = 1
     for prev, cur in itertools.pairwise(body):
         run = run + 1 if cur == prev else 1
-        if run >= _MAX_RUN:
+        # Digit-only parts (Slack ids) repeat digits by chance more often than mixed alphabets do.
+        if run >= (_MAX_RUN + 2 if cur.isdigit() else _MAX_RUN):
             return True
     # Patterns such as "aB3aB3aB3..." have decent per-character entropy but compress to almost nothing.
     if len(body) >= 24:

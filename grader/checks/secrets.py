@@ -1,0 +1,101 @@
+"""The `secrets` check: credentials in the working tree, the git history, the tapes and command output."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from grader.checks import CheckResult, Finding, register
+from grader.secrets import HistoryError, RuleError, Scanner, SecretFinding, is_git_repo
+from grader.secrets.history import scan_history_with
+from grader.secrets.tree import scan_tree_with
+
+if TYPE_CHECKING:
+    from grader.context import Context
+
+_SUMMARY_SHOWN = 3
+_KIND_WORDS = {"tree": "file", "tape": "tape", "history": "history", "output": "command output"}
+
+
+@register("secrets")
+def secrets(ctx: Context) -> CheckResult:
+    """Scans the tree, every commit of every ref, the tapes (gzip/base64 bodies too) and command output.
+
+    In-repo suppressions (`gitleaks:allow`, `.gitleaksignore`, `pragma: allowlist secret`, `# nosec`) are
+    ignored: a submission cannot silence this check. Command output is whatever other checks captured in
+    `ctx.outputs` by the time this check runs.
+
+    Facts:
+        findings: credentials found, all kinds together (in_tree + in_tapes + in_history + in_output)
+        in_tree: findings in working-tree files that are not tapes
+        in_tapes: findings in tapes (recordings) of the working tree
+        in_history: findings in git history, one per secret at the commit that introduced it (a key still
+            in the tree is counted here too)
+        in_output: findings in the output of commands the grader ran
+        rules_loaded: number of secret rules in grader/rules/secrets.toml
+        bytes_scanned: bytes read from files, blobs and outputs
+        files_scanned: working-tree files read
+        tapes_scanned: working-tree files recognised as tapes
+        commits_scanned: commits reachable from any ref (0 without git history)
+        outputs_scanned: command outputs scanned
+        summary: e.g. "no credentials in 42 files, 17 commits, 12 tapes and 3 command outputs" or
+            "2 credentials: openai-project-key at cassettes/ab.json:12 (sk-proj-…[redacted]), ..."
+    """
+    try:
+        scanner = Scanner()
+    except RuleError as exc:
+        return CheckResult(facts={"summary": f"not run: {exc}"}, not_assessable=str(exc))
+    cassette_dir = getattr(ctx.manifest, "cassette_dir", None)
+    tape_dirs = (cassette_dir.as_posix(),) if cassette_dir is not None else ()
+    details: list[str] = []
+
+    found = scan_tree_with(scanner, ctx.repo, tape_dirs=tape_dirs)
+    if is_git_repo(ctx.repo):
+        try:
+            found += scan_history_with(scanner, ctx.repo, tape_dirs=tape_dirs)
+        except HistoryError as exc:
+            details.append(f"history not scanned: {exc}")
+    else:
+        details.append("no git history: only the working tree was scanned")
+    for label, text in list(ctx.outputs):
+        found += scanner.scan_text(text, source=label or "command output")
+
+    stats = scanner.stats
+    counts = {kind: sum(f.kind == kind for f in found) for kind in _KIND_WORDS}
+    facts: dict[str, object] = {
+        "findings": len(found),
+        "in_tree": counts["tree"],
+        "in_tapes": counts["tape"],
+        "in_history": counts["history"],
+        "in_output": counts["output"],
+        "rules_loaded": len(scanner.rules),
+        "bytes_scanned": stats.bytes,
+        "files_scanned": stats.files,
+        "tapes_scanned": stats.tapes,
+        "commits_scanned": stats.commits,
+        "outputs_scanned": stats.outputs,
+        "summary": _summary(found, stats.files, stats.commits, stats.tapes, stats.outputs),
+    }
+    findings = [_to_finding(f) for f in found]
+    details += [f"{_KIND_WORDS[f.kind]}: {f.render()}" for f in found]
+    details += [f"skipped {line}" for line in stats.skipped]
+    return CheckResult(facts=facts, findings=findings, details=details)
+
+
+def _to_finding(f: SecretFinding) -> Finding:
+    where = {"history": " (in git history)", "output": " (in command output)", "tape": " (in a tape)"}
+    inside = f", inside a {f.encoding} body" if f.encoding else ""
+    message = f"{f.description}: {f.redacted}{where.get(f.kind, '')}{inside}; revoke it and remove it"
+    return Finding(rule=f.rule, message=message, location=f.location)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _summary(found: list[SecretFinding], files: int, commits: int, tapes: int, outputs: int) -> str:
+    if not found:
+        scope = [_plural(files, "file"), _plural(commits, "commit"), _plural(tapes, "tape")]
+        return f"no credentials in {', '.join(scope)} and {_plural(outputs, 'command output')}"
+    shown = ", ".join(f"{f.rule} at {f.location} ({f.redacted})" for f in found[:_SUMMARY_SHOWN])
+    more = f", and {len(found) - _SUMMARY_SHOWN} more" if len(found) > _SUMMARY_SHOWN else ""
+    return f"{_plural(len(found), 'credential')}: {shown}{more}"
