@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time
@@ -21,7 +20,7 @@ if TYPE_CHECKING:
     from grader.context import Context
     from grader.rubric import Rubric
 
-__all__ = ["Progress", "default_cache_root", "grade", "run_checks"]
+__all__ = ["Progress", "grade", "run_checks"]
 
 # step, seconds the step took, one-line message
 Progress = Callable[[str, float, str], None]
@@ -31,12 +30,6 @@ SCHEMA = "grade-report/1"
 _FIRST = ("replay",)
 # Run last: the secret scan also reads the output of every command the other checks ran.
 _LAST = ("secrets",)
-
-
-def default_cache_root() -> Path:
-    """Where per-submission environments are cached: $XDG_CACHE_HOME/cassette-grader (or ~/.cache/...)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "cassette-grader"
 
 
 def _no_progress(step: str, seconds: float, message: str) -> None:
@@ -55,6 +48,7 @@ def grade(
 ) -> dict[str, Any]:
     """Grade one submission; raises BadInput only for an unusable target (before any code runs)."""
     from grader.acquire import acquire
+    from grader.install import default_cache_root
     from grader.manifest import read_manifest
     from grader.sandbox import isolation
 

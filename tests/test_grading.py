@@ -260,7 +260,8 @@ def test_uninstallable_submission_is_not_assessable_not_a_crash(
 ) -> None:
     repo = make_submission(
         {"tests/test_ok.py": "def test_ok():\n    assert True\n"},
-        dependencies=["kit-missing-dependency @ file:///nonexistent/kit-missing-dependency"],
+        # No such version exists: resolution fails whatever the index holds.
+        dependencies=["pytest>=9999"],
     )
 
     done = grade_cli(
