@@ -94,7 +94,9 @@ def keys(ctx: Context) -> CheckResult:
         "probes_failed": probes_failed,
         "key_function": key_function,
     }
-    parts = [f"{len(kit) - mismatched}/{len(kit)} kit tapes re-hash to their own name"]
+    parts = [
+        f"{len(kit) - mismatched}/{len(kit)} kit tapes re-hash to their own name" if kit else "no kit tapes"
+    ]
     parts.append(
         f"{probes_run} probes, {probes_failed} failed" if probes_run or probes_failed else note or ""
     )
