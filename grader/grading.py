@@ -36,6 +36,15 @@ def _no_progress(step: str, seconds: float, message: str) -> None:
     return None
 
 
+def _one_line_progress(progress: Progress, limit: int = 240) -> Progress:
+    # Reasons (an install log tail) can span lines; a progress line must stay one line.
+    def report(step: str, seconds: float, message: str) -> None:
+        text = " ".join(str(message).split())
+        progress(step, seconds, text if len(text) <= limit else text[: limit - 1] + "…")
+
+    return report
+
+
 def grade(
     target: str,
     *,
@@ -52,7 +61,7 @@ def grade(
     from grader.manifest import read_manifest
     from grader.sandbox import isolation
 
-    report_progress = progress or _no_progress
+    report_progress = _one_line_progress(progress or _no_progress)
     cache_root = cache_root or default_cache_root()
     timings: dict[str, float] = {}
     notes: list[str] = []
@@ -76,7 +85,7 @@ def grade(
             how = "cached" if env.cached else f"installed with {env.tool}"
             report_progress("install", timings["install"], f"{how}: {env.venv}")
         else:
-            notes.append(f"install failed: {install_error}")
+            notes.append(f"install failed: {' '.join(str(install_error).split())}")
             report_progress("install", timings["install"], f"failed: {install_error}")
 
         from grader.context import Context
@@ -89,7 +98,8 @@ def grade(
             thresholds=rubric.thresholds,
             timeout=timeout,
         )
-        results = run_checks(ctx, [row.check for row in rubric.rows], timings, report_progress, jobs=jobs)
+        check_ids = [row.check for row in rubric.rows]
+        results = run_checks(ctx, check_ids, timings, report_progress, jobs=jobs)
         report = _report(workspace, rubric, results, timings, notes, isolation())
     finally:
         if keep_workspace:
