@@ -1,4 +1,4 @@
-"""The rule file: every rule's synthetic samples behave as documented, and a broken rule file fails clearly."""
+"""The rule file: each rule's synthetic samples behave as documented; a broken rule file fails clearly."""
 
 from __future__ import annotations
 
@@ -102,6 +102,7 @@ def test_a_missing_rule_file_names_the_path(tmp_path: Path) -> None:
 
 
 def test_the_rule_error_points_at_the_rule_line(tmp_path: Path) -> None:
-    text = "[[rules]]\nid = 'ok'\ndescription = 'd'\nregex = 'ab'\n\n[[rules]]\nid = \"bad\"\ndescription = 'd'\n"
+    text = "[[rules]]\nid = 'ok'\ndescription = 'd'\nregex = 'ab'\n\n"
+    text += "[[rules]]\nid = \"bad\"\ndescription = 'd'\n"
     with pytest.raises(RuleError, match=r"rules\.toml:7: rule bad: missing 'regex'"):
         load_rules(_write(tmp_path, text))
