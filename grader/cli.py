@@ -142,8 +142,9 @@ def _cmd_grade(args: list[str]) -> int:
     from grader.rubric import load_rubric
 
     opts = _grade_parser().parse_args(args)
-    if opts.output is not None and opts.output.is_dir():
-        raise BadInput(f"--output {opts.output} is a directory; give a file path")
+    if opts.output is not None:
+        # Checked now as well as at write time: a bad path should not cost a whole grading run.
+        _check_output(opts.output)
     # Validate the rubric before touching the target: a YAML typo should cost seconds, not a grading run.
     rubric = load_rubric(opts.rubric)
     started = time.monotonic()
@@ -180,11 +181,18 @@ def _cmd_grade(args: list[str]) -> int:
     return EXIT_OK
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file in the same folder + rename, so a reader never sees half a report."""
+def _check_output(path: Path) -> Path:
+    if path.is_dir():
+        raise BadInput(f"--output {path} is a directory; give a file path")
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise BadInput(f"--output {path}: folder {folder} does not exist; create it first")
+    return folder
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write via a temp file in the same folder + rename, so a reader never sees half a report."""
+    folder = _check_output(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
