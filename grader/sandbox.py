@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Isolation", "RunResult", "isolation", "run", "scrubbed_env"]
+__all__ = ["Isolation", "RunResult", "isolation", "reachable_by_sandbox_user", "run", "scrubbed_env"]
 
 NOBODY_UID = 65534
 NOBODY_GID = 65534
@@ -64,6 +64,7 @@ _NETWORK_ALLOWED = {
     "PIP_CERT",
     "PIP_DEFAULT_TIMEOUT",
     "PIP_RETRIES",
+    "PIP_DISABLE_PIP_VERSION_CHECK",
     "SSL_CERT_FILE",
     "SSL_CERT_DIR",
     "REQUESTS_CA_BUNDLE",
@@ -227,6 +228,11 @@ def _reachable_by_nobody(path: Path, *, execute: bool = False) -> bool:
     if execute:
         return _other_can(st, stat.S_IXOTH | stat.S_IROTH, stat.S_IXUSR | stat.S_IRUSR)
     return _other_can(st, stat.S_IROTH, stat.S_IRUSR)
+
+
+def reachable_by_sandbox_user(path: Path) -> bool:
+    """Whether a command dropped to the sandbox user could execute ``path`` (a Python to build a venv on)."""
+    return _reachable_by_nobody(Path(path), execute=True)
 
 
 def _venv_interpreter_paths(venv: Path) -> list[Path]:

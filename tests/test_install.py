@@ -1,0 +1,134 @@
+"""Per-submission venvs: real installs from the package index (PyPI), cached by dependency hash."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from grader import install
+from grader.errors import NotAssessable
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def area():
+    """World-traversable (as root the install runs as `nobody`, which cannot enter pytest's 0700 tmp_path)."""
+    path = Path(tempfile.mkdtemp(prefix="install-test-"))
+    path.chmod(0o755)
+    (path / "repo").mkdir()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _pyproject(repo: Path, deps: list[str], extra: str = "") -> None:
+    listed = ", ".join(f'"{d}"' for d in deps)
+    (repo / "pyproject.toml").write_text(
+        f'[project]\nname = "sub"\nversion = "0"\ndependencies = [{listed}]\n{extra}'
+    )
+
+
+def test_installs_declared_dependency_then_reuses_the_cache(area):
+    repo = area / "repo"
+    _pyproject(repo, ["iniconfig"])
+    env = install.ensure_env(repo, cache_root=area / "cache", timeout=300)
+    assert env.cached is False and env.tool == "uv"
+    check = "import iniconfig, pytest, pytest_socket, _grader_audit, _grader_pytest; print('ok')"
+    done = subprocess.run([str(env.python), "-c", check], capture_output=True, text=True, check=False)
+    assert done.stdout.strip() == "ok", done.stderr
+    assert env.bin == env.venv / "bin" and (env.bin / "pytest").exists()
+
+    start = time.monotonic()
+    again = install.ensure_env(repo, cache_root=area / "cache", timeout=300)
+    assert again.cached is True and again.venv == env.venv
+    assert time.monotonic() - start < 1.0
+
+
+def test_cached_venv_is_not_writable_by_submission_code(area):
+    from grader import sandbox
+
+    repo = area / "repo"
+    _pyproject(repo, ["iniconfig"])
+    env = install.ensure_env(repo, cache_root=area / "cache", timeout=300)
+    res = sandbox.run(
+        ["sh", "-c", 'echo evil > "$VIRTUAL_ENV/bin/pytest"'],
+        cwd=repo,
+        home=area / "home",
+        timeout=30,
+        venv=env.venv,
+    )
+    if res.user != "nobody":
+        pytest.skip("no privilege drop on this machine (not root, or the interpreter is unreachable)")
+    assert res.returncode != 0
+    assert "evil" not in (env.bin / "pytest").read_text()
+
+
+def test_missing_dependency_is_not_assessable_with_a_clear_reason(area):
+    repo = area / "repo"
+    _pyproject(repo, ["cassette-grader-no-such-package-4f2a9"])
+    with pytest.raises(NotAssessable) as caught:
+        install.ensure_env(repo, cache_root=area / "cache", timeout=300)
+    first, _, tail = caught.value.reason.partition("\n")
+    assert first.startswith("the submission's dependencies cannot be installed")
+    assert "cassette-grader-no-such-package-4f2a9" in first
+    assert tail  # the installer's own words follow
+    # Nothing half-built is left to be mistaken for a cached venv.
+    assert not any(p.is_dir() and len(p.name) == 32 for p in (area / "cache").iterdir())
+
+
+def test_unreachable_index_is_reported_as_infrastructure(area, monkeypatch):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("UV_DEFAULT_INDEX", f"http://127.0.0.1:{port}/simple")
+    monkeypatch.setenv("UV_INDEX_URL", f"http://127.0.0.1:{port}/simple")
+    repo = area / "repo"
+    _pyproject(repo, ["cassette-grader-unreachable-7c1"])
+    with pytest.raises(NotAssessable) as caught:
+        install.ensure_env(repo, cache_root=area / "cache", timeout=120)
+    assert caught.value.reason.startswith("package index unreachable")
+
+
+def test_requirements_txt_project(area):
+    repo = area / "repo"
+    (repo / "reqs").mkdir()
+    (repo / "requirements.txt").write_text(
+        "# runtime\niniconfig  # parses ini files\n-r reqs/more.txt\n-r ../../etc/passwd\n-e .\n"
+        "./vendored/pkg\nhttps://example.invalid/x.whl\n--index-url https://evil.invalid/simple\n"
+    )
+    (repo / "reqs" / "more.txt").write_text("pluggy\n")
+    assert install.read_requirements(repo) == ["iniconfig", "pluggy", "pytest", "pytest-socket"]
+    env = install.ensure_env(repo, cache_root=area / "cache", timeout=300)
+    done = subprocess.run(
+        [str(env.python), "-c", "import iniconfig, pluggy"], capture_output=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_reads_test_extras_and_dependency_groups(tmp_path):
+    _pyproject(
+        tmp_path,
+        ["httpx>=0.27", "sub[test]"],
+        '[project.optional-dependencies]\ntest = ["respx"]\ndocs = ["sphinx"]\n'
+        '[dependency-groups]\nlint = ["ruff"]\ndev = [{include-group = "lint"}, "mypy"]\n',
+    )
+    (tmp_path / "requirements.txt").write_text("ignored-when-pyproject-declares\n")
+    assert install.read_requirements(tmp_path) == [
+        "httpx>=0.27",
+        "mypy",
+        "pytest",
+        "pytest-socket",
+        "respx",
+        "ruff",
+    ]
+
+
+def test_default_cache_root_follows_xdg(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert install.default_cache_root() == tmp_path / "cassette-grader"
