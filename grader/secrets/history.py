@@ -129,13 +129,13 @@ def _cat_blobs(repo: Path, shas: list[str]) -> Iterator[tuple[str, bytes]]:
 def _introductions(repo: Path, wanted: set[str]) -> dict[str, tuple[int, str, str]]:
     """blob sha -> (order, short commit sha, path) of the oldest commit that added it, in one log walk."""
     log = _git(
-        repo, "log", "--all", "--reverse", "--raw", "--no-abbrev", "--no-renames", "-m", "--format=@%h"
+        repo, "log", "--all", "--reverse", "--raw", "--no-abbrev", "--no-renames", "-m", "--format=@%H"
     ).decode("utf-8", "surrogateescape")
     found: dict[str, tuple[int, str, str]] = {}
     commit, order = _UNKNOWN, 0
     for line in log.splitlines():
         if line.startswith("@"):
-            commit, order = line[1:], order + 1
+            commit, order = line[1:8], order + 1  # the 7-character short sha reports use
         elif line.startswith(":"):
             meta, _, path = line.partition("\t")
             new = meta.split(" ")[3]

@@ -1,0 +1,113 @@
+"""The `secrets` check on real git repositories: facts, findings, summary, and no secret in any output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import asdict
+from pathlib import Path
+from types import SimpleNamespace
+
+from grader.checks import Check
+from grader.checks.secrets import secrets
+from grader.secrets.samples import expand
+
+TAPE_KEY = expand("sk-proj-{{b64url:74}}T3BlbkFJ{{b64url:74}}", "check:tape")
+OLD_KEY = expand("AKIA{{upper32:16}}", "check:aws")
+OUT_KEY = expand("sk-ant-api03-{{b64url:93}}AA", "check:output")
+ALL = (TAPE_KEY, OLD_KEY, OUT_KEY)
+
+
+def _git(repo: Path, *args: str) -> None:
+    env = {
+        "GIT_AUTHOR_NAME": "C",
+        "GIT_AUTHOR_EMAIL": "c@example.invalid",
+        "GIT_COMMITTER_NAME": "C",
+        "GIT_COMMITTER_EMAIL": "c@example.invalid",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "HOME": str(repo),
+        "PATH": "/usr/bin:/bin:/usr/local/bin",
+    }
+    subprocess.run(["git", "-C", str(repo), *args], env=env, check=True, capture_output=True)
+
+
+def _ctx(repo: Path, outputs: list[tuple[str, str]] | None = None) -> SimpleNamespace:
+    manifest = SimpleNamespace(cassette_dir=Path("cassettes"))
+    return SimpleNamespace(repo=repo, manifest=manifest, outputs=outputs or [])
+
+
+def _clean_repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "sub"
+    (repo / "cassettes").mkdir(parents=True)
+    (repo / "cassettes" / "a1.json").write_text(
+        '{"version": 1, "request": {}, "response": {"status": 200}}\n'
+    )
+    (repo / "app.py").write_text('import os\nKEY = os.environ["OPENAI_API_KEY"]\n')
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "init")
+    return repo
+
+
+def test_a_clean_submission_has_zero_findings_and_a_scope_summary(tmp_path: Path) -> None:
+    result = secrets(_ctx(_clean_repo(tmp_path), [("make test", "2 passed\n")]))
+    facts = result.facts
+    assert facts["findings"] == 0
+    assert facts["summary"] == "no credentials in 2 files, 1 commit, 1 tape and 1 command output"
+    assert facts["rules_loaded"] >= 20
+    assert facts["bytes_scanned"] > 0
+    assert result.findings == [] and result.not_assessable is None
+
+
+def test_keys_in_a_tape_in_history_and_in_output_are_each_counted(tmp_path: Path) -> None:
+    repo = _clean_repo(tmp_path)
+    (repo / "settings.ini").write_text(f"aws_access_key_id = {OLD_KEY}\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "settings")
+    (repo / "settings.ini").unlink()
+    (repo / "cassettes" / "b2.json").write_text(
+        json.dumps(
+            {"request": {"headers": {"Authorization": f"Bearer {TAPE_KEY}"}}, "response": {}}, indent=2
+        )
+    )
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "tape; drop settings  # gitleaks:allow")
+    (repo / ".gitleaksignore").write_text("settings.ini\ncassettes/b2.json\n")
+    output = f"Traceback ...\nAuthenticationError: bad key {OUT_KEY}\n"
+
+    result = secrets(_ctx(repo, [("python -m triage 'hi'", output)]))
+    facts = result.facts
+    assert (facts["in_tree"], facts["in_tapes"], facts["in_history"], facts["in_output"]) == (0, 1, 2, 1)
+    assert facts["findings"] == 4
+    locations = sorted(f.location for f in result.findings)
+    assert "cassettes/b2.json:4" in locations
+    assert "python -m triage 'hi':2" in locations
+    assert any(loc.endswith(":settings.ini:1") for loc in locations)
+    assert str(facts["summary"]).startswith("4 credentials: ")
+    assert "[redacted]" in str(facts["summary"])
+
+
+def test_no_full_secret_appears_in_facts_findings_or_details(tmp_path: Path) -> None:
+    repo = _clean_repo(tmp_path)
+    (repo / "cassettes" / "leak.json").write_text(f'{{"key": "{TAPE_KEY}", "aws": "{OLD_KEY}"}}\n')
+    result = secrets(_ctx(repo, [("make demo", OUT_KEY)]))
+    rendered = json.dumps(
+        {"facts": result.facts, "findings": [asdict(f) for f in result.findings], "details": result.details}
+    )
+    assert result.facts["findings"] == 3
+    for key in ALL:
+        assert key not in rendered
+        assert key[8:24] not in rendered  # not even a middle slice of it
+
+
+def test_documented_facts_match_reported_facts(tmp_path: Path) -> None:
+    documented = Check.from_function("secrets", secrets).facts
+    reported = secrets(_ctx(_clean_repo(tmp_path))).facts
+    assert set(documented) == set(reported)
+
+
+def test_a_directory_without_git_is_scanned_and_says_so(tmp_path: Path) -> None:
+    (tmp_path / "k.txt").write_text(OLD_KEY)
+    result = secrets(_ctx(tmp_path))
+    assert result.facts["in_tree"] == 1 and result.facts["commits_scanned"] == 0
+    assert "no git history: only the working tree was scanned" in result.details

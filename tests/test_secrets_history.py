@@ -1,0 +1,110 @@
+"""Git history: a key committed and later deleted is still found, at the commit that introduced it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from grader.secrets import Scanner, is_git_repo, scan_history, scan_tree
+from grader.secrets.history import scan_history_with
+from grader.secrets.samples import expand
+
+KEY = expand("sk-or-v1-{{hex:64}}", "history:openrouter")
+OTHER = expand("hf_{{alpha:34}}", "history:hf")
+
+
+def _git(repo: Path, *args: str, when: int = 0) -> str:
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "Candidate",
+        "GIT_AUTHOR_EMAIL": "candidate@example.invalid",
+        "GIT_COMMITTER_NAME": "Candidate",
+        "GIT_COMMITTER_EMAIL": "candidate@example.invalid",
+        "GIT_AUTHOR_DATE": f"2026-01-01T10:00:{when:02d}Z",
+        "GIT_COMMITTER_DATE": f"2026-01-01T10:00:{when:02d}Z",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "HOME": str(repo),
+    }
+    out = subprocess.run(["git", "-C", str(repo), *args], env=env, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def _commit(repo: Path, message: str, when: int) -> str:
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", message, when=when)
+    return _git(repo, "rev-parse", "--short=7", "HEAD")
+
+
+def _repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    (repo / "README.md").write_text("# triage\n")
+    _commit(repo, "init", 1)
+    return repo
+
+
+def test_a_key_committed_then_deleted_is_found_at_its_introducing_commit(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    (repo / "config.py").write_text(f'MODEL = "gpt-4o-mini"\nKEY = "{KEY}"\n')
+    introduced = _commit(repo, "add config", 2)
+    (repo / "config.py").write_text(f'MODEL = "gpt-4o"\nKEY = "{KEY}"\n# more\n')
+    _commit(repo, "tweak config", 3)
+    (repo / "config.py").write_text('MODEL = "gpt-4o"\nKEY = os.environ["OPENROUTER_API_KEY"]\n')
+    _commit(repo, "remove key", 4)
+
+    assert scan_tree(repo) == []
+    (finding,) = scan_history(repo)
+    assert finding.kind == "history"
+    assert finding.location == f"{introduced}:config.py:2"
+    assert KEY not in repr(finding)
+
+
+def test_a_key_on_another_branch_only_is_found(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    _git(repo, "checkout", "-q", "-b", "experiment")
+    (repo / "notes.md").write_text(f"token: {OTHER}\n")
+    commit = _commit(repo, "wip", 2)
+    _git(repo, "checkout", "-q", "main")
+    assert [f.location for f in scan_history(repo)] == [f"{commit}:notes.md:1"]
+
+
+def test_a_key_in_tree_and_history_is_reported_once_per_kind(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    (repo / "cassettes").mkdir()
+    (repo / "cassettes" / "a.json").write_text(f'{{"headers": {{"authorization": "Bearer {KEY}"}}}}\n')
+    (repo / "cassettes" / "b.json").write_text(f'{{"headers": {{"authorization": "Bearer {KEY}"}}}}\n')
+    first = _commit(repo, "tapes", 2)
+    (repo / "cassettes" / "a.json").write_text(
+        f'{{"headers": {{"authorization": "Bearer {KEY}"}}, "x": 1}}\n'
+    )
+    _commit(repo, "edit tape", 3)
+
+    tree = scan_tree(repo)
+    assert sorted((f.kind, f.location) for f in tree) == [
+        ("tape", "cassettes/a.json:1"),
+        ("tape", "cassettes/b.json:1"),
+    ]
+    history = scan_history(repo)
+    assert len(history) == 1
+    assert history[0].commit == first
+
+
+def test_history_statistics_count_commits_and_blobs(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    for i in range(3):
+        (repo / f"f{i}.txt").write_text(f"version {i}\n")
+        _commit(repo, f"c{i}", 2 + i)
+    scanner = Scanner()
+    assert scan_history_with(scanner, repo) == []
+    assert scanner.stats.commits == 4
+    assert scanner.stats.blobs == 4
+    assert scanner.stats.bytes > 0
+
+
+def test_a_plain_directory_has_no_history(tmp_path: Path) -> None:
+    (tmp_path / "k.txt").write_text(KEY)
+    assert not is_git_repo(tmp_path)
+    assert scan_history(tmp_path) == []
+    assert len(scan_tree(tmp_path)) == 1
