@@ -70,7 +70,8 @@ def grade_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
     def run(
         args: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None, timeout: float = 600
     ) -> subprocess.CompletedProcess[str]:
-        full_env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
+        pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+        full_env = {**os.environ, "PYTHONPATH": pythonpath, **(env or {})}
         full_env.pop("GRADE_DEBUG", None)
         return subprocess.run(
             [sys.executable, "-m", "grader", *args],
