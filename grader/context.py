@@ -6,6 +6,7 @@ import configparser
 import json
 import os
 import re
+import shlex
 import shutil
 import threading
 import xml.etree.ElementTree as ET
@@ -131,32 +132,35 @@ class Context:
         """The replay suite (`make test` when the Makefile has it, else `python -m pytest`), run once."""
         with self._replay_lock:
             if self._replay is None:
-                self._replay = self._run_replay()
+                self._replay = self.run_suite(self.repo, label="replay")
             return self._replay
 
-    def _run_replay(self) -> ReplayRun:
+    def run_suite(self, cwd: Path, *, label: str = "suite") -> ReplayRun:
+        """Run the suite as `replay_run` does, in another checkout (e.g. a scratch copy); not memoized."""
         venv = self.require_env().venv
-        command = ["make", "test"] if "test" in makefile_targets(self.repo) else ["python", "-m", "pytest"]
-        results_log = self.log_path("replay", ".results.jsonl")
-        junit = self.log_path("replay", ".junit.xml")
-        misses = self.log_path("replay", ".misses.jsonl")
+        command = ["make", "test"] if "test" in makefile_targets(cwd) else ["python", "-m", "pytest"]
+        results_log = self.log_path(label, ".results.jsonl")
+        junit = self.log_path(label, ".junit.xml")
+        misses = self.log_path(label, ".misses.jsonl")
         plugins = [m for m in pytest_plugin_modules(venv) if m not in _GRADER_PLUGINS]
         addopts = [
-            *(f"-p {m}" for m in (*_GRADER_PLUGINS, *plugins)),
+            *(arg for m in (*_GRADER_PLUGINS, *plugins) for arg in ("-p", m)),
             "--disable-socket",
             "--allow-unix-socket",
             f"--junitxml={junit}",
             # Keep .pytest_cache out of the checkout: the secret and hygiene scans read the tree afterwards.
-            f"-o cache_dir={self._logs / 'pytest-cache'}",
+            "-o",
+            f"cache_dir={junit.with_suffix('.cache')}",
         ]
         env = {
-            "PYTEST_ADDOPTS": " ".join(addopts),
+            # pytest splits PYTEST_ADDOPTS with shlex: quote, since the workspace path may hold spaces.
+            "PYTEST_ADDOPTS": shlex.join(addopts),
             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
             "GRADER_RESULT_LOG": str(results_log),
             "CASSETTE_MISS_LOG": str(misses),
             "CASSETTE_MODE": "replay",
         }
-        run, audit = self.run(command, env=env, label="replay")
+        run, audit = self.run(command, cwd=cwd, env=env, label=label)
         logged = read_result_log(results_log)
         # JUnit is the fallback when the grader's plugin never wrote (e.g. pytest crashed loading it).
         results = logged if logged.records else read_junit(junit)
