@@ -92,3 +92,13 @@ def test_a_deleted_tape_fails_loudly_by_key(recorded: Recorded, tmp_path: Path) 
     assert f"no tape {victim.stem}" in output and "make record" in output
     assert "SocketBlockedError" not in output and "ConnectError" not in output
     assert [json.loads(line)["key"] for line in ledger.read_text().splitlines()] == [victim.stem]
+
+
+def test_make_prune_removes_duplicates_and_keeps_used_tapes(recorded: Recorded) -> None:
+    original = _tapes(recorded.project)
+    duplicate = recorded.project / "cassettes" / "ffffffffffffffff.json"
+    duplicate.write_bytes(original[0].read_bytes())
+    result = run(["make", "-s", "prune"], recorded.project, baked_venv().env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"removed cassettes/{duplicate.name} (duplicate of {original[0].name})" in result.stdout
+    assert _tapes(recorded.project) == original

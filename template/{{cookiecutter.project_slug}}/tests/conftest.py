@@ -11,7 +11,9 @@ import re
 import pytest
 from pytest_socket import disable_socket, enable_socket
 
-_CREDENTIAL = re.compile(r".*(_API_KEY|_TOKEN)$|^(OPENAI|ANTHROPIC)_(BASE_URL|ORG_ID|ORGANIZATION|PROJECT_ID)$")
+_CREDENTIAL = re.compile(
+    r".*(_API_KEY|_TOKEN)$|^(OPENAI|ANTHROPIC)_(BASE_URL|ORG_ID|ORGANIZATION|PROJECT_ID)$"
+)
 
 
 def _replaying() -> bool:

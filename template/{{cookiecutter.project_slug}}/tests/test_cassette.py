@@ -47,10 +47,18 @@ class Upstream:
             return httpx.Response(self.status, headers={"content-type": "text/event-stream"}, text=SSE)
         return httpx.Response(
             self.status,
-            headers={"content-type": "application/json", "openai-model": "gpt-4o-mini-2024-07-18",
-                     "set-cookie": "session=abc", "x-request-id": "req_123"},
-            json={"model": "gpt-4o-mini-2024-07-18", "echo_auth": request.headers.get("authorization"),
-                  "echo_body": json.loads(request.content), "choices": [{"message": {"content": "ok"}}]},
+            headers={
+                "content-type": "application/json",
+                "openai-model": "gpt-4o-mini-2024-07-18",
+                "set-cookie": "session=abc",
+                "x-request-id": "req_123",
+            },
+            json={
+                "model": "gpt-4o-mini-2024-07-18",
+                "echo_auth": request.headers.get("authorization"),
+                "echo_body": json.loads(request.content),
+                "choices": [{"message": {"content": "ok"}}],
+            },
         )
 
 
@@ -74,17 +82,35 @@ def _tapes(tmp_path: Path) -> list[Path]:
 
 def test_key_ignores_order_whitespace_and_volatile_fields() -> None:
     reordered = dict(reversed(list(BODY.items())))
-    noisy = {**BODY, "user": "u-42", "metadata": {"run": "7"}, "stream_options": {"include_usage": True},
-             "request_id": "r-1", "idempotency_key": "i-1"}
-    parts = {**BODY, "messages": [BODY["messages"][0],
-                                  {"role": "user", "content": [{"type": "text", "text": "hi",
-                                                                "cache_control": {"type": "ephemeral"}}]}]}
+    noisy = {
+        **BODY,
+        "user": "u-42",
+        "metadata": {"run": "7"},
+        "stream_options": {"include_usage": True},
+        "request_id": "r-1",
+        "idempotency_key": "i-1",
+    }
+    parts = {
+        **BODY,
+        "messages": [
+            BODY["messages"][0],
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}],
+            },
+        ],
+    }
     assert key_for(BODY) == key_for(reordered) == key_for(noisy) == key_for(parts)
 
 
 def test_key_changes_with_model_temperature_and_stream() -> None:
-    keys = {key_for(BODY), key_for({**BODY, "model": "gpt-4o"}), key_for({**BODY, "temperature": 0.7}),
-            key_for({**BODY, "stream": True}), key_for({**BODY, "temperature": 0.0})}
+    keys = {
+        key_for(BODY),
+        key_for({**BODY, "model": "gpt-4o"}),
+        key_for({**BODY, "temperature": 0.7}),
+        key_for({**BODY, "stream": True}),
+        key_for({**BODY, "temperature": 0.0}),
+    }
     assert len(keys) == 5
 
 
@@ -136,11 +162,17 @@ def test_record_writes_the_tape_format_then_replays_offline(tmp_path: Path) -> N
     assert tape["key"] == tape_path.stem == key_for(tape["request"])
     assert tape["request"] == {"method": "POST", "path": "/v1/chat/completions", "body": BODY}
     assert tape["response"]["status"] == 200
-    assert tape["response"]["headers"] == {"content-type": "application/json",
-                                           "openai-model": "gpt-4o-mini-2024-07-18"}
+    assert tape["response"]["headers"] == {
+        "content-type": "application/json",
+        "openai-model": "gpt-4o-mini-2024-07-18",
+    }
     meta = tape["meta"]
     assert (meta["model"], meta["served_model"], meta["provider"], meta["endpoint"]) == (
-        "gpt-4o-mini", "gpt-4o-mini-2024-07-18", "openai", "api.example.test")
+        "gpt-4o-mini",
+        "gpt-4o-mini-2024-07-18",
+        "openai",
+        "api.example.test",
+    )
     assert meta["recorded_at"].endswith("Z") and meta["normalized"] == ["user"]
 
     replay = CassetteTransport(tmp_path / "tapes", mode="replay")

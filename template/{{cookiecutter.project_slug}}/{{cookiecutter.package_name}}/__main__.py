@@ -48,7 +48,7 @@ def _read_tickets(path: Path) -> list[dict[str, Any]]:
             if not isinstance(ticket.get("message"), str):
                 raise ValueError
         except (ValueError, AttributeError):
-            raise SystemExit(f"{path}:{number}: expected a JSON object with a \"message\" string") from None
+            raise SystemExit(f'{path}:{number}: expected a JSON object with a "message" string') from None
         tickets.append(ticket)
     return tickets
 
@@ -90,7 +90,7 @@ def _run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description="Triage support messages.")
     parser.add_argument("message", nargs="?", help="one support message")
-    parser.add_argument("--file", help="a JSONL file of {\"message\": ...} objects")
+    parser.add_argument("--file", help='a JSONL file of {"message": ...} objects')
     parser.add_argument("--table", action="store_true", help="with --file: print a table instead of JSONL")
     args = parser.parse_args(argv)
     before = _ledger_size()

@@ -1,8 +1,9 @@
 """Record model calls once, replay them offline forever: a cassette layer at the HTTP transport boundary.
 
 The tape logic (keys, normalization, redaction, the file format) knows nothing about the HTTP library.
-Thin transports adapt it to ``httpx`` (``CassetteTransport``, ``AsyncCassetteTransport``) and to ``httpx2``,
-the fork the official openai/anthropic SDKs are built on (``CassetteTransport2``, ``AsyncCassetteTransport2``).
+Thin transports adapt it to ``httpx`` (``CassetteTransport``, ``AsyncCassetteTransport``) and to
+``httpx2``, the fork the official openai/anthropic SDKs are built on (``CassetteTransport2``,
+``AsyncCassetteTransport2``).
 Both libraries are imported only when one of their transports is first used, so only one need be installed.
 
 Modes (``CASSETTE_MODE`` when ``mode`` is not given):
@@ -494,7 +495,9 @@ def prune(cassette_dir: Path, used_log: Path) -> list[tuple[Path, str]]:
         try:
             used.add(json.loads(line)["key"])
         except (ValueError, KeyError, TypeError):
-            raise SystemExit(f"prune: {used_log}:{number}: not a JSON line with a key; delete the file") from None
+            raise SystemExit(
+                f"prune: {used_log}:{number}: not a JSON line with a key; delete the file"
+            ) from None
     if not used:
         raise SystemExit(f"prune: {used_log} lists no tapes; refusing to delete every tape")
     removed = []

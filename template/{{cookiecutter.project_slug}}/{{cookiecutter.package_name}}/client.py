@@ -48,8 +48,10 @@ def endpoint() -> Endpoint:
     return Endpoint(f"{base}/chat/completions", {"authorization": f"Bearer {key}"} if key else {})
 
 
-def build_client(*, mode: str | None = None, cassette_dir: Path | None = None, timeout: float = 60.0) -> httpx.Client:
-    """An ``httpx.Client`` whose only transport is the cassette (replay unless ``CASSETTE_MODE`` says otherwise)."""
+def build_client(
+    *, mode: str | None = None, cassette_dir: Path | None = None, timeout: float = 60.0
+) -> httpx.Client:
+    """An ``httpx.Client`` whose only transport is the cassette (``CASSETTE_MODE``, default replay)."""
     transport = CassetteTransport(cassette_dir or CASSETTE_DIR, mode=mode)
     if transport.cassette.mode != "replay" and not os.environ.get(API_KEY_ENV):
         raise ModelError(f"set {API_KEY_ENV} (and {BASE_URL_ENV} for another endpoint) to record")
@@ -90,7 +92,9 @@ def complete(system: str, user: str, *, client: httpx.Client | None = None, mode
     client = client or build_client()
     target = endpoint()
     try:
-        response = client.post(target.url, json=request_body(system, user, model=model), headers=target.headers)
+        response = client.post(
+            target.url, json=request_body(system, user, model=model), headers=target.headers
+        )
     finally:
         if own:
             client.close()
