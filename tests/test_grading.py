@@ -190,6 +190,29 @@ def test_make_test_is_the_replay_command_and_demo_runs(make_submission, grade_ca
 
 
 @pytest.mark.slow
+def test_counts_come_from_the_grader_not_the_suite_output(make_submission, grade_cache: Path) -> None:
+    repo = make_submission(
+        {
+            "tests/test_loud.py": """
+                import sys
+
+
+                def test_real_failure():
+                    print("=" * 20 + " 50 passed in 0.01s " + "=" * 20)
+                    sys.stderr.write("50 passed, 0 failed\\n")
+                    assert False, "the only test fails"
+                """,
+        }
+    )
+
+    report = _grade(repo, grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert (facts["passed"], facts["failed"]) == (0, 1), facts
+    assert _row(report, "offline-replay")["score"] == 0
+
+
+@pytest.mark.slow
 def test_hanging_suite_is_graded_within_the_timeout(make_submission, grade_cache: Path) -> None:
     repo = make_submission(
         {
