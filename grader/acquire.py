@@ -1,0 +1,341 @@
+"""TARGET -> a fresh git checkout in a grader-owned workspace (git URL, local repo, directory, archive).
+
+Nothing here runs submission code, and the user's own files are never written: a local repo is cloned, a
+directory is copied, an archive is extracted with every member checked first. git runs with hooks, fsmonitor,
+system/global config, prompts and submodules all off, so a hostile repository is just data.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import subprocess
+import tarfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from grader.errors import BadInput
+
+__all__ = ["Workspace", "acquire", "redact"]
+
+CLONE_TIMEOUT = 300.0
+MAX_TOTAL_BYTES = 200 * 1024**2
+MAX_FILES = 20_000
+_URL = re.compile(r"^(https?|ssh|git|file)://", re.IGNORECASE)
+_SCP = re.compile(r"^[\w.-]+@[\w.-]+:(?!//)")  # git@github.com:org/repo.git
+_ARCHIVES = (".zip", ".tar.gz", ".tgz", ".tar")
+# Folders a directory target may carry that are never part of a submission (and can be huge).
+_SKIP_DIRS = {".venv", "venv", "node_modules", "__pycache__", ".tox", ".nox", ".mypy_cache", ".pytest_cache"}
+_IDENTITY = {
+    "GIT_AUTHOR_NAME": "cassette grader",
+    "GIT_AUTHOR_EMAIL": "grader@localhost",
+    "GIT_COMMITTER_NAME": "cassette grader",
+    "GIT_COMMITTER_EMAIL": "grader@localhost",
+    # A fixed date: the same folder always yields the same commit sha.
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
+    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
+}
+_SAFE_CONFIG = (
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "core.symlinks=true",
+    "protocol.file.allow=user",
+    "protocol.ext.allow=never",
+    "submodule.recurse=false",
+    "safe.directory=*",
+    "advice.detachedHead=false",
+    "init.defaultBranch=main",
+)
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+    repo: Path
+    commit: str
+    source: str
+
+
+def redact(text: str) -> str:
+    """Hide ``user:password@`` (or a bare token) in any URL inside ``text``."""
+    return re.sub(r"(?<=://)[^/@\s]+@", "***@", text)
+
+
+def _git_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    home.mkdir(parents=True, exist_ok=True)
+    env.update(
+        HOME=str(home),
+        XDG_CONFIG_HOME=str(home),
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL="/dev/null",
+        GIT_TERMINAL_PROMPT="0",
+        GIT_ASKPASS="/bin/true",
+        SSH_ASKPASS="/bin/true",
+        GIT_SSH_COMMAND="ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new",
+        LC_ALL="C",
+    )
+    return env
+
+
+def _git(args: list[str], *, cwd: Path, home: Path, timeout: float = CLONE_TIMEOUT, extra_env=None):
+    argv = ["git"]
+    for item in _SAFE_CONFIG:
+        argv += ["-c", item]
+    env = _git_env(home)
+    if extra_env:
+        env.update(extra_env)
+    return subprocess.run(
+        argv + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def _clone_error(source: str, stderr: str, code: int) -> BadInput:
+    low = stderr.lower()
+    if "not found" in low or "does not appear to be a git repository" in low or "does not exist" in low:
+        why = "repository not found"
+    elif "could not resolve host" in low or "name or service not known" in low:
+        why = "host not found"
+    elif "connection refused" in low or "unable to connect" in low or "connection timed out" in low:
+        why = "cannot connect"
+    elif "authentication" in low or "could not read username" in low or "permission denied" in low:
+        why = (
+            "authentication required (pass a URL the grader can read, or clone it yourself and pass the path)"
+        )
+    else:
+        lines = [line for line in stderr.strip().splitlines() if line.strip()]
+        why = lines[-1].strip() if lines else "unknown error"
+    return BadInput(f"cannot clone {redact(source)}: {redact(why)} (git exit {code})")
+
+
+def _clone(url: str, ref: str | None, root: Path, source: str) -> Path:
+    repo = root / "repo"
+    home = root / ".git-home"
+    try:
+        done = _git(
+            ["clone", "--no-recurse-submodules", "--no-hardlinks", "--quiet", "--", url, str(repo)],
+            cwd=root,
+            home=home,
+        )
+    except subprocess.TimeoutExpired:
+        raise BadInput(f"cannot clone {redact(source)}: timed out after {CLONE_TIMEOUT:.0f}s") from None
+    if done.returncode != 0:
+        raise _clone_error(source, done.stderr, done.returncode)
+    _harden(repo, home)
+    if ref:
+        _checkout(repo, ref, home, source)
+    return repo
+
+
+def _harden(repo: Path, home: Path) -> None:
+    # Later grader git commands on this checkout (history scans) inherit the safe settings.
+    for item in ("core.hooksPath=/dev/null", "core.fsmonitor=false"):
+        key, _, value = item.partition("=")
+        _git(["config", key, value], cwd=repo, home=home)
+
+
+def _checkout(repo: Path, ref: str, home: Path, source: str) -> None:
+    for candidate in (ref, f"origin/{ref}", f"refs/tags/{ref}"):
+        found = _git(["rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}"], cwd=repo, home=home)
+        if found.returncode == 0:
+            sha = found.stdout.strip()
+            break
+    else:
+        fetched = _git(["fetch", "--quiet", "origin", ref], cwd=repo, home=home)
+        if fetched.returncode != 0:
+            raise BadInput(f"{redact(source)}: no branch, tag or commit named {ref!r}")
+        sha = _git(["rev-parse", "FETCH_HEAD"], cwd=repo, home=home).stdout.strip()
+    done = _git(["checkout", "--quiet", "--detach", sha], cwd=repo, home=home)
+    if done.returncode != 0:
+        raise BadInput(f"{redact(source)}: cannot check out {ref!r}: {done.stderr.strip().splitlines()[-1:]}")
+
+
+def _commit_snapshot(repo: Path, root: Path) -> None:
+    home = root / ".git-home"
+    for args in (
+        ["init", "--quiet"],
+        ["add", "--all"],
+        ["commit", "--quiet", "--allow-empty", "-m", "snapshot"],
+    ):
+        done = _git(args, cwd=repo, home=home, extra_env=_IDENTITY)
+        if done.returncode != 0:
+            raise BadInput(f"cannot snapshot {repo} into git: {done.stderr.strip()[:200]}")
+    _harden(repo, home)
+
+
+def _copy_tree(src: Path, dest: Path) -> None:
+    """Copy without following links: symlinks stay symlinks, special files are skipped."""
+    files = total = 0
+    dest.mkdir()
+    for dirpath, dirnames, filenames in os.walk(src, followlinks=False):
+        rel = Path(dirpath).relative_to(src)
+        dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS]
+        for name in (*dirnames, *filenames):
+            s, d = Path(dirpath) / name, dest / rel / name
+            st = os.lstat(s)
+            if stat.S_ISLNK(st.st_mode):
+                os.symlink(os.readlink(s), d)
+            elif stat.S_ISDIR(st.st_mode):
+                d.mkdir()
+            elif stat.S_ISREG(st.st_mode):
+                files += 1
+                total += st.st_size
+                if files > MAX_FILES or total > MAX_TOTAL_BYTES:
+                    raise BadInput(
+                        f"directory {src} is too large to grade (over {MAX_FILES} files or "
+                        f"{MAX_TOTAL_BYTES // 1024**2} MB); pass the repository instead"
+                    )
+                shutil.copy2(s, d, follow_symlinks=False)
+        # os.walk lists symlinks to folders in dirnames; they were copied as links, do not descend.
+        dirnames[:] = [d for d in dirnames if not (Path(dirpath) / d).is_symlink()]
+
+
+# --- archives ----------------------------------------------------------------------------------------------
+
+
+def _safe_member(archive: str, name: str) -> PurePosixPath:
+    norm = name.replace("\\", "/")
+    path = PurePosixPath(norm)
+    if norm.startswith("/") or re.match(r"^[A-Za-z]:", norm):
+        raise BadInput(f"archive {archive}: member {name} has an absolute path")
+    if ".." in path.parts:
+        raise BadInput(f"archive {archive}: member {name} escapes the target")
+    return path
+
+
+def _check_link(archive: str, member: PurePosixPath, target: str) -> None:
+    if target.startswith("/") or ".." in PurePosixPath(os.path.normpath(str(member.parent / target))).parts:
+        raise BadInput(f"archive {archive}: link {member} -> {target} points outside the archive")
+
+
+def _check_caps(archive: str, files: int, total: int) -> None:
+    if files > MAX_FILES:
+        raise BadInput(f"archive {archive}: more than {MAX_FILES} files")
+    if total > MAX_TOTAL_BYTES:
+        raise BadInput(f"archive {archive}: more than {MAX_TOTAL_BYTES // 1024**2} MB uncompressed")
+
+
+def _extract_zip(path: Path, dest: Path) -> None:
+    name = path.name
+    try:
+        zf = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise BadInput(f"archive {name}: not a readable zip file ({exc})") from None
+    with zf:
+        infos = zf.infolist()
+        _check_caps(name, len(infos), sum(i.file_size for i in infos))
+        written = 0
+        for info in infos:
+            member = _safe_member(name, info.filename)
+            # Only Unix-made zips carry a file type in the high bits; 0 there means a regular file.
+            mode = info.external_attr >> 16 if info.create_system == 3 else 0
+            kind = stat.S_IFMT(mode)
+            out = dest / member
+            if info.is_dir():
+                out.mkdir(parents=True, exist_ok=True)
+                continue
+            if kind and kind not in (stat.S_IFREG, stat.S_IFLNK):
+                raise BadInput(f"archive {name}: member {info.filename} is a device or special file")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            if kind == stat.S_IFLNK:
+                target = zf.read(info).decode("utf-8", errors="replace")
+                _check_link(name, member, target)
+                os.symlink(target, out)
+                continue
+            # Count real bytes: a zip bomb can declare small sizes.
+            with zf.open(info) as src, open(out, "wb") as dst:
+                while chunk := src.read(1 << 20):
+                    written += len(chunk)
+                    _check_caps(name, 0, written)
+                    dst.write(chunk)
+
+
+def _extract_tar(path: Path, dest: Path) -> None:
+    name = path.name
+    try:
+        tf = tarfile.open(path, "r:*")
+    except (tarfile.TarError, OSError) as exc:
+        raise BadInput(f"archive {name}: not a readable tar file ({exc})") from None
+    with tf:
+        members = tf.getmembers()
+        _check_caps(name, len(members), sum(m.size for m in members if m.isfile()))
+        for m in members:
+            member = _safe_member(name, m.name)
+            if m.isdev() or not (m.isfile() or m.isdir() or m.issym() or m.islnk()):
+                raise BadInput(f"archive {name}: member {m.name} is a device or special file")
+            if m.issym():
+                _check_link(name, member, m.linkname)
+            elif m.islnk():
+                _safe_member(name, m.linkname)
+        try:
+            if hasattr(tarfile, "data_filter"):
+                tf.extractall(dest, members=members, filter="data")
+            else:  # pragma: no cover - Python without extraction filters; members were checked above
+                tf.extractall(dest, members=members)  # noqa: S202
+        except (tarfile.TarError, OSError) as exc:
+            raise BadInput(f"archive {name}: cannot extract safely ({exc})") from None
+
+
+def _from_archive(path: Path, root: Path, source: str) -> Path:
+    staging = root / ".extract"
+    staging.mkdir()
+    if path.name.lower().endswith(".zip"):
+        _extract_zip(path, staging)
+    else:
+        _extract_tar(path, staging)
+    entries = list(staging.iterdir())
+    top = entries[0] if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink() else staging
+    repo = root / "repo"
+    if (top / ".git").is_dir():
+        # Clone rather than trust the archived .git/config (fsmonitor, hooks): only its objects are used.
+        _clone(str(top), None, root, source)
+        shutil.rmtree(staging, ignore_errors=True)
+        return repo
+    top.rename(repo)
+    shutil.rmtree(staging, ignore_errors=True)
+    _commit_snapshot(repo, root)
+    return repo
+
+
+# --- entry point ------------------------------------------------------------------------------------------
+
+
+def _split_ref(target: str) -> tuple[str, str | None]:
+    if "#" in target and not os.path.exists(target):
+        base, _, ref = target.rpartition("#")
+        return base, ref or None
+    return target, None
+
+
+def acquire(target: str, root: Path) -> Workspace:
+    """Fetch TARGET into ``root/"repo"`` as a git checkout with full history; raises BadInput."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    # The sandbox runs submission code as an unprivileged user, which must be able to enter the workspace.
+    root.chmod(0o755)
+    source = redact(target)
+    where, ref = _split_ref(target)
+    if _URL.match(where) or _SCP.match(where):
+        repo = _clone(where, ref, root, target)
+    else:
+        path = Path(where).expanduser()
+        if not path.exists():
+            raise BadInput(f"no such file or directory: {where}")
+        path = path.resolve()
+        if path.is_file() and path.name.lower().endswith(_ARCHIVES):
+            repo = _from_archive(path, root, target)
+        elif path.is_file():
+            raise BadInput(f"{where}: not a directory, git repository or .zip/.tar.gz/.tgz archive")
+        elif (path / ".git").exists() or ((path / "HEAD").is_file() and (path / "objects").is_dir()):
+            repo = _clone(str(path), ref, root, target)
+        else:
+            repo = root / "repo"
+            _copy_tree(path, repo)
+            _commit_snapshot(repo, root)
+    head = _git(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], cwd=repo, home=root / ".git-home")
+    if head.returncode != 0:
+        raise BadInput(f"{source}: the repository has no commits")
+    return Workspace(root=root, repo=repo, commit=head.stdout.strip(), source=source)

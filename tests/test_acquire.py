@@ -1,0 +1,280 @@
+"""acquire(): every target kind, against real git repos, a real git daemon and real archives."""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+import stat
+import subprocess
+import tarfile
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from grader.acquire import acquire, redact
+from grader.errors import BadInput
+
+IDENTITY = {
+    "GIT_AUTHOR_NAME": "cand",
+    "GIT_AUTHOR_EMAIL": "c@example.com",
+    "GIT_COMMITTER_NAME": "cand",
+    "GIT_COMMITTER_EMAIL": "c@example.com",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+}
+
+
+def git(*args, cwd):
+    env = {**os.environ, **IDENTITY}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def source_repo(tmp_path) -> Path:
+    repo = tmp_path / "candidate"
+    repo.mkdir()
+    git("init", "-q", "-b", "main", cwd=repo)
+    (repo / "app.py").write_text("print('v1')\n")
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "v1", cwd=repo)
+    git("tag", "v1", cwd=repo)
+    (repo / "app.py").write_text("print('v2')\n")
+    git("commit", "-q", "-am", "v2", cwd=repo)
+    git("checkout", "-q", "-b", "feature", cwd=repo)
+    (repo / "feature.txt").write_text("f\n")
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "feature", cwd=repo)
+    git("checkout", "-q", "main", cwd=repo)
+    return repo
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def git_daemon(tmp_path, source_repo):
+    base = tmp_path / "served"
+    base.mkdir()
+    git("clone", "-q", "--bare", str(source_repo), str(base / "cand.git"), cwd=tmp_path)
+    port = _free_port()
+    proc = subprocess.Popen(
+        [
+            "git",
+            "daemon",
+            "--export-all",
+            f"--base-path={base}",
+            "--listen=127.0.0.1",
+            f"--port={port}",
+            "--reuseaddr",
+            str(base),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield f"git://127.0.0.1:{port}"
+    proc.kill()
+    proc.wait()
+
+
+def test_git_url_from_a_real_daemon_with_full_history(git_daemon, source_repo, tmp_path):
+    ws = acquire(f"{git_daemon}/cand.git", tmp_path / "ws")
+    assert ws.repo == tmp_path / "ws" / "repo"
+    assert ws.commit == git("rev-parse", "main", cwd=source_repo).strip()
+    assert git("rev-list", "--count", "HEAD", cwd=ws.repo).strip() == "2"
+    branches = git("branch", "-r", cwd=ws.repo)
+    assert "origin/feature" in branches
+    assert "v1" in git("tag", cwd=ws.repo)
+
+
+def test_git_url_ref_is_checked_out(git_daemon, source_repo, tmp_path):
+    ws = acquire(f"{git_daemon}/cand.git#feature", tmp_path / "ws")
+    assert ws.commit == git("rev-parse", "feature", cwd=source_repo).strip()
+    assert (ws.repo / "feature.txt").exists()
+    ws_tag = acquire(f"{git_daemon}/cand.git#v1", tmp_path / "ws2")
+    assert (ws_tag.repo / "app.py").read_text() == "print('v1')\n"
+
+
+def test_file_url(source_repo, tmp_path):
+    ws = acquire(f"file://{source_repo}", tmp_path / "ws")
+    assert ws.commit == git("rev-parse", "HEAD", cwd=source_repo).strip()
+
+
+def test_unreachable_url_is_bad_input(tmp_path):
+    port = _free_port()
+    with pytest.raises(
+        BadInput, match=r"^cannot clone git://127\.0\.0\.1:\d+/nope\.git: .*\(git exit \d+\)$"
+    ):
+        acquire(f"git://127.0.0.1:{port}/nope.git", tmp_path / "ws")
+
+
+def test_missing_repository_on_daemon(git_daemon, tmp_path):
+    with pytest.raises(BadInput, match="cannot clone"):
+        acquire(f"{git_daemon}/absent.git", tmp_path / "ws")
+
+
+def test_unknown_ref_is_bad_input(source_repo, tmp_path):
+    with pytest.raises(BadInput, match="no branch, tag or commit named 'nope'"):
+        acquire(f"{source_repo}#nope", tmp_path / "ws")
+
+
+def test_credentials_are_redacted_in_source_and_errors(tmp_path):
+    assert redact("https://bob:s3cret@host.invalid/r.git") == "https://***@host.invalid/r.git"
+    port = _free_port()
+    with pytest.raises(BadInput) as caught:
+        acquire(f"http://bob:s3cret@127.0.0.1:{port}/r.git", tmp_path / "ws")
+    assert "s3cret" not in str(caught.value)
+
+
+def _tree_state(path: Path) -> list[tuple[str, int, int, bytes]]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(path):
+        dirnames.sort()
+        for name in sorted(dirnames + filenames):
+            p = Path(dirpath) / name
+            st = p.lstat()
+            data = p.read_bytes() if stat.S_ISREG(st.st_mode) else b""
+            out.append((str(p.relative_to(path)), st.st_mode, st.st_mtime_ns, data))
+    return out
+
+
+def test_local_repo_is_cloned_untouched_and_its_hooks_do_not_run(source_repo, tmp_path):
+    marker = tmp_path / "hook-ran"
+    hook = source_repo / ".git" / "hooks" / "post-checkout"
+    hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    hook.chmod(0o755)
+    before = _tree_state(source_repo)
+    ws = acquire(str(source_repo), tmp_path / "ws")
+    assert not marker.exists()
+    assert _tree_state(source_repo) == before
+    assert (ws.repo / "app.py").read_text() == "print('v2')\n"
+    assert not (ws.repo / ".git" / "hooks" / "post-checkout").exists()
+    # Files are copies, not hardlinks: the sandbox may chown the checkout without touching the user's repo.
+    assert all(p.stat().st_nlink == 1 for p in (ws.repo / ".git" / "objects").rglob("*") if p.is_file())
+
+
+def test_plain_directory_is_copied_and_snapshotted(tmp_path):
+    folder = tmp_path / "folder"
+    (folder / "pkg").mkdir(parents=True)
+    (folder / "pkg" / "a.py").write_text("x = 1\n")
+    (folder / "link").symlink_to("/etc/passwd")
+    (folder / ".venv").mkdir()
+    (folder / ".venv" / "big").write_text("junk")
+    os.mkfifo(folder / "pipe")
+    before = _tree_state(folder)
+    ws = acquire(str(folder), tmp_path / "ws")
+    assert _tree_state(folder) == before
+    assert not (folder / ".git").exists()
+    assert (ws.repo / "pkg" / "a.py").read_text() == "x = 1\n"
+    assert (ws.repo / "link").is_symlink() and os.readlink(ws.repo / "link") == "/etc/passwd"
+    assert not (ws.repo / ".venv").exists() and not (ws.repo / "pipe").exists()
+    assert git("log", "--format=%an <%ae>", cwd=ws.repo).strip() == "cassette grader <grader@localhost>"
+    # Same content, same commit: the snapshot is deterministic.
+    assert acquire(str(folder), tmp_path / "ws2").commit == ws.commit
+
+
+def test_missing_path(tmp_path):
+    with pytest.raises(BadInput, match=r"^no such file or directory: nope-dir$"):
+        acquire("nope-dir", tmp_path / "ws")
+
+
+def _zip(path: Path, members: dict[str, bytes], links: dict[str, str] | None = None) -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+        for name, target in (links or {}).items():
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (stat.S_IFLNK | 0o777) << 16
+            zf.writestr(info, target)
+    return path
+
+
+def test_zip_with_single_top_folder_is_unwrapped(tmp_path):
+    archive = _zip(tmp_path / "sub.zip", {"sub-main/app.py": b"print(1)\n", "sub-main/tests/t.py": b""})
+    ws = acquire(str(archive), tmp_path / "ws")
+    assert (ws.repo / "app.py").read_text() == "print(1)\n"
+    assert (ws.repo / "tests" / "t.py").exists()
+    assert len(ws.commit) == 40
+
+
+def test_zip_slip_is_rejected(tmp_path):
+    archive = _zip(tmp_path / "evil.zip", {"ok.txt": b"", "../x": b"pwned"})
+    with pytest.raises(BadInput, match=r"^archive evil\.zip: member \.\./x escapes the target$"):
+        acquire(str(archive), tmp_path / "ws")
+    assert not (tmp_path / "x").exists()
+
+
+def test_absolute_member_is_rejected(tmp_path):
+    archive = _zip(tmp_path / "abs.zip", {"/tmp/abs-evil": b""})
+    with pytest.raises(BadInput, match="absolute path"):
+        acquire(str(archive), tmp_path / "ws")
+
+
+def test_zip_symlink_out_of_the_archive_is_rejected(tmp_path):
+    archive = _zip(tmp_path / "link.zip", {"a.txt": b""}, links={"escape": "../../etc"})
+    with pytest.raises(BadInput, match="points outside"):
+        acquire(str(archive), tmp_path / "ws")
+
+
+def _tar(path: Path, build) -> Path:
+    with tarfile.open(path, "w:gz") as tf:
+        build(tf)
+    return path
+
+
+def _add(tf: tarfile.TarFile, name: str, data: bytes = b"", **kw) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    for k, v in kw.items():
+        setattr(info, k, v)
+    tf.addfile(info, io.BytesIO(data) if data else None)
+
+
+def test_tar_gz_archive(tmp_path):
+    archive = _tar(tmp_path / "sub.tar.gz", lambda tf: (_add(tf, "a.py", b"x\n"), _add(tf, "b/c.py", b"y\n")))
+    ws = acquire(str(archive), tmp_path / "ws")
+    assert (ws.repo / "a.py").read_text() == "x\n" and (ws.repo / "b" / "c.py").read_text() == "y\n"
+
+
+def test_tar_device_and_escaping_link_are_rejected(tmp_path):
+    dev = _tar(
+        tmp_path / "dev.tgz", lambda tf: _add(tf, "null", type=tarfile.CHRTYPE, devmajor=1, devminor=3)
+    )
+    with pytest.raises(BadInput, match="device or special file"):
+        acquire(str(dev), tmp_path / "ws")
+    link = _tar(tmp_path / "lnk.tgz", lambda tf: _add(tf, "x", type=tarfile.SYMTYPE, linkname="/etc/shadow"))
+    with pytest.raises(BadInput, match="points outside"):
+        acquire(str(link), tmp_path / "ws2")
+    slip = _tar(tmp_path / "slip.tgz", lambda tf: _add(tf, "a/../../x", b"p"))
+    with pytest.raises(BadInput, match="escapes the target"):
+        acquire(str(slip), tmp_path / "ws3")
+
+
+def test_archive_file_count_cap(tmp_path, monkeypatch):
+    import grader.acquire as acq
+
+    monkeypatch.setattr(acq, "MAX_FILES", 5)
+    archive = _zip(tmp_path / "many.zip", {f"f{i}.txt": b"" for i in range(10)})
+    with pytest.raises(BadInput, match="more than 5 files"):
+        acquire(str(archive), tmp_path / "ws")
+
+
+def test_archive_containing_a_repo_keeps_its_history(source_repo, tmp_path):
+    archive = tmp_path / "repo.tgz"
+    with tarfile.open(archive, "w:gz") as tf:
+        tf.add(source_repo, arcname="candidate")
+    ws = acquire(str(archive), tmp_path / "ws")
+    assert ws.commit == git("rev-parse", "HEAD", cwd=source_repo).strip()
+    assert git("rev-list", "--count", "HEAD", cwd=ws.repo).strip() == "2"
