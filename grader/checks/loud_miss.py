@@ -1,0 +1,257 @@
+"""The loud-miss check: a missing tape must fail loudly, never reach the network or invent an answer."""
+
+from __future__ import annotations
+
+import ast
+import re
+import secrets as _random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from grader.checks import CheckResult, Finding, register
+
+if TYPE_CHECKING:
+    from grader.context import Context
+
+__all__ = ["loud_miss", "scan_fallbacks"]
+
+# A failure or a stderr line "names the missing tape" when it says one of these: the kit's CassetteMiss,
+# vcrpy's CannotOverwriteExistingCassetteException, or any wording about a cassette/tape that is missing.
+_NAMES_TAPE = re.compile(r"cassette|tape|make record|[0-9a-f]{16}", re.IGNORECASE)
+_BROAD = {"Exception", "BaseException"}
+_NETWORK_CALLS = {
+    "handle_request",
+    "handle_async_request",
+    "urlopen",
+    "request",
+    "post",
+    "send",
+    "create",
+    "Client",
+    "AsyncClient",
+    "HTTPTransport",
+    "AsyncHTTPTransport",
+}
+_SKIP_DIRS = {
+    ".git",
+    ".venv",
+    "venv",
+    "env",
+    "node_modules",
+    "tests",
+    "test",
+    "build",
+    "dist",
+    "site-packages",
+}
+
+
+@dataclass(frozen=True)
+class _Fallback:
+    location: str
+    what: str
+
+
+def _handler_names(handler: ast.ExceptHandler) -> set[str]:
+    if handler.type is None:
+        return {"BaseException"}
+    nodes = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    names = set()
+    for node in nodes:
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+    return names
+
+
+def _call_name(node: ast.Call) -> str:
+    func = node.func
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    if isinstance(func, ast.Name):
+        return func.id
+    return ""
+
+
+def _reraises(body: list[ast.stmt]) -> bool:
+    for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+        if isinstance(node, ast.Raise):
+            return True
+        if isinstance(node, ast.Call) and _call_name(node) in {"exit", "_exit", "abort"}:
+            return True
+    return False
+
+
+def _invented_answer(body: list[ast.stmt]) -> bool:
+    """A handler that returns a literal dict or string made up on the spot."""
+    for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+        if isinstance(node, ast.Return) and isinstance(node.value, (ast.Dict, ast.JoinedStr)):
+            return True
+        if isinstance(node, ast.Return) and isinstance(node.value, ast.Constant):
+            return isinstance(node.value.value, str)
+    return False
+
+
+def _network_call(body: list[ast.stmt]) -> str | None:
+    for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+        if isinstance(node, ast.Call) and _call_name(node) in _NETWORK_CALLS:
+            return _call_name(node)
+    return None
+
+
+def _fallbacks_in(source: str, rel: str) -> list[_Fallback]:
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Try):
+            continue
+        for handler in node.handlers:
+            names = _handler_names(handler)
+            catches_miss = any("Miss" in name or "Cassette" in name for name in names)
+            broad = bool(names & _BROAD)
+            if not (catches_miss or broad) or _reraises(handler.body):
+                continue
+            where = f"{rel}:{handler.lineno}"
+            call = _network_call(handler.body)
+            if call:
+                found.append(_Fallback(where, f"`except {', '.join(sorted(names))}` falls back to {call}()"))
+            elif _invented_answer(handler.body) and (catches_miss or "triage" in source):
+                found.append(
+                    _Fallback(where, f"`except {', '.join(sorted(names))}` returns a made-up answer")
+                )
+            elif catches_miss and not any(isinstance(n, ast.Return) for n in ast.walk(handler)):
+                found.append(_Fallback(where, f"`except {', '.join(sorted(names))}` swallows the miss"))
+    return found
+
+
+def scan_fallbacks(repo: Path) -> list[_Fallback]:
+    """Exception handlers in the submission's own code (not its tests) that hide a cassette miss."""
+    found: list[_Fallback] = []
+    for path in sorted(repo.rglob("*.py")):
+        rel_parts = path.relative_to(repo).parts
+        if path.is_symlink() or any(part in _SKIP_DIRS or part.startswith(".") for part in rel_parts[:-1]):
+            continue
+        if rel_parts[-1].startswith("test_") or rel_parts[-1] == "conftest.py":
+            continue
+        try:
+            source = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if "except" in source:
+            found.extend(_fallbacks_in(source, "/".join(rel_parts)))
+    return found
+
+
+def _withhold_tapes(copy: Path, cassette_dir: Path) -> int:
+    folder = copy / cassette_dir
+    if not folder.is_dir() or folder.is_symlink():
+        return 0
+    removed = 0
+    for path in sorted(folder.rglob("*")):
+        if (path.is_file() or path.is_symlink()) and path.suffix.lower() in {".json", ".yaml", ".yml", ".gz"}:
+            path.unlink()
+            removed += 1
+    return removed
+
+
+@register("loud-miss")
+def loud_miss(ctx: Context) -> CheckResult:
+    """A missing tape fails loudly instead of reaching the network or inventing an answer.
+
+    Three probes: a static scan for exception handlers that hide a miss; the replay suite rerun in a scratch
+    copy with every tape withheld (it must fail, name the missing tape, and connect nowhere); and, when the
+    manifest has a triage_command, that command on a message no tape holds (it must exit 2, connect nowhere).
+
+    Facts:
+        loud: the withheld-tape rerun failed naming a missing tape, and an unseen message (if probed) exited 2
+        network_attempts: connection attempts during both probes
+        silent_fallbacks: exception handlers in the submission's code that hide a miss (static scan)
+        withheld: tapes withheld for the rerun
+        withheld_failed: tests that failed or errored with the tapes withheld
+        withheld_passed: tests that still passed with the tapes withheld
+        named_miss: a failure, stderr line or the miss ledger named the missing tape
+        unseen_exit: exit code of triage_command on an unseen message (-1 when not available)
+        summary: one line
+    """
+    fallbacks = scan_fallbacks(ctx.repo)
+    findings = [Finding("silent-fallback", f.what, f.location) for f in fallbacks]
+    details = [f"{f.location}: {f.what}" for f in fallbacks]
+    facts: dict[str, object] = {
+        "silent_fallbacks": len(fallbacks),
+        "network_attempts": 0,
+        "withheld": 0,
+        "withheld_failed": 0,
+        "withheld_passed": 0,
+        "named_miss": False,
+        "unseen_exit": -1,
+        "loud": False,
+    }
+    ctx.require_env()
+    cassette_dir = ctx.manifest.cassette_dir
+    if cassette_dir is None:
+        facts["summary"] = "no cassette folder found: nothing to withhold, a miss cannot be provoked"
+        return CheckResult(facts, findings, details)
+
+    copy = ctx.scratch_copy("withheld-tapes")
+    facts["withheld"] = _withhold_tapes(copy, cassette_dir)
+    rerun = ctx.run_suite(copy, label="withheld-tapes")
+    res = rerun.results
+    failed = (res.failed + res.errors) if res else 0
+    facts["withheld_failed"] = failed
+    facts["withheld_passed"] = res.passed if res else 0
+    attempts = list(rerun.audit.network_attempts)
+    failure_text = "\n".join(
+        [*(res.first_failures if res else []), rerun.run.stdout[-20000:], rerun.run.stderr]
+    )
+    named = bool(rerun.misses) or bool(_NAMES_TAPE.search(failure_text))
+
+    unseen_ok = True
+    command = ctx.manifest.triage_command
+    if command:
+        message = f"Unseen grader probe {_random.token_hex(4)}: my parcel never arrived"
+        run, audit = ctx.run(
+            [*command, message],
+            cwd=copy,
+            env={
+                "CASSETTE_MODE": "replay",
+                "CASSETTE_MISS_LOG": str(ctx.log_path("unseen", ".misses.jsonl")),
+            },
+            label="unseen-message",
+        )
+        facts["unseen_exit"] = run.returncode if run.returncode is not None else -1
+        attempts.extend(audit.network_attempts)
+        unseen_ok = run.returncode == 2 and not audit.network_attempts
+        if run.returncode != 2:
+            details.append(f"triage_command on an unseen message exited {run.returncode}, expected 2")
+    facts["network_attempts"] = len(attempts)
+    facts["named_miss"] = named
+    for event in attempts[:5]:
+        details.append(f"{event.where}: connection attempt with the tapes withheld ({event.target})")
+        findings.append(Finding("network-fallback", "connection attempt on a cassette miss", event.where))
+
+    facts["loud"] = failed > 0 and named and not attempts and unseen_ok
+    if facts["loud"]:
+        facts["summary"] = (
+            f"with {facts['withheld']} tapes withheld, {failed} tests failed naming the missing tape and "
+            f"nothing connected" + ("; an unseen message exits 2" if command else "")
+        )
+    elif attempts:
+        facts["summary"] = f"silent fallback: {len(attempts)} connection attempts on a cassette miss"
+    elif failed == 0:
+        facts["summary"] = (
+            f"with {facts['withheld']} tapes withheld, the suite still passed: misses go unnoticed"
+        )
+    elif not named:
+        facts["summary"] = (
+            f"with the tapes withheld {failed} tests failed, but no failure names a missing tape"
+        )
+    else:
+        facts["summary"] = f"an unseen message exited {facts['unseen_exit']} instead of 2"
+    if fallbacks:
+        facts["summary"] += f"; {len(fallbacks)} handlers hide a miss (first: {fallbacks[0].location})"
+    return CheckResult(facts, findings, details)
