@@ -222,18 +222,6 @@ def _failure(step: str, tool: str, result: sandbox.RunResult, requirements: list
     return NotAssessable(f"{head}\n{tail}" if tail else head)
 
 
-def _chown_tree(root: Path, uid: int, gid: int) -> None:
-    if not root.exists():
-        return
-    os.lchown(root, uid, gid)
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        for name in (*dirnames, *filenames):
-            try:
-                os.lchown(os.path.join(dirpath, name), uid, gid)
-            except OSError:
-                pass
-
-
 def _build(target: Path, requirements: list[str], cache_root: Path, timeout: float) -> str:
     """Build the venv at ``target``; returns the tool used. Raises NotAssessable."""
     uv = _uv_bin()
@@ -257,6 +245,8 @@ def _build(target: Path, requirements: list[str], cache_root: Path, timeout: flo
             "UV_LINK_MODE": "copy",
             "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         }
+        # Writable by the install only; the sandbox hands them back to the grader afterwards, so the finished
+        # venv and the shared caches are not writable by later submissions.
         writable = [target, uv_cache, pip_cache]
 
         def step(argv: list[str]) -> sandbox.RunResult:
@@ -284,10 +274,6 @@ def _build(target: Path, requirements: list[str], cache_root: Path, timeout: flo
         result = step(argv)
         if result.returncode != 0:
             raise _failure("install", tool, result, requirements)
-        if result.user == "nobody":
-            # The finished venv and the shared caches must not stay writable by later submissions.
-            for path in writable:
-                _chown_tree(path, os.getuid(), os.getgid())
         audit.install_into(target)
         (target / _MARKER).write_text(json.dumps({"requirements": requirements, "tool": tool}) + "\n")
         return tool

@@ -253,14 +253,14 @@ def _resolve_exe(argv0: str, path_var: str) -> Path | None:
     return Path(found) if found else None
 
 
-def _chown_tree(root: Path) -> None:
+def _chown_tree(root: Path, uid: int = NOBODY_UID, gid: int = NOBODY_GID) -> None:
     # lchown: never follow a submission's symlink to chown something outside its tree.
-    os.lchown(root, NOBODY_UID, NOBODY_GID)
+    os.lchown(root, uid, gid)
     if root.is_dir() and not root.is_symlink():
         for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
             for name in (*dirnames, *filenames):
                 try:
-                    os.lchown(os.path.join(dirpath, name), NOBODY_UID, NOBODY_GID)
+                    os.lchown(os.path.join(dirpath, name), uid, gid)
                 except OSError:
                     pass
 
@@ -391,7 +391,15 @@ def run(
         )
     except OSError as exc:
         return RunResult(argv, None, "", f"cannot start {argv[0]}: {exc.strerror}", False, 0.0, False)
-    out, err, timed_out, truncated = _collect(proc, timeout=timeout, cap=output_cap)
+    try:
+        out, err, timed_out, truncated = _collect(proc, timeout=timeout, cap=output_cap)
+    finally:
+        if drop:
+            # Hand everything back (the child is dead: its pid namespace is gone), so the grader's later
+            # git commands see no "dubious ownership" and nothing stays writable by the next command.
+            for path in (cwd, home, *writable, *log_dirs):
+                if path.exists():
+                    _chown_tree(path, os.getuid(), os.getgid())
     duration = time.monotonic() - start
     user = "nobody" if drop else "grader"
     return RunResult(

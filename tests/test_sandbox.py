@@ -59,7 +59,8 @@ def test_runs_as_nobody_and_cannot_write_root_owned_files(box):
     assert res.stdout.splitlines()[0] == "65534"
     assert "Permission denied" in res.stderr
     assert precious.read_text() == "grader data\n"
-    assert (box / "work" / "mine").exists()  # cwd is handed to the command
+    assert (box / "work" / "mine").exists()  # cwd is handed to the command ...
+    assert (box / "work" / "mine").stat().st_uid == os.getuid()  # ... and taken back afterwards
 
 
 def test_hanging_command_is_killed_at_the_deadline(box):
