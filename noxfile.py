@@ -26,3 +26,33 @@ def template(session: nox.Session) -> None:
     """Bake the template with its defaults and run the baked project's own tests (offline)."""
     session.install("-e", ".[test]")
     session.run("python", "-m", "pytest", "tests/test_template_bake.py", *session.posargs)
+
+
+@nox.session(name="rerecord-sample")
+def rerecord_sample(session: nox.Session) -> None:
+    """Re-record sample_solution's tapes through its own `make record` against the kit's stand-in server.
+
+    The stand-in answers deterministically, so a re-recording reproduces every key and body; only
+    `meta.recorded_at` changes.
+    """
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    session.install("-e", ".")
+    python = str(Path(session.bin) / ("python.exe" if sys.platform == "win32" else "python"))
+    server = subprocess.Popen(
+        [python, "-m", "grader.standin", "--port", "0"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        base_url = server.stdout.readline().strip()
+        env = {
+            "OPENAI_API_KEY": "standin-recording-key",  # the stand-in needs a key; it is redacted from tapes
+            "OPENAI_BASE_URL": base_url,
+            "PATH": f"{session.bin}{os.pathsep}{os.environ['PATH']}",
+        }
+        session.run("make", "-C", "sample_solution", "record", f"PYTHON={python}", env=env, external=True)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

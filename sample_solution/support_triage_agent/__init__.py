@@ -1,0 +1,1 @@
+"""A support-ticket triage agent whose model calls replay offline from recorded cassettes."""

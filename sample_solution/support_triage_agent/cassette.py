@@ -1,0 +1,539 @@
+"""Record model calls once, replay them offline forever: a cassette layer at the HTTP transport boundary.
+
+The tape logic (keys, normalization, redaction, the file format) knows nothing about the HTTP library.
+Thin transports adapt it to ``httpx`` (``CassetteTransport``, ``AsyncCassetteTransport``) and to
+``httpx2``, the fork the official openai/anthropic SDKs are built on (``CassetteTransport2``,
+``AsyncCassetteTransport2``).
+Both libraries are imported only when one of their transports is first used, so only one need be installed.
+
+Modes (``CASSETTE_MODE`` when ``mode`` is not given):
+  replay       (default) serve ``<dir>/<key>.json``; a missing tape raises ``CassetteMiss``, nothing connects
+  record       forward to the real endpoint and write one tape per distinct 2xx request
+  passthrough  forward without reading or writing tapes
+
+Prune unused tapes: ``python -m <package>.cassette prune --used FILE [--dir cassettes]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+# The four transports are module attributes built on first access (see __getattr__ at the end), so they
+# are importable by name but not listed here.
+__all__ = ["Cassette", "CassetteMiss", "key_for", "normalize", "prune"]
+
+TAPE_VERSION = 1
+MODES = ("replay", "record", "passthrough")
+REDACTED = "[REDACTED]"
+KEY_LENGTH = 16
+
+# Top-level request fields that identify the caller or the attempt, not the question: two runs that differ
+# only in these must share one tape.
+_DROPPED_FIELDS = ("user", "metadata", "request_id", "idempotency_key", "stream_options")
+# Prompt-caching hints steer the provider's cache, never the answer; they may sit at any depth.
+_DROPPED_ANYWHERE = ("cache_control",)
+# Only these response headers are kept: the content type (so replay decodes the same way) and the headers
+# that say which model/API version answered. Everything else (cookies, request ids, rate limits) is noise.
+_KEPT_RESPONSE_HEADERS = (
+    "content-type",
+    "openai-model",
+    "openai-version",
+    "anthropic-version",
+    "x-model",
+)
+_CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key")
+_CREDENTIAL_ENV_SUFFIXES = ("_API_KEY", "_TOKEN")
+# Shorter values are too likely to occur by chance in a prompt ("1", "test") to be replaced blindly.
+_MIN_SECRET_LENGTH = 6
+
+
+class CassetteMiss(LookupError):
+    """Replay found no tape for a request. The message names the key, the request and the fix."""
+
+    def __init__(self, key: str, method: str, path: str, cassette_dir: Path) -> None:
+        self.key = key
+        self.method = method
+        self.path = path
+        super().__init__(
+            f"cassette miss: no tape {key} for {method} {path} (expected {cassette_dir / (key + '.json')}); "
+            "run `make record` to record it"
+        )
+
+
+# --------------------------------------------------------------------------------------------- keys
+
+
+def _drop_anywhere(value: Any, names: tuple[str, ...], fired: set[str]) -> Any:
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if k in names:
+                fired.add(k)
+                continue
+            out[k] = _drop_anywhere(v, names, fired)
+        return out
+    if isinstance(value, list):
+        return [_drop_anywhere(v, names, fired) for v in value]
+    return value
+
+
+def _single_text(content: Any) -> str | None:
+    """The text of a content list that is exactly one plain text part, else None."""
+    if (
+        isinstance(content, list)
+        and len(content) == 1
+        and isinstance(content[0], dict)
+        and set(content[0]) == {"type", "text"}
+        and content[0]["type"] == "text"
+        and isinstance(content[0]["text"], str)
+    ):
+        return content[0]["text"]
+    return None
+
+
+def normalize(body: Any) -> tuple[Any, list[str]]:
+    """Return ``(body used for the key, names of the rules that changed it)``.
+
+    Dropped: ``user``, ``metadata``, ``request_id``/``idempotency_key``, ``stream_options`` (top level) and
+    ``cache_control`` (anywhere). Rewritten: content given as one text part hashes like the plain string.
+    Everything else, including ``model``, sampling parameters, tools and ``stream``, stays in the key.
+    """
+    if not isinstance(body, dict):
+        return body, []
+    fired: set[str] = set()
+    out = {}
+    for k, v in body.items():
+        if k in _DROPPED_FIELDS:
+            fired.add(k)
+        else:
+            out[k] = v
+    out = _drop_anywhere(out, _DROPPED_ANYWHERE, fired)
+    if isinstance(out.get("messages"), list):
+        messages = []
+        for message in out["messages"]:
+            if isinstance(message, dict) and _single_text(message.get("content")) is not None:
+                message = {**message, "content": _single_text(message["content"])}
+                fired.add("content_text_parts")
+            messages.append(message)
+        out["messages"] = messages
+    if _single_text(out.get("system")) is not None:
+        out["system"] = _single_text(out["system"])
+        fired.add("content_text_parts")
+    return out, sorted(fired)
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _hash(request: dict[str, Any]) -> str:
+    return hashlib.sha256(_canonical(request).encode("utf-8")).hexdigest()[:KEY_LENGTH]
+
+
+def _default_path() -> str:
+    from ._settings import PROVIDER
+
+    return "/v1/messages" if PROVIDER == "anthropic" else "/v1/chat/completions"
+
+
+def key_for(payload: dict[str, Any], *, method: str = "POST", path: str | None = None) -> str:
+    """The cassette key of a request.
+
+    ``payload`` is either a stored tape request ``{"method", "path", "body"}`` (so anyone can re-hash a tape)
+    or a bare request body, sent with ``method`` to ``path`` (default: this project's provider endpoint).
+    """
+    if set(payload) == {"method", "path", "body"}:
+        method, path, body = payload["method"], payload["path"], payload["body"]
+    else:
+        body = payload
+    body, _ = normalize(body)
+    return _hash({"method": method.upper(), "path": path or _default_path(), "body": body})
+
+
+# --------------------------------------------------------------------------------------------- tapes
+
+
+@dataclass
+class Exchange:
+    """One request as the tape logic sees it, independent of the HTTP library."""
+
+    method: str
+    path: str
+    host: str
+    body: Any
+    key: str
+    normalized: list[str]
+    secrets: list[str] = field(default_factory=list)
+
+    @property
+    def stored_request(self) -> dict[str, Any]:
+        return {"method": self.method, "path": self.path, "body": self.body}
+
+
+@dataclass
+class Reply:
+    """A response to hand back: whole ``content``, or ``events`` to stream one SSE event per chunk."""
+
+    status: int
+    headers: dict[str, str]
+    content: bytes = b""
+    events: list[bytes] | None = None
+
+
+def _parse_body(raw: bytes) -> Any:
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw.decode("utf-8", errors="replace")
+
+
+def _sse_events(text: str) -> list[bytes]:
+    events = [e for e in text.replace("\r\n", "\n").split("\n\n") if e.strip()]
+    return [(e + "\n\n").encode("utf-8") for e in events]
+
+
+def _served_model(headers: dict[str, str], body: Any, text: str | None) -> str | None:
+    if isinstance(body, dict) and isinstance(body.get("model"), str):
+        return body["model"]
+    if text:
+        for line in text.splitlines():
+            if not line.startswith("data:"):
+                continue
+            try:
+                event = json.loads(line[5:])
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                model = event.get("model") or (event.get("message") or {}).get("model")
+                if isinstance(model, str):
+                    return model
+    return headers.get("openai-model") or headers.get("x-model")
+
+
+def _redact(value: Any, secrets: list[str]) -> Any:
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, REDACTED)
+        return value
+    if isinstance(value, dict):
+        return {_redact(k, secrets): _redact(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact(v, secrets) for v in value]
+    return value
+
+
+def _credential_values(headers: dict[str, str]) -> list[str]:
+    values = []
+    for name in _CREDENTIAL_HEADERS:
+        value = headers.get(name, "")
+        if name == "authorization" and " " in value:
+            value = value.split(" ", 1)[1]
+        values.append(value.strip())
+    values += [v for k, v in os.environ.items() if k.upper().endswith(_CREDENTIAL_ENV_SUFFIXES)]
+    # Longest first, so a key that contains another is replaced whole.
+    return sorted({v for v in values if len(v) >= _MIN_SECRET_LENGTH}, key=len, reverse=True)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+    except OSError:
+        # A read-only checkout must still replay; the ledger is a diagnostic, the exception is the signal.
+        pass
+
+
+class Cassette:
+    """The tape logic: key a request, serve it from its tape, or store a recorded reply as a tape."""
+
+    def __init__(self, cassette_dir: str | os.PathLike[str], mode: str | None = None) -> None:
+        self.dir = Path(cassette_dir)
+        mode = mode if mode is not None else os.environ.get("CASSETTE_MODE", "") or "replay"
+        if mode not in MODES:
+            raise ValueError(f"CASSETTE_MODE={mode!r} is not a mode; use one of: {', '.join(MODES)}")
+        self.mode = mode
+
+    @property
+    def forwards(self) -> bool:
+        return self.mode in ("record", "passthrough")
+
+    def exchange(self, method: str, path: str, host: str, body: bytes, headers: dict[str, str]) -> Exchange:
+        parsed = _parse_body(body)
+        normalized, fired = normalize(parsed)
+        stored = {"method": method.upper(), "path": path, "body": normalized}
+        lowered = {k.lower(): v for k, v in headers.items()}
+        return Exchange(
+            method=method.upper(),
+            path=path,
+            host=host,
+            body=normalized,
+            key=_hash(stored),
+            normalized=fired,
+            secrets=_credential_values(lowered) if self.mode == "record" else [],
+        )
+
+    def tape_path(self, key: str) -> Path:
+        return self.dir / f"{key}.json"
+
+    def replay(self, exchange: Exchange) -> Reply:
+        path = self.tape_path(exchange.key)
+        try:
+            tape = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            self._log_miss(exchange)
+            raise CassetteMiss(exchange.key, exchange.method, exchange.path, self.dir) from None
+        self._log_used(exchange.key)
+        response = tape["response"]
+        headers = dict(response.get("headers") or {})
+        if "text" in response:
+            if headers.get("content-type", "").startswith("text/event-stream"):
+                return Reply(response["status"], headers, events=_sse_events(response["text"]))
+            return Reply(response["status"], headers, content=response["text"].encode("utf-8"))
+        content = b"" if response.get("body") is None else _canonical(response["body"]).encode("utf-8")
+        return Reply(response["status"], headers, content=content)
+
+    def record(self, exchange: Exchange, status: int, headers: dict[str, str], content: bytes) -> Reply:
+        """Store a forwarded reply (2xx only) and return it for the caller, streamed again if it was SSE."""
+        kept = {k: v for k, v in ((k.lower(), v) for k, v in headers.items()) if k in _KEPT_RESPONSE_HEADERS}
+        is_sse = kept.get("content-type", "").startswith("text/event-stream")
+        text = content.decode("utf-8", errors="replace") if is_sse else None
+        reply = Reply(status, kept, content=b"" if is_sse else content)
+        if is_sse:
+            reply.events = _sse_events(text or "")
+        if self.mode != "record" or not 200 <= status < 300:
+            return reply
+        response: dict[str, Any] = {"status": status, "headers": kept}
+        body = None
+        if is_sse:
+            response["text"] = text
+        else:
+            try:
+                body = json.loads(content) if content else None
+                response["body"] = body
+            except ValueError:
+                response["text"] = content.decode("utf-8", errors="replace")
+        model = exchange.body.get("model") if isinstance(exchange.body, dict) else None
+        tape = {
+            "version": TAPE_VERSION,
+            "key": exchange.key,
+            "request": exchange.stored_request,
+            "response": response,
+            "meta": {
+                "model": model,
+                "served_model": _served_model(kept, body, text),
+                "provider": "anthropic" if exchange.path.split("?")[0].endswith("/messages") else "openai",
+                "endpoint": exchange.host,
+                "recorded_at": _now(),
+                "normalized": exchange.normalized,
+            },
+        }
+        tape = _redact(tape, exchange.secrets)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.tape_path(exchange.key).write_text(
+            json.dumps(tape, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+        self._log_used(exchange.key)
+        return reply
+
+    def _log_miss(self, exchange: Exchange) -> None:
+        ledger = os.environ.get("CASSETTE_MISS_LOG") or str(self.dir / ".misses.jsonl")
+        record = {"key": exchange.key, "method": exchange.method, "path": exchange.path, "time": _now()}
+        _append_jsonl(Path(ledger), record)
+
+    def _log_used(self, key: str) -> None:
+        used = os.environ.get("CASSETTE_USED_LOG")
+        if used:
+            _append_jsonl(Path(used), {"key": key})
+
+
+# ---------------------------------------------------------------------------------------- transports
+
+
+def _build_transports(lib: Any) -> tuple[type, type]:
+    """Transport classes for ``httpx`` or its API-identical fork ``httpx2``."""
+
+    def _exchange(cassette: Cassette, request: Any) -> Exchange:
+        return cassette.exchange(
+            request.method,
+            request.url.raw_path.decode("ascii"),
+            request.url.host,
+            request.content,
+            dict(request.headers),
+        )
+
+    def _response(reply: Reply, request: Any, *, asynchronous: bool) -> Any:
+        if reply.events is None:
+            return lib.Response(reply.status, headers=reply.headers, content=reply.content, request=request)
+        events = reply.events
+        if asynchronous:
+
+            async def agen() -> AsyncIterator[bytes]:
+                for event in events:
+                    yield event
+
+            return lib.Response(reply.status, headers=reply.headers, content=agen(), request=request)
+
+        def gen() -> Iterator[bytes]:
+            yield from events
+
+        return lib.Response(reply.status, headers=reply.headers, content=gen(), request=request)
+
+    class _Sync(lib.BaseTransport):
+        def __init__(
+            self, cassette_dir: str | os.PathLike[str], *, mode: str | None = None, inner: Any = None
+        ) -> None:
+            self.cassette = Cassette(cassette_dir, mode)
+            self._inner = inner
+
+        @property
+        def inner(self) -> Any:
+            # Built on first use, so replay never even constructs a connection pool.
+            if self._inner is None:
+                self._inner = lib.HTTPTransport()
+            return self._inner
+
+        def handle_request(self, request: Any) -> Any:
+            request.read()
+            exchange = _exchange(self.cassette, request)
+            if not self.cassette.forwards:
+                return _response(self.cassette.replay(exchange), request, asynchronous=False)
+            response = self.inner.handle_request(request)
+            try:
+                content = response.read()
+            finally:
+                response.close()
+            reply = self.cassette.record(exchange, response.status_code, dict(response.headers), content)
+            return _response(reply, request, asynchronous=False)
+
+        def close(self) -> None:
+            if self._inner is not None:
+                self._inner.close()
+
+    class _Async(lib.AsyncBaseTransport):
+        def __init__(
+            self, cassette_dir: str | os.PathLike[str], *, mode: str | None = None, inner: Any = None
+        ) -> None:
+            self.cassette = Cassette(cassette_dir, mode)
+            self._inner = inner
+
+        @property
+        def inner(self) -> Any:
+            if self._inner is None:
+                self._inner = lib.AsyncHTTPTransport()
+            return self._inner
+
+        async def handle_async_request(self, request: Any) -> Any:
+            await request.aread()
+            exchange = _exchange(self.cassette, request)
+            if not self.cassette.forwards:
+                return _response(self.cassette.replay(exchange), request, asynchronous=True)
+            response = await self.inner.handle_async_request(request)
+            try:
+                content = await response.aread()
+            finally:
+                await response.aclose()
+            reply = self.cassette.record(exchange, response.status_code, dict(response.headers), content)
+            return _response(reply, request, asynchronous=True)
+
+        async def aclose(self) -> None:
+            if self._inner is not None:
+                await self._inner.aclose()
+
+    return _Sync, _Async
+
+
+_TRANSPORTS = {
+    "CassetteTransport": ("httpx", 0),
+    "AsyncCassetteTransport": ("httpx", 1),
+    "CassetteTransport2": ("httpx2", 0),
+    "AsyncCassetteTransport2": ("httpx2", 1),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _TRANSPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module_name, index = _TRANSPORTS[name]
+    import importlib
+
+    classes = _build_transports(importlib.import_module(module_name))
+    for other, (other_module, other_index) in _TRANSPORTS.items():
+        if other_module == module_name:
+            cls = classes[other_index]
+            cls.__name__ = cls.__qualname__ = other
+            globals()[other] = cls  # cached: later lookups never reach __getattr__
+    return globals()[name]
+
+
+# ---------------------------------------------------------------------------------------------- prune
+
+
+def prune(cassette_dir: Path, used_log: Path) -> list[tuple[Path, str]]:
+    """Delete tapes no test used, and duplicates of a tape that is named by its key. Returns what went."""
+    if not used_log.is_file():
+        raise SystemExit(f"prune: {used_log} not found; run `make record` first (it writes the used log)")
+    used = set()
+    for number, line in enumerate(used_log.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            used.add(json.loads(line)["key"])
+        except (ValueError, KeyError, TypeError):
+            raise SystemExit(
+                f"prune: {used_log}:{number}: not a JSON line with a key; delete the file"
+            ) from None
+    if not used:
+        raise SystemExit(f"prune: {used_log} lists no tapes; refusing to delete every tape")
+    removed = []
+    for path in sorted(cassette_dir.glob("*.json")):
+        try:
+            real_key = key_for(json.loads(path.read_text(encoding="utf-8"))["request"])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            real_key = None
+        if real_key and real_key != path.stem and (cassette_dir / f"{real_key}.json").exists():
+            reason = f"duplicate of {real_key}.json"
+        elif path.stem not in used:
+            reason = "unused"
+        else:
+            continue
+        path.unlink()
+        removed.append((path, reason))
+    return removed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}.cassette")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("prune", help="delete tapes not in the used log, and duplicates")
+    p.add_argument("--used", required=True, type=Path, help="the used log written under CASSETTE_USED_LOG")
+    p.add_argument("--dir", default=Path("cassettes"), type=Path, help="the cassette directory")
+    args = parser.parse_args(argv)
+    try:
+        removed = prune(args.dir, args.used)
+    except SystemExit as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    for path, reason in removed:
+        print(f"removed {path} ({reason})")
+    print(f"prune: {len(removed)} removed, {len(list(args.dir.glob('*.json')))} kept")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

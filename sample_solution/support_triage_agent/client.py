@@ -1,0 +1,103 @@
+"""The one place that builds the HTTP client: every model call goes through the cassette transport.
+
+The provider and model come from ``_settings`` (chosen when the repository was baked); the endpoint and
+key come from the provider's own environment variables, so the official SDKs and this module agree.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ._settings import DEFAULT_MODEL, PROVIDER
+from .cassette import CassetteTransport
+
+CASSETTE_DIR = Path(__file__).resolve().parent.parent / "cassettes"
+ANTHROPIC_VERSION = "2023-06-01"
+API_KEY_ENV = "ANTHROPIC_API_KEY" if PROVIDER == "anthropic" else "OPENAI_API_KEY"
+BASE_URL_ENV = "ANTHROPIC_BASE_URL" if PROVIDER == "anthropic" else "OPENAI_BASE_URL"
+_DEFAULT_BASE_URL = "https://api.anthropic.com" if PROVIDER == "anthropic" else "https://api.openai.com/v1"
+# Always the same types in the request (an int 0 and a float 0.0 hash differently).
+TEMPERATURE = 0
+MAX_TOKENS = 200
+
+
+class ModelError(RuntimeError):
+    """The endpoint answered, but not with a usable completion."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    headers: dict[str, str]
+
+
+def endpoint() -> Endpoint:
+    """Where requests go and with which headers. Without a key (replay) no credential header is sent."""
+    base = (os.environ.get(BASE_URL_ENV) or _DEFAULT_BASE_URL).rstrip("/")
+    key = os.environ.get(API_KEY_ENV, "")
+    if PROVIDER == "anthropic":
+        headers = {"anthropic-version": ANTHROPIC_VERSION}
+        if key:
+            headers["x-api-key"] = key
+        return Endpoint(f"{base}/v1/messages", headers)
+    return Endpoint(f"{base}/chat/completions", {"authorization": f"Bearer {key}"} if key else {})
+
+
+def build_client(
+    *, mode: str | None = None, cassette_dir: Path | None = None, timeout: float = 60.0
+) -> httpx.Client:
+    """An ``httpx.Client`` whose only transport is the cassette (``CASSETTE_MODE``, default replay)."""
+    transport = CassetteTransport(cassette_dir or CASSETTE_DIR, mode=mode)
+    if transport.cassette.mode != "replay" and not os.environ.get(API_KEY_ENV):
+        raise ModelError(f"set {API_KEY_ENV} (and {BASE_URL_ENV} for another endpoint) to record")
+    return httpx.Client(transport=transport, timeout=timeout)
+
+
+def request_body(system: str, user: str, *, model: str | None = None) -> dict[str, Any]:
+    """The JSON body for one system + user exchange, in the provider's wire format."""
+    model = model or DEFAULT_MODEL
+    if PROVIDER == "anthropic":
+        return {
+            "model": model,
+            "system": system,
+            "messages": [{"role": "user", "content": user}],
+            "max_tokens": MAX_TOKENS,
+            "temperature": TEMPERATURE,
+        }
+    return {
+        "model": model,
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+        "max_tokens": MAX_TOKENS,
+        "temperature": TEMPERATURE,
+    }
+
+
+def _answer_text(data: Any) -> str:
+    try:
+        if PROVIDER == "anthropic":
+            return "".join(block["text"] for block in data["content"] if block.get("type") == "text")
+        return data["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise ModelError(f"unexpected response shape from the model endpoint: missing {exc}") from None
+
+
+def complete(system: str, user: str, *, client: httpx.Client | None = None, model: str | None = None) -> str:
+    """Send one exchange and return the model's text answer."""
+    own = client is None
+    client = client or build_client()
+    target = endpoint()
+    try:
+        response = client.post(
+            target.url, json=request_body(system, user, model=model), headers=target.headers
+        )
+    finally:
+        if own:
+            client.close()
+    if response.status_code != 200:
+        raise ModelError(f"model endpoint answered HTTP {response.status_code}: {response.text[:200]}")
+    return _answer_text(response.json())
