@@ -57,8 +57,13 @@ class Env:
 
 
 def default_cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "cassette-grader"
+    """Where environments are cached. As root, a folder the sandbox's unprivileged user can enter."""
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]) / "cassette-grader"
+    # Root's home is usually 0700: a venv under it would force the sandbox to keep running as root.
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        return Path("/var/cache/cassette-grader")
+    return Path.home() / ".cache" / "cassette-grader"
 
 
 # --- reading the dependency spec -------------------------------------------------------------------------
