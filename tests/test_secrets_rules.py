@@ -26,7 +26,7 @@ def test_the_rule_file_covers_the_providers_the_issue_names() -> None:
         "replicate-api-token", "xai-api-key", "perplexity-api-key", "google-api-key",
         "huggingface-access-token", "aws-access-key-id", "github-pat", "github-fine-grained-pat",
         "slack-bot-token", "slack-user-token", "slack-webhook-url", "stripe-live-secret-key",
-        "stripe-restricted-key", "credential-header",
+        "stripe-restricted-key", "authorization-header", "api-key-header",
     }  # fmt: skip
     assert expected <= ids
     for rule in RULES:

@@ -134,7 +134,7 @@ def test_an_unknown_token_in_a_vcr_authorization_header_is_found() -> None:
     token = expand("{{alnum:40}}", "scan:header")
     tape = f"interactions:\n- request:\n    headers:\n      authorization:\n      - Bearer {token}\n"
     (finding,) = scan_text(tape, source="cassettes/t.yaml")
-    assert (finding.rule, finding.line) == ("credential-header", 5)
+    assert (finding.rule, finding.line) == ("authorization-header", 5)
 
 
 # --- working tree -------------------------------------------------------------------------------

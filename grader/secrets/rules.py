@@ -20,6 +20,7 @@ DEFAULT_RULES = Path(__file__).resolve().parent.parent / "rules" / "secrets.toml
 
 _B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _REGEX_META = set(".^$*+?{}[]\\|()")
+_SYNTAX_CAPITALS = re.compile(r"\(\?P[<=]|\\[A-Z]")
 
 
 class RuleError(ValueError):
@@ -63,6 +64,7 @@ class Rule:
     entropy: float = 3.0
     validator: str | None = None
     generic: bool = False  # a context rule (header values); loses to a specific rule on the same text
+    ignore_case: bool = False  # regex and keywords run over the lowercased text (write them in lowercase)
     require_digit: bool = False
     true_samples: tuple[str, ...] = ()
     false_samples: tuple[str, ...] = ()
@@ -73,7 +75,8 @@ class Rule:
     def __post_init__(self) -> None:
         # Rules match bytes: files are never decoded as a whole, which keeps the scan fast.
         object.__setattr__(self, "compiled", re.compile(self.regex.encode("ascii")))
-        object.__setattr__(self, "keywords_b", tuple(k.encode("ascii") for k in self.keywords))
+        words = (k.lower() if self.ignore_case else k for k in self.keywords)
+        object.__setattr__(self, "keywords_b", tuple(k.encode("ascii") for k in words))
         object.__setattr__(self, "prefix", _literal_prefix(self.regex))
 
     def check_validator(self, secret: str) -> bool:
@@ -98,6 +101,7 @@ _FIELDS = {
     "entropy": (int, float),
     "validator": str,
     "generic": bool,
+    "ignore_case": bool,
     "require_digit": bool,
     "true_samples": list,
     "false_samples": list,
@@ -153,9 +157,12 @@ def _build(entry: dict[str, object], where: str) -> Rule:
         ):
             raise RuleError(f"{where}: {name!r} has the wrong type")
     regex = str(entry["regex"])
-    if not regex or (regex[0] in _REGEX_META and not entry.get("keywords")):
-        # Speed: either the regex engine can skip to a literal prefix or the keywords gate it.
-        raise RuleError(f"{where}: the regex must start with a literal or the rule must list keywords")
+    if not regex or regex[0] in _REGEX_META:
+        # Speed: the regex engine skips ahead to a literal prefix; an alternation up front scans every byte.
+        raise RuleError(f"{where}: the regex must start with a literal; split alternatives into rules")
+    letters = _SYNTAX_CAPITALS.sub("", regex)  # "(?P<name>" and escapes like \S are syntax
+    if entry.get("ignore_case") and letters != letters.lower():
+        raise RuleError(f"{where}: with ignore_case the regex runs on lowercased text; write it in lowercase")
     validator = entry.get("validator")
     if validator is not None and validator not in _VALIDATORS:
         raise RuleError(f"{where}: unknown validator {validator!r}; known: {', '.join(_VALIDATORS)}")
@@ -168,6 +175,7 @@ def _build(entry: dict[str, object], where: str) -> Rule:
             entropy=float(entry.get("entropy", 3.0)),  # type: ignore[arg-type]
             validator=validator,  # type: ignore[arg-type]
             generic=bool(entry.get("generic", False)),
+            ignore_case=bool(entry.get("ignore_case", False)),
             require_digit=bool(entry.get("require_digit", False)),
             true_samples=tuple(entry.get("true_samples", ())),  # type: ignore[arg-type]
             false_samples=tuple(entry.get("false_samples", ())),  # type: ignore[arg-type]

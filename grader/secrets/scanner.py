@@ -94,10 +94,14 @@ class Scanner:
     def _hits(self, data: bytes) -> list[_Hit]:
         specific: list[_Hit] = []
         generic: list[_Hit] = []
+        text = _Haystack(data)
         for rule in self.rules:
-            if rule.keywords_b and not any(k in data for k in rule.keywords_b):
+            hay = text.lower() if rule.ignore_case else data
+            if rule.keywords_b and not any(text.has(k, rule.ignore_case) for k in rule.keywords_b):
                 continue
-            for match in rule.compiled.finditer(data):
+            # Offsets in the lowercased copy equal offsets in data (ASCII-only lowering), so the secret
+            # itself is always read from the original bytes.
+            for match in rule.compiled.finditer(hay):
                 if not left_boundary_ok(data, match.start()):
                     continue
                 start, end = match.span("secret") if rule.generic else match.span()
@@ -111,6 +115,27 @@ class Scanner:
         # A generic header hit on a key a specific rule already named adds nothing but noise.
         kept = [g for g in generic if not any(s.start < g.end and g.start < s.end for s in specific)]
         return sorted(specific + kept, key=lambda h: h.start)
+
+
+class _Haystack:
+    """One file's bytes with memoized keyword lookups: each distinct keyword is searched once per file
+    however many rules share it; the lowercased copy is made only when a rule ignores case."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self._lower: bytes | None = None
+        self._seen: dict[tuple[bytes, bool], bool] = {}
+
+    def has(self, keyword: bytes, lowered: bool = False) -> bool:
+        found = self._seen.get((keyword, lowered))
+        if found is None:
+            found = self._seen[keyword, lowered] = keyword in (self.lower() if lowered else self.data)
+        return found
+
+    def lower(self) -> bytes:
+        if self._lower is None:
+            self._lower = self.data.lower()
+        return self._lower
 
 
 class _LineCounter:
