@@ -1,4 +1,4 @@
-"""Development sessions: `nox -s tests`, `nox -s lint`, `nox -s template`."""
+"""Development sessions: `nox -s tests`, `lint`, `template`; `nox -s bench` (benchmarks, never by default)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,17 @@ def template(session: nox.Session) -> None:
     """Bake the template with its defaults and run the baked project's own tests (offline)."""
     session.install("-e", ".[test]")
     session.run("python", "-m", "pytest", "tests/test_template_bake.py", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks (never default, never in CI): replay, secret scan, grading; writes docs/benchmarks.md.
+
+    `nox -s bench -- --quick` for a short smoke run that writes nothing; `-- --only replay` for one part.
+    vcrpy and detect-secrets are the baselines; they are installed here, in this session's venv only.
+    """
+    session.install("-e", ".[test]", "vcrpy>=6", "detect-secrets>=1.5")
+    session.run("python", "-m", "benchmarks", *session.posargs)
 
 
 @nox.session(name="rerecord-sample")
