@@ -20,7 +20,6 @@ _YAML_BINARY = re.compile(
 _YAML_BINARY_INLINE = re.compile(rb"!!binary[ \t]+[\"']?([A-Za-z0-9+/=]{16,})")
 # Base64 of gzip always starts with H4sI; JSON writers may escape "/" as "\/" or wrap lines with "\n".
 _GZIP_B64 = re.compile(rb"H4sI(?:[A-Za-z0-9+/=]|\\[n/])+")
-_NOT_B64 = re.compile(rb"\\n|\s")
 
 
 @dataclass(frozen=True)
@@ -47,7 +46,8 @@ def decompress(data: bytes) -> tuple[bytes, str] | None:
 
 
 def _decode(encoded: bytes) -> tuple[bytes, str] | None:
-    clean = _NOT_B64.sub(b"", encoded).replace(b"\\/", b"/")
+    # translate() deletes line breaks and indentation at C speed; a regex sub was a tenth of the scan time.
+    clean = encoded.replace(b"\\n", b"").replace(b"\\/", b"/").translate(None, b" \t\r\n")
     clean = clean[: len(clean) - len(clean) % 4] if b"=" not in clean else clean
     try:
         raw = base64.b64decode(clean, validate=False)

@@ -6,8 +6,10 @@ that introduced it (``short-sha:path:line``).
 
 from __future__ import annotations
 
+import queue
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -20,6 +22,7 @@ from grader.secrets.tree import MAX_FILE_BYTES, scan_blob
 __all__ = ["HistoryError", "is_git_repo", "scan_history_with"]
 
 _UNKNOWN = "unknown"
+_READ_AHEAD = 64  # blobs buffered ahead of the scanner
 
 
 class HistoryError(RuntimeError):
@@ -103,27 +106,46 @@ def _blobs(repo: Path, tape_dirs: tuple[str, ...], scanner: Scanner) -> list[tup
 
 
 def _cat_blobs(repo: Path, shas: list[str]) -> Iterator[tuple[str, bytes]]:
-    """Yield (sha, content) for each blob, streaming; the request list goes through a file, not a pipe,
-    so git never blocks writing while we block writing."""
+    """Yield (sha, content) for each blob. A reader thread drains git's pipe while the caller scans, so git
+    inflates the next objects on the other core instead of waiting on a full pipe."""
     with tempfile.TemporaryFile() as request:
+        # The request list goes through a file, not a pipe: git never blocks writing while we block writing.
         request.write("\n".join(shas).encode() + b"\n")
         request.seek(0)
         proc = subprocess.Popen(
-            ["git", "-C", str(repo), "cat-file", "--batch"], stdin=request, stdout=subprocess.PIPE
+            ["git", "-C", str(repo), "cat-file", "--batch"],
+            stdin=request,
+            stdout=subprocess.PIPE,
+            bufsize=1 << 20,
         )
-        assert proc.stdout is not None
+        blobs: queue.Queue[tuple[str, bytes] | None] = queue.Queue(maxsize=_READ_AHEAD)
+        reader = threading.Thread(target=_read_batch, args=(proc, len(shas), blobs), daemon=True)
+        reader.start()
         try:
-            for _ in shas:
-                header = proc.stdout.readline().split()
-                if len(header) != 3:
-                    break
-                size = int(header[2])
-                data = proc.stdout.read(size)
-                proc.stdout.read(1)  # the newline after each object
-                yield header[0].decode(), data
+            while (item := blobs.get()) is not None:
+                yield item
         finally:
-            proc.stdout.close()
+            proc.kill()  # only if the caller stopped early; git has normally exited by now
+            reader.join()
             proc.wait()
+
+
+def _read_batch(
+    proc: subprocess.Popen[bytes], count: int, out: queue.Queue[tuple[str, bytes] | None]
+) -> None:
+    assert proc.stdout is not None
+    try:
+        for _ in range(count):
+            header = proc.stdout.readline().split()
+            if len(header) != 3:
+                break
+            data = proc.stdout.read(int(header[2]))
+            proc.stdout.read(1)  # the newline after each object
+            out.put((header[0].decode(), data))
+    except (OSError, ValueError):
+        pass  # the consumer stopped and git was killed
+    finally:
+        out.put(None)
 
 
 def _introductions(repo: Path, wanted: set[str]) -> dict[str, tuple[int, str, str]]:
