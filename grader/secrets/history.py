@@ -23,6 +23,9 @@ __all__ = ["HistoryError", "is_git_repo", "scan_history_with"]
 
 _UNKNOWN = "unknown"
 _READ_AHEAD = 64  # blobs buffered ahead of the scanner
+# The repository's own config is the candidate's: no fsmonitor hook may run, and a checkout owned by
+# another user (a copied workspace) must still be readable.
+_GIT = ("git", "-c", "core.fsmonitor=false", "-c", "safe.directory=*")
 
 
 class HistoryError(RuntimeError):
@@ -30,7 +33,7 @@ class HistoryError(RuntimeError):
 
 
 def _git(repo: Path, *args: str, stdin: bytes | None = None) -> bytes:
-    proc = subprocess.run(["git", "-C", str(repo), *args], input=stdin, capture_output=True, check=False)
+    proc = subprocess.run([*_GIT, "-C", str(repo), *args], input=stdin, capture_output=True, check=False)
     if proc.returncode != 0:
         first = proc.stderr.decode("utf-8", "replace").strip().splitlines()[:1]
         raise HistoryError(f"git {args[0]} failed in {repo}: {first[0] if first else proc.returncode}")
@@ -113,7 +116,7 @@ def _cat_blobs(repo: Path, shas: list[str]) -> Iterator[tuple[str, bytes]]:
         request.write("\n".join(shas).encode() + b"\n")
         request.seek(0)
         proc = subprocess.Popen(
-            ["git", "-C", str(repo), "cat-file", "--batch"],
+            [*_GIT, "-C", str(repo), "cat-file", "--batch"],
             stdin=request,
             stdout=subprocess.PIPE,
             bufsize=1 << 20,
