@@ -54,8 +54,14 @@ def grade(
     cache_root: Path | None = None,
     progress: Progress | None = None,
     jobs: int = 1,
+    store: Path | None = None,
+    store_formats: tuple[str, ...] = ("json", "markdown"),
 ) -> dict[str, Any]:
-    """Grade one submission; raises BadInput only for an unusable target (before any code runs)."""
+    """Grade one submission; raises BadInput only for an unusable target (before any code runs).
+
+    ``store``: a new folder to keep the run in (grader/runstore.py: report, check results, raw logs,
+    rubric copy), so it can be re-scored later without running the submission again.
+    """
     from grader.acquire import acquire
     from grader.install import default_cache_root
     from grader.manifest import read_manifest
@@ -101,13 +107,19 @@ def grade(
         check_ids = [row.check for row in rubric.rows]
         results = run_checks(ctx, check_ids, timings, report_progress, jobs=jobs)
         report = _report(workspace, rubric, results, timings, notes, isolation())
+        if keep_workspace:
+            report.setdefault("notes", []).append(f"workspace kept at {root}")
+        if store is not None:
+            from grader.runstore import store_run
+
+            # Before the workspace goes: the raw logs (audit, results, JUnit) are part of the stored evidence.
+            logs = root / "logs"
+            store_run(store, report=report, results=results, rubric=rubric, logs=logs, formats=store_formats)
     finally:
         if keep_workspace:
             report_progress("workspace", 0.0, f"kept at {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
-    if keep_workspace:
-        report.setdefault("notes", []).append(f"workspace kept at {root}")
     return report
 
 
