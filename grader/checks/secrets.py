@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from grader.checks import CheckResult, Finding, register
+from grader.checks.canary import probe_canary, summarize
 from grader.secrets import HistoryError, RuleError, Scanner, SecretFinding, is_git_repo
 from grader.secrets.history import scan_history_with
 from grader.secrets.tree import scan_tree_with
@@ -22,10 +23,13 @@ def secrets(ctx: Context) -> CheckResult:
 
     In-repo suppressions (`gitleaks:allow`, `.gitleaksignore`, `pragma: allowlist secret`, `# nosec`) are
     ignored: a submission cannot silence this check. Command output is whatever other checks captured in
-    `ctx.outputs` by the time this check runs.
+    `ctx.outputs` by the time this check runs. Last, the canary recording probe (grader/checks/canary.py)
+    runs the manifest's record_command against the stand-in with a generated key and counts where that key
+    shows up afterwards.
 
     Facts:
-        findings: credentials found, all kinds together (in_tree + in_tapes + in_history + in_output)
+        findings: credentials found, all kinds together (in_tree + in_tapes + in_history + in_output
+            + canary_leaks)
         in_tree: findings in working-tree files that are not tapes
         in_tapes: findings in tapes (recordings) of the working tree
         in_history: findings in git history, one per secret at the commit that introduced it (a key still
@@ -37,6 +41,9 @@ def secrets(ctx: Context) -> CheckResult:
         tapes_scanned: working-tree files recognised as tapes
         commits_scanned: commits reachable from any ref (0 without git history)
         outputs_scanned: command outputs scanned
+        canary_leaks: places where the canary recording probe found the generated key it gave the
+            manifest's record_command (files the run wrote, tapes included, or its output)
+        canary_probe: "ran", or "not available: <why>" (no record_command or api_key_env, no environment)
         summary: e.g. "no credentials in 42 files, 17 commits, 12 tapes and 3 command outputs" or
             "2 credentials: openai-project-key at cassettes/ab.json:12 (sk-proj-…[redacted]), ..."
     """
@@ -58,11 +65,13 @@ def secrets(ctx: Context) -> CheckResult:
         details.append("no git history: only the working tree was scanned")
     for label, text in list(ctx.outputs):
         found += scanner.scan_text(text, source=label or "command output")
+    # After the output scan: the probe reports its own output (which holds the canary key it was given).
+    canary = probe_canary(ctx)
 
     stats = scanner.stats
     counts = {kind: sum(f.kind == kind for f in found) for kind in _KIND_WORDS}
     facts: dict[str, object] = {
-        "findings": len(found),
+        "findings": len(found) + len(canary.leaks),
         "in_tree": counts["tree"],
         "in_tapes": counts["tape"],
         "in_history": counts["history"],
@@ -73,10 +82,15 @@ def secrets(ctx: Context) -> CheckResult:
         "tapes_scanned": stats.tapes,
         "commits_scanned": stats.commits,
         "outputs_scanned": stats.outputs,
-        "summary": _summary(found, stats.files, stats.commits, stats.tapes, stats.outputs),
+        "canary_leaks": len(canary.leaks),
+        "canary_probe": canary.status,
+        "summary": summarize(
+            _summary(found, stats.files, stats.commits, stats.tapes, stats.outputs), canary, len(found)
+        ),
     }
-    findings = [_to_finding(f) for f in found]
+    findings = [_to_finding(f) for f in found] + canary.leaks
     details += [f"{_KIND_WORDS[f.kind]}: {f.render()}" for f in found]
+    details += canary.details
     details += [f"skipped {line}" for line in stats.skipped]
     return CheckResult(facts=facts, findings=findings, details=details)
 

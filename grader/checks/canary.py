@@ -1,0 +1,221 @@
+"""The canary recording probe: does recording write or print the API key it is given?
+
+Not a check of its own: the `secrets` check calls `probe_canary` and reports its facts (`canary_leaks`,
+`canary_probe`), so the no-credentials row keeps scoring from one check.
+
+In a throwaway copy of the repository, the manifest's `record_command` runs in the sandbox with loopback only
+(a fresh network namespace with `lo` up). The kit's stand-in model server is started inside that same
+sandboxed command, and the command gets a freshly generated canary key in `api_key_env` and the stand-in's
+URL in `base_url_env`. Any occurrence of the canary afterwards in the copy's files (tapes included, JSON- or
+base64-encoded too) or in what the command printed is a latent leak: with a real key, it would have been
+committed or logged.
+
+The stand-in runs under the submission's interpreter (the only one the sandbox user is sure to reach), which
+need not have PyYAML: the probe copies `standin.py`, its rules file and PyYAML's pure-Python modules into a
+read-only folder beside the checkout and starts the stand-in from there with `python -E -s`, so neither the
+submission's `PYTHONPATH` nor its files can shadow them.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import secrets as _random
+import shlex
+import shutil
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from grader.checks import Finding
+from grader.secrets import redact
+
+if TYPE_CHECKING:
+    from grader.context import Context
+
+__all__ = ["CanaryProbe", "find_canary", "make_canary", "probe_canary", "summarize"]
+
+_LABEL = "canary record"
+_ALNUM = string.ascii_letters + string.digits
+_MAX_FILE_BYTES = 64 * 1024 * 1024
+_SKIP_DIRS = {".git"}
+_MAX_LISTED = 10
+# Exit code the wrapper script uses when the stand-in never printed its URL.
+_NO_STANDIN = 97
+_WRAPPER = """\
+url_file="$HOME/.canary-standin-url"
+python -E -s "$CANARY_TOOLS/standin.py" --port 0 --quiet >"$url_file" 2>/dev/null &
+i=0
+while [ ! -s "$url_file" ] && [ "$i" -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+if [ ! -s "$url_file" ]; then echo "canary probe: the stand-in server did not start" >&2; exit {code}; fi
+url=$(head -n 1 "$url_file")
+rm -f "$url_file"
+{strip}
+{base_env}="$url"
+export {base_env}
+exec "$@"
+"""
+
+
+@dataclass
+class CanaryProbe:
+    """What the probe found: `status` is "ran" or "not available: <why>"."""
+
+    status: str
+    leaks: list[Finding] = field(default_factory=list)
+    details: list[str] = field(default_factory=list)
+
+
+def make_canary(api_key_env: str) -> str:
+    """A fresh key shaped like the provider's real keys (so format checks and redactors treat it as one).
+
+    Built from parts at run time: the kit's source never holds a key-shaped literal.
+    """
+
+    def rand(n: int) -> str:
+        return "".join(_random.choice(_ALNUM) for _ in range(n))
+
+    if "ANTHROPIC" in api_key_env.upper():
+        return "-".join(("sk", "ant", "api03", rand(93))) + "AA"
+    return "-".join(("sk", "proj", rand(74) + "T3Blbk" + "FJ" + rand(74)))
+
+
+def _needles(canary: str) -> list[tuple[bytes, str]]:
+    """The canary as bytes, plus the cores of its base64 encodings at the three alignments."""
+    raw = canary.encode("ascii")
+    out = [(raw, "")]
+    for shift in range(3):
+        encoded = base64.b64encode(b"\0" * shift + raw)
+        # Drop the characters that mix in the padding bytes or the unknown neighbours.
+        start = ((shift * 8) + 5) // 6 + 1
+        core = encoded[start : len(encoded) - 4]
+        if len(core) >= 24:
+            out.append((core, "base64-encoded"))
+    return out
+
+
+def find_canary(data: bytes, canary: str) -> list[tuple[int, str]]:
+    """(line, how) of each place `data` holds the canary, plain or base64-encoded; lines count from 1."""
+    hits: list[tuple[int, str]] = []
+    for needle, how in _needles(canary):
+        start = data.find(needle)
+        while start != -1:
+            hits.append((data.count(b"\n", 0, start) + 1, how))
+            start = data.find(needle, start + len(needle))
+    return sorted(set(hits))
+
+
+def _stage_standin(dest: Path) -> Path | None:
+    """Copy the stand-in, its rules and PyYAML's pure-Python modules where the sandbox user can read them."""
+    try:
+        import yaml
+    except ImportError:  # pragma: no cover - the grader depends on PyYAML
+        return None
+    here = Path(__file__).resolve().parent.parent
+    yaml_dir = Path(yaml.__file__).resolve().parent
+    (dest / "rules").mkdir(parents=True, exist_ok=True)
+    (dest / "yaml").mkdir(exist_ok=True)
+    shutil.copyfile(here / "standin.py", dest / "standin.py")
+    shutil.copyfile(here / "rules" / "standin.yaml", dest / "rules" / "standin.yaml")
+    for module in yaml_dir.glob("*.py"):
+        shutil.copyfile(module, dest / "yaml" / module.name)
+    for folder in (dest, dest / "rules", dest / "yaml"):
+        folder.chmod(0o755)
+        for item in folder.iterdir():
+            if item.is_file():
+                item.chmod(0o644)
+    return dest
+
+
+def _wrapper(base_env: str, anthropic: bool) -> str:
+    # Anthropic's SDKs and the template append /v1/messages to the base URL; OpenAI's expect it to end in /v1.
+    strip = 'url="${url%/v1}"' if anthropic else ":"
+    return _WRAPPER.format(code=_NO_STANDIN, strip=strip, base_env=base_env)
+
+
+def _scan_tree(root: Path, canary: str) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            try:
+                if path.is_symlink() or not path.is_file() or path.stat().st_size > _MAX_FILE_BYTES:
+                    continue
+                data = path.read_bytes()
+            except OSError:
+                continue
+            rel = path.relative_to(root).as_posix()
+            found.extend((f"{rel}:{line}", how) for line, how in find_canary(data, canary))
+    return found
+
+
+def probe_canary(ctx: Context) -> CanaryProbe:
+    """Run the record command with a canary key against the stand-in, in a scratch copy; report leaks."""
+    manifest = getattr(ctx, "manifest", None)
+    record = list(getattr(manifest, "record_command", None) or [])
+    key_env = getattr(manifest, "api_key_env", None) or ""
+    if not record:
+        return CanaryProbe("not available: no record_command in [tool.takehome]")
+    if not key_env:
+        return CanaryProbe("not available: no api_key_env in [tool.takehome]")
+    if getattr(ctx, "env", None) is None:
+        reason = getattr(ctx, "install_error", None) or "the submission's environment was not installed"
+        return CanaryProbe(f"not available: {' '.join(str(reason).split())}")
+    anthropic = "ANTHROPIC" in key_env.upper()
+    base_env = getattr(manifest, "base_url_env", None) or (
+        "ANTHROPIC_BASE_URL" if anthropic else "OPENAI_BASE_URL"
+    )
+    if not base_env.replace("_", "").isalnum():
+        return CanaryProbe(f"not available: base_url_env {base_env!r} is not a variable name")
+
+    tools = _stage_standin(ctx.workspace.root / "canary-standin")
+    if tools is None:  # pragma: no cover
+        return CanaryProbe("not available: PyYAML is missing, the stand-in cannot run")
+    scratch = ctx.scratch_copy("canary-record")
+    canary = make_canary(key_env)
+    env = {key_env: canary, "CANARY_TOOLS": str(tools), "CASSETTE_MODE": "record"}
+    argv = ["/bin/sh", "-c", _wrapper(base_env, anthropic), "sh", *record]
+    run, _audit = ctx.run(argv, cwd=scratch, env=env, loopback=True, label=_LABEL)
+    shown = shlex.join(record)
+    if run.returncode == _NO_STANDIN and "stand-in server did not start" in run.stderr:
+        return CanaryProbe("not available: the stand-in server did not start in the sandbox")
+
+    places = _scan_tree(scratch, canary)
+    for stream, text in (("stdout", run.stdout), ("stderr", run.stderr)):
+        places.extend(
+            (f"{stream} of {shown}:{line}", how) for line, how in find_canary(text.encode("utf-8"), canary)
+        )
+    masked = redact(canary)
+    leaks = [
+        Finding(
+            rule="canary-leak",
+            message=(
+                f"the canary key given to `{shown}` in {key_env} ({masked}) was "
+                f"{'printed' if where.startswith(('stdout', 'stderr')) else 'written here'}"
+                f"{', ' + how if how else ''}: recording would leak a real key; never write or log it"
+            ),
+            location=where,
+        )
+        for where, how in places
+    ]
+    outcome = "timed out" if run.timed_out else f"exit {run.returncode}"
+    details = [f"canary probe: `{shown}` ran with a canary key against the stand-in ({outcome})"]
+    details += [f"canary leak: {f.location} {f.message}" for f in leaks[:_MAX_LISTED]]
+    if len(leaks) > _MAX_LISTED:
+        details.append(f"... and {len(leaks) - _MAX_LISTED} more canary leaks")
+    return CanaryProbe("ran", leaks, details)
+
+
+def summarize(summary: str, probe: CanaryProbe, other_findings: int) -> str:
+    """The secrets check's summary with the probe's outcome added in front (leaks) or at the end."""
+    if not probe.leaks:
+        return f"{summary}; the canary record probe found no leak" if probe.status == "ran" else summary
+    places = ", ".join(f.location for f in probe.leaks[:3])
+    more = f" and {len(probe.leaks) - 3} more" if len(probe.leaks) > 3 else ""
+    n = len(probe.leaks)
+    leak = "canary leak" if n == 1 else "canary leaks"
+    head = f"{n} {leak}: recording wrote or printed the key it was given ({places}{more})"
+    rest = summary if other_findings else summary.replace("no credentials", "no other credentials", 1)
+    return f"{head}; {rest}"
