@@ -1,0 +1,599 @@
+"""Tamper evidence: a static scan for code that can change reported test outcomes, and the guard plugin.
+
+``scan(repo)`` reads (never imports) the submission's conftest files, the plugins its pytest configuration
+names, its Makefile and its Python sources, and lists every place that can make a failing suite look green:
+
+* outcome hooks in conftest files and plugins: ``pytest_runtest_makereport``, ``pytest_report_teststatus``,
+  ``pytest_runtest_protocol``, ``pytest_runtest_call``, ``pytest_pyfunc_call``, a ``pytest_runtest_logreport``
+  that assigns to the report, ``pytest_collection_modifyitems`` adding skip/xfail marks or dropping items,
+  ``pytest_runtest_setup`` calling skip/xfail, ``pytest_sessionfinish`` touching the exit status;
+* monkeypatching of pytest's internals (``_pytest.*``, ``TestReport``, ``CallInfo``) anywhere in the tree,
+  and any assignment to ``<something>.outcome`` in a conftest or plugin;
+* references to the grader's own machinery (``GRADER_*`` variables, ``_grader_*`` modules), and a Makefile or
+  pytest config that switches plugins off (``-p no:``), drops ``PYTEST_ADDOPTS`` or passes ``--noconftest``.
+
+``GUARD_SOURCE`` is the grader's second pytest plugin (``-p _grader_guard``). It records each test's outcome
+as the runner saw it (``call.excinfo``, read before any other hook wrapper can touch it) next to the outcome
+finally reported, writes through an inherited file descriptor rather than a path, and with
+``GRADER_GUARD_UNSKIP=1`` strips skip/skipif/xfail marks after every other collection hook ran, so tests the
+suite skipped are run and their real outcome is known. See docs/security.md for what this does and does not
+guarantee.
+"""
+
+from __future__ import annotations
+
+import ast
+import configparser
+import os
+import re
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+__all__ = [
+    "GUARD_MODULE",
+    "GUARD_SOURCE",
+    "GuardLog",
+    "Hook",
+    "TamperScan",
+    "read_guard",
+    "scan",
+    "write_guard",
+]
+
+GUARD_MODULE = "_grader_guard"
+_MAX_FILES = 5000
+_MAX_BYTES = 1_000_000
+_SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", ".nox", "site-packages"}
+_ALWAYS = {
+    "pytest_runtest_makereport": "rewrites or replaces test reports",
+    "pytest_report_teststatus": "changes how outcomes are counted and shown",
+    "pytest_runtest_protocol": "replaces the whole per-test protocol",
+    "pytest_runtest_call": "wraps the test call (can swallow its exception)",
+    "pytest_pyfunc_call": "replaces the test function call (can swallow its exception)",
+}
+_SKIP_CALLS = {"skip", "xfail", "skipif"}
+_PYTEST_INTERNALS = {"TestReport", "CallInfo", "CollectReport", "runner", "reports", "skipping", "outcomes"}
+_GRADER_NAMES = re.compile(r"\b(GRADER_[A-Z_]+|_grader_(?:pytest|audit|guard)|CASSETTE_MISS_LOG)\b")
+_CONFIG_TAMPER = re.compile(
+    r"(-p\s*no:\S+|--noconftest|PYTEST_ADDOPTS\s*=|PYTEST_DISABLE_PLUGIN_AUTOLOAD|--junit-?xml\S*|-o\s*addopts)"
+)
+_CONFIG_FILES = (
+    "pyproject.toml",
+    "pytest.ini",
+    "setup.cfg",
+    "tox.ini",
+    "Makefile",
+    "GNUmakefile",
+    "makefile",
+)
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One place that can change reported outcomes."""
+
+    kind: str  # hook name, "monkeypatch", "grader-reference" or "config"
+    location: str  # repo-relative "file:line"
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.location}: {self.kind} ({self.why})"
+
+
+@dataclass
+class TamperScan:
+    hooks: list[Hook] = field(default_factory=list)
+    files_scanned: int = 0
+
+    @property
+    def outcome_hooks(self) -> list[Hook]:
+        """Hooks in conftest files or plugins (what a ``--noconftest`` rerun takes away)."""
+        return [h for h in self.hooks if h.kind.startswith("pytest_")]
+
+
+# --- walking the tree without following links -------------------------------------------------------------
+
+
+def _python_files(repo: Path) -> Iterator[Path]:
+    count = 0
+    for dirpath, dirnames, filenames in os.walk(repo, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        for name in sorted(filenames):
+            if not name.endswith(".py"):
+                continue
+            path = Path(dirpath) / name
+            if path.is_symlink() or not path.is_file():
+                continue  # never follow a link, in or out of the repo
+            count += 1
+            if count > _MAX_FILES:
+                return
+            yield path
+
+
+def _read(path: Path) -> str | None:
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > _MAX_BYTES:
+            return None
+        return path.read_bytes().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def _rel(repo: Path, path: Path) -> str:
+    try:
+        return path.relative_to(repo).as_posix()
+    except ValueError:
+        return path.name
+
+
+# --- which files are plugins ------------------------------------------------------------------------------
+
+
+def _ini_addopts(repo: Path) -> str:
+    parts: list[str] = []
+    text = _read(repo / "pyproject.toml")
+    if text:
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError:
+            data = {}
+        ini = data.get("tool", {}).get("pytest", {}).get("ini_options", {})
+        addopts = ini.get("addopts") if isinstance(ini, dict) else None
+        if isinstance(addopts, list):
+            parts += [str(a) for a in addopts]
+        elif isinstance(addopts, str):
+            parts.append(addopts)
+    for name, section in (("pytest.ini", "pytest"), ("setup.cfg", "tool:pytest"), ("tox.ini", "pytest")):
+        text = _read(repo / name)
+        if not text:
+            continue
+        parser = configparser.ConfigParser(interpolation=None)
+        try:
+            parser.read_string(text)
+        except configparser.Error:
+            continue
+        if parser.has_option(section, "addopts"):
+            parts.append(parser.get(section, "addopts"))
+    return " ".join(parts)
+
+
+def _module_file(repo: Path, module: str) -> Path | None:
+    if not re.fullmatch(r"[A-Za-z_][\w.]*", module):
+        return None
+    rel = Path(*module.split("."))
+    for base in (repo, repo / "src"):
+        for candidate in (base / rel.with_suffix(".py"), base / rel / "__init__.py"):
+            if candidate.is_file() and not candidate.is_symlink():
+                return candidate
+    return None
+
+
+def _declared_plugins(tree: ast.AST) -> list[str]:
+    """Module names in a conftest's ``pytest_plugins = ...``."""
+    out: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "pytest_plugins" for t in node.targets
+        ):
+            for const in ast.walk(node.value):
+                if isinstance(const, ast.Constant) and isinstance(const.value, str):
+                    out.append(const.value)
+    return out
+
+
+# --- the AST rules ----------------------------------------------------------------------------------------
+
+
+def _dotted(node: ast.AST) -> str:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    elif isinstance(node, ast.Call):
+        parts.append(_dotted(node.func) + "()")
+    return ".".join(reversed(parts))
+
+
+def _calls(node: ast.AST) -> Iterator[tuple[ast.Call, str]]:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call):
+            yield sub, _dotted(sub.func)
+
+
+def _mentions_skip(node: ast.AST) -> bool:
+    for sub in ast.walk(node):
+        name = sub.attr if isinstance(sub, ast.Attribute) else sub.id if isinstance(sub, ast.Name) else ""
+        if name in _SKIP_CALLS:
+            return True
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and sub.value in _SKIP_CALLS:
+            return True
+    return False
+
+
+def _modifyitems_why(func: ast.AST) -> str | None:
+    for call, name in _calls(func):
+        last = name.rsplit(".", 1)[-1]
+        if last == "add_marker" and _mentions_skip(call):
+            return "adds skip/xfail marks to collected tests"
+        if last == "pytest_deselected":
+            return "deselects collected tests"
+        if last in ("remove", "pop", "clear") and name.split(".", 1)[0] == "items":
+            return "drops collected tests"
+    for sub in ast.walk(func):
+        if isinstance(sub, (ast.Assign, ast.AugAssign)):
+            targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
+            for target in targets:
+                if isinstance(target, ast.Subscript) and _dotted(target.value) == "items":
+                    return "replaces the list of collected tests"
+        if isinstance(sub, ast.Delete) and any("items" in _dotted(t) for t in sub.targets):
+            return "drops collected tests"
+    return None
+
+
+def _assigns_attr(func: ast.AST, attrs: set[str]) -> int | None:
+    for sub in ast.walk(func):
+        targets: list[ast.AST] = []
+        if isinstance(sub, ast.Assign):
+            targets = list(sub.targets)
+        elif isinstance(sub, (ast.AugAssign, ast.AnnAssign)):
+            targets = [sub.target]
+        for target in targets:
+            if isinstance(target, ast.Attribute) and target.attr in attrs:
+                return sub.lineno
+        if isinstance(sub, ast.Call) and _dotted(sub.func) == "setattr" and len(sub.args) >= 2:
+            name = sub.args[1]
+            if isinstance(name, ast.Constant) and name.value in attrs:
+                return sub.lineno
+    return None
+
+
+def _exits(func: ast.AST) -> int | None:
+    for call, name in _calls(func):
+        if name in ("os._exit", "_exit", "sys.exit", "os.kill", "pytest.exit"):
+            return call.lineno
+    return None
+
+
+def _hook_rules(rel: str, tree: ast.AST) -> Iterator[Hook]:
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        name, where = node.name, f"{rel}:{node.lineno}"
+        if name in _ALWAYS:
+            yield Hook(name, where, _ALWAYS[name])
+        elif name == "pytest_collection_modifyitems":
+            why = _modifyitems_why(node)
+            if why:
+                yield Hook(name, where, why)
+        elif name in ("pytest_runtest_setup", "pytest_runtest_teardown", "pytest_collection_finish"):
+            if any(n.rsplit(".", 1)[-1] in _SKIP_CALLS for _, n in _calls(node)):
+                yield Hook(name, where, "skips or xfails tests from a hook")
+        elif name == "pytest_runtest_logreport":
+            line = _assigns_attr(node, {"outcome", "longrepr", "when", "wasxfail"})
+            if line:
+                yield Hook(name, f"{rel}:{line}", "rewrites the report as it is logged")
+        elif name in ("pytest_sessionfinish", "pytest_unconfigure", "pytest_terminal_summary"):
+            line = _assigns_attr(node, {"exitstatus", "testsfailed"}) or _exits(node)
+            if line:
+                yield Hook(name, f"{rel}:{line}", "changes the exit status or ends the process")
+    line = _assigns_attr(tree, {"outcome", "wasxfail"})
+    if line:
+        yield Hook("pytest_report_outcome", f"{rel}:{line}", "assigns a report outcome")
+
+
+def _internal_aliases(tree: ast.AST) -> set[str]:
+    """Local names bound to pytest internals by imports (``from _pytest.reports import TestReport``)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.split(".")[0] in ("_pytest", "pytest")
+        ):
+            for alias in node.names:
+                if node.module.startswith("_pytest") or alias.name in _PYTEST_INTERNALS:
+                    names.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "_pytest":
+                    names.add((alias.asname or alias.name).split(".")[0])
+    return names
+
+
+def _monkeypatch_rules(rel: str, tree: ast.AST) -> Iterator[Hook]:
+    aliases = _internal_aliases(tree) | {"_pytest"}
+    for node in ast.walk(tree):
+        targets: list[ast.AST] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Call) and _dotted(node.func).rsplit(".", 1)[-1] == "setattr" and node.args:
+            targets = [ast.Attribute(value=node.args[0], attr="?")]
+        for target in targets:
+            if not isinstance(target, ast.Attribute):
+                continue
+            chain = _dotted(target)
+            parts = chain.split(".")
+            if parts[0] in aliases or any(
+                p in ("TestReport", "CallInfo", "CollectReport") for p in parts[:-1]
+            ):
+                yield Hook("monkeypatch", f"{rel}:{node.lineno}", f"patches pytest internals ({chain})")
+                break
+
+
+def _grader_references(rel: str, text: str) -> Iterator[Hook]:
+    for lineno, line in enumerate(text.splitlines(), 1):
+        match = _GRADER_NAMES.search(line)
+        if match:
+            yield Hook("grader-reference", f"{rel}:{lineno}", f"names the grader's {match.group(1)}")
+
+
+def _config_rules(repo: Path) -> Iterator[Hook]:
+    for name in _CONFIG_FILES:
+        text = _read(repo / name)
+        if not text:
+            continue
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if line.lstrip().startswith("#"):
+                continue
+            match = _CONFIG_TAMPER.search(line) or _GRADER_NAMES.search(line)
+            if match:
+                yield Hook(
+                    "config", f"{name}:{lineno}", f"{match.group(1).strip()} overrides the grader's options"
+                )
+
+
+# --- entry point ------------------------------------------------------------------------------------------
+
+
+def _parse(text: str, path: Path) -> ast.AST | None:
+    try:
+        return ast.parse(text, filename=str(path))
+    except (SyntaxError, ValueError):
+        return None
+
+
+def scan(repo: Path) -> TamperScan:
+    """Every outcome-changing hook, pytest monkeypatch and grader-option override in ``repo`` (static)."""
+    repo = Path(repo)
+    result = TamperScan()
+    plugins: set[Path] = set()
+    for token in re.findall(r"-p\s*([A-Za-z_][\w.]*)", _ini_addopts(repo)):
+        found = _module_file(repo, token)
+        if found:
+            plugins.add(found)
+    parsed: list[tuple[Path, str, ast.AST]] = []
+    for path in _python_files(repo):
+        text = _read(path)
+        if text is None:
+            continue
+        result.files_scanned += 1
+        tree = _parse(text, path)
+        if tree is None:
+            continue
+        parsed.append((path, text, tree))
+        if path.name == "conftest.py":
+            plugins.add(path)
+            for module in _declared_plugins(tree):
+                found = _module_file(repo, module)
+                if found:
+                    plugins.add(found)
+    seen: set[tuple[str, str]] = set()
+
+    def add(hook: Hook) -> None:
+        if (hook.kind, hook.location) not in seen:
+            seen.add((hook.kind, hook.location))
+            result.hooks.append(hook)
+
+    for path, text, tree in parsed:
+        rel = _rel(repo, path)
+        if path in plugins:
+            for hook in _hook_rules(rel, tree):
+                add(hook)
+        for hook in _monkeypatch_rules(rel, tree):
+            add(hook)
+        for hook in _grader_references(rel, text):
+            add(hook)
+    for hook in _config_rules(repo):
+        add(hook)
+    return result
+
+
+@dataclass
+class GuardLog:
+    """What the guard plugin recorded: per-test final outcomes, and the reports whose outcome was changed."""
+
+    outcomes: dict[str, str] = field(
+        default_factory=dict
+    )  # nodeid -> passed|failed|error|skipped|xfailed|...
+    rewritten: list[str] = field(default_factory=list)  # "nodeid: raised <exc>, reported passed"
+    notrun: list[str] = field(default_factory=list)  # nodeids of xfail(run=False) tests
+    skipped: dict[str, str] = field(default_factory=dict)  # nodeid -> skip reason
+    exitstatus: int | None = None  # None: pytest's session never finished
+    deselected: int = 0
+    records: int = 0
+    messages: dict[str, str] = field(default_factory=dict)  # nodeid -> first line of its failure
+
+    def count(self, outcome: str) -> int:
+        return sum(1 for value in self.outcomes.values() if value == outcome)
+
+
+_RANK = {"passed": 0, "xpassed": 1, "skipped": 2, "xfailed": 3, "failed": 4, "error": 5}
+
+
+def read_guard(path: Path) -> GuardLog:
+    """Parse the guard's JSONL (malformed lines skipped); the worst phase outcome wins per test."""
+    import json
+
+    log = GuardLog()
+    try:
+        raw = Path(path).read_bytes()
+    except OSError:
+        return log
+    for line in raw.decode("utf-8", errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(rec, dict):
+            continue
+        log.records += 1
+        if rec.get("session") is True:
+            status = rec.get("exitstatus")
+            log.exitstatus = status if isinstance(status, int) else None
+            log.deselected = rec.get("deselected") if isinstance(rec.get("deselected"), int) else 0
+            continue
+        nodeid, when = str(rec.get("nodeid", "?")), rec.get("when")
+        outcome, raw_outcome = rec.get("outcome"), rec.get("raw")
+        xfail = bool(rec.get("wasxfail"))
+        if outcome == "passed":
+            value = "xpassed" if xfail else ("passed" if when == "call" else None)
+        elif outcome == "skipped":
+            value = "xfailed" if xfail else "skipped"
+            if rec.get("notrun") and nodeid not in log.notrun:
+                log.notrun.append(nodeid)
+            elif not xfail and not rec.get("notrun"):
+                log.skipped.setdefault(nodeid, str(rec.get("longrepr", ""))[:120])
+        else:
+            value = "failed" if when == "call" else "error"
+        if raw_outcome == "failed" and outcome in ("passed", "skipped") and not xfail:
+            why = str(rec.get("raw_message", ""))[:160]
+            log.rewritten.append(f"{nodeid}: raised {why or 'an exception'}, reported {outcome}")
+        if value is None:
+            continue
+        if value in ("failed", "error") and nodeid not in log.messages:
+            log.messages[nodeid] = f"{rec.get('location', '?')}: {str(rec.get('longrepr', ''))[:200]}"
+        previous = log.outcomes.get(nodeid)
+        if previous is None or _RANK[value] > _RANK[previous]:
+            log.outcomes[nodeid] = value
+    return log
+
+
+def write_guard(folder: Path) -> Path:
+    """Write the guard plugin into ``folder`` (grader-owned, read-only to the sandbox); returns the file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{GUARD_MODULE}.py"
+    path.write_text(GUARD_SOURCE, encoding="utf-8")
+    path.chmod(0o644)
+    folder.chmod(0o755)
+    return path
+
+
+# The guard runs inside the submission's pytest process. Kept dependency-free and small; it is written to a
+# grader-owned folder put FIRST on PYTHONPATH, so a same-named file in the submission cannot shadow it.
+GUARD_SOURCE = r'''"""The grader guard (-p _grader_guard): raw vs reported outcomes, via an inherited fd."""
+import json
+import os
+
+import pytest
+
+_FD = os.environ.pop("GRADER_GUARD_FD", None)
+_UNSKIP = os.environ.pop("GRADER_GUARD_UNSKIP", None) == "1"
+_ACTIVE = _FD is not None and _FD.isdigit() and not os.environ.get("PYTEST_XDIST_WORKER")
+_STATE = {"deselected": 0}
+
+
+def _write(record):
+    if _ACTIVE:
+        try:
+            os.write(int(_FD), (json.dumps(record, default=str) + "\n").encode("utf-8", "replace"))
+        except OSError:
+            pass
+
+
+def _first_line(text):
+    for line in str(text).splitlines():
+        if line.strip():
+            return line.strip()[:500]
+    return ""
+
+
+def _message(report):
+    longrepr = report.longrepr
+    if longrepr is None:
+        return ""
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return _first_line(longrepr[2])
+    crash = getattr(longrepr, "reprcrash", None)
+    if crash is not None and getattr(crash, "message", None):
+        return _first_line(crash.message)
+    return _first_line(longrepr)
+
+
+def _raw(call):
+    excinfo = call.excinfo
+    if excinfo is None:
+        return "passed"
+    if excinfo.errisinstance(pytest.skip.Exception):
+        return "skipped"
+    if excinfo.errisinstance(pytest.xfail.Exception):
+        return "xfail"
+    return "failed"
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    raw = _raw(call)  # read before any other wrapper can change call.excinfo
+    raw_message = _first_line(call.excinfo.exconly()) if call.excinfo is not None else ""
+    outcome = yield
+    report = outcome.get_result()
+    fspath, lineno, _ = report.location
+    wasxfail = getattr(report, "wasxfail", None)
+    _write({
+        "nodeid": report.nodeid,
+        "when": report.when,
+        "outcome": report.outcome,
+        "raw": raw,
+        "raw_message": raw_message,
+        "wasxfail": wasxfail is not None,
+        "notrun": isinstance(raw_message, str) and "[NOTRUN]" in raw_message,
+        "longrepr": _message(report) or raw_message,
+        "location": "%s:%s" % (fspath, (lineno or 0) + 1),
+    })
+
+
+def pytest_collectreport(report):
+    if report.failed:
+        _write({"nodeid": report.nodeid, "when": "collect", "outcome": "error", "raw": "failed",
+                "wasxfail": False, "longrepr": _message(report), "location": report.nodeid.split("::")[0]})
+
+
+def pytest_deselected(items):
+    _STATE["deselected"] += len(items)
+
+
+def _strip(node):
+    node.own_markers[:] = [m for m in node.own_markers if m.name not in ("skip", "skipif", "xfail")]
+    keywords = getattr(node, "keywords", None)
+    for name in ("skip", "skipif", "xfail"):
+        try:
+            if keywords is not None and name in keywords._markers:
+                del keywords._markers[name]
+        except (AttributeError, KeyError, TypeError):
+            pass
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_collection_modifyitems(session, config, items):
+    yield
+    if _UNSKIP:
+        for item in items:
+            for node in item.listchain():
+                _strip(node)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    collected = getattr(session, "testscollected", None)
+    _write({"session": True, "exitstatus": int(exitstatus), "collected": collected,
+            "deselected": _STATE["deselected"]})
+'''
