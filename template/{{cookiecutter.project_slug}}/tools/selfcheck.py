@@ -43,10 +43,9 @@ KEY_PATTERNS = {
 }
 KEYS = re.compile("|".join(f"(?<![A-Za-z0-9_-])(?P<g{i}>{p})" for i, p in enumerate(KEY_PATTERNS.values())))
 KEY_NAMES = list(KEY_PATTERNS)
-# Values that stand in for a key in docs, tests and scrubbed tapes.
+# Values that stand in for a key in docs, tests and scrubbed tapes (a real key is random: no words, no runs).
 PLACEHOLDER = re.compile(
-    r"redacted|dummy|example|fake|placeholder|your|xxxx|\.\.\.|test-?key|abcdef|123456",
-    re.IGNORECASE,
+    r"redacted|dummy|example|fake|test|placeholder|your|xxxx|\.\.\.|abcdef|123456|(.)\1{5}", re.IGNORECASE
 )
 SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", ".pytest_cache", ".ruff_cache", "build", "dist"}
 
@@ -111,7 +110,7 @@ def _failure_line(case: ET.Element, problem: ET.Element) -> str:
 def check_credentials() -> tuple[str, list[str]]:
     """Scan the files you would submit, then every commit's added lines."""
     problems = [f"{name} ({path}:{line})" for path, line, name in _scan_tree()]
-    history = _git("log", "-p", "--all", "--no-color", "--no-ext-diff", "--format=commit %H")
+    history = _git("log", "-p", "--all", "--relative", "--no-color", "--no-ext-diff", "--format=commit %H")
     if history is None:
         return "tree only: no git history to scan", problems
     for sha, path, line, name in _scan_history(history):
@@ -130,8 +129,8 @@ def _git(*args: str) -> str | None:
 def _find_keys(text: str) -> Iterator[str]:
     for match in KEYS.finditer(text):
         value = match.group(0)
-        if PLACEHOLDER.search(value) or not re.search(r"[0-9]", value.split()[-1]):
-            continue  # a placeholder, or no digit at all: prose or an identifier, not a key
+        if PLACEHOLDER.search(value) or not re.search(r"[0-9A-Z]", value.split()[-1]):
+            continue  # a placeholder, or lowercase only: prose or an identifier, not a key
         yield KEY_NAMES[int(match.lastgroup[1:])]
 
 
