@@ -1,11 +1,14 @@
-"""Render a grade-report/1 dict as json, markdown or text. One module per format; this is the dispatcher."""
+"""Render a grade-report/1 dict as json, markdown, text, sarif, junit, gradescope or html.
+
+One module per format; this is the dispatcher.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from grader.report import as_json, as_markdown, as_text
+from grader.report import as_json, as_markdown, as_text, gradescope, html, junit, sarif
 
 __all__ = ["FORMATS", "render"]
 
@@ -13,6 +16,10 @@ _RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "json": as_json.render,
     "markdown": as_markdown.render,
     "text": as_text.render,
+    "sarif": sarif.render,
+    "junit": junit.render,
+    "gradescope": gradescope.render,
+    "html": html.render,
 }
 FORMATS = tuple(_RENDERERS)
 
