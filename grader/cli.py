@@ -20,6 +20,7 @@ from typing import NoReturn
 
 from grader import __version__
 from grader.errors import BadInput
+from grader.progress import make_display
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_BELOW", "EXIT_INTERNAL", "EXIT_OK", "main"]
 
@@ -28,8 +29,6 @@ EXIT_INTERNAL = 1
 EXIT_BAD_INPUT = 2
 EXIT_BELOW = 3
 EXIT_INTERRUPTED = 130
-
-_REPORT_FORMATS = ("text", "markdown", "json")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -63,6 +62,8 @@ def _percent(text: str) -> float:
 
 
 def _grade_parser() -> _Parser:
+    from grader.report import FORMATS
+
     parser = _Parser(
         prog="grade",
         description="Grade a cassette take-home: replay it offline in a sandbox and score a rubric.",
@@ -71,7 +72,7 @@ def _grade_parser() -> _Parser:
     )
     parser.add_argument("target", help="git URL, local git repo, folder, or .zip/.tar.gz archive")
     parser.add_argument("--rubric", type=Path, help="rubric YAML (default: the bundled default rubric)")
-    parser.add_argument("--format", choices=_REPORT_FORMATS, default="text", help="report format (text)")
+    parser.add_argument("--format", choices=FORMATS, default="text", help="report format (text)")
     parser.add_argument("--output", "-o", type=Path, help="write the report here instead of stdout")
     parser.add_argument(
         "--timeout",
@@ -87,7 +88,13 @@ def _grade_parser() -> _Parser:
         "--jobs", "-j", type=_positive(int, "--jobs"), default=1, help="checks run at once (1)"
     )
     parser.add_argument("--cache-dir", type=Path, help="where installed environments are cached")
-    parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors on stderr")
+    parser.add_argument(
+        "--store",
+        type=Path,
+        metavar="DIR",
+        help="keep the run (reports, facts, raw logs) in the new folder DIR",
+    )
     parser.add_argument("--version", action="version", version=f"grade {__version__}")
     return parser
 
@@ -104,6 +111,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args and args[0] == "checks":
             return _cmd_checks(args[1:])
+        if args and args[0] == "batch":
+            return _cmd_batch(args[1:])
+        if args and args[0] == "rescore":
+            return _cmd_rescore(args[1:])
         return _cmd_grade(args)
     except BadInput as exc:
         _say(f"grade: error: {exc}")
@@ -147,21 +158,30 @@ def _cmd_grade(args: list[str]) -> int:
         _check_output(opts.output)
     # Validate the rubric before touching the target: a YAML typo should cost seconds, not a grading run.
     rubric = load_rubric(opts.rubric)
+    if opts.store is not None:
+        from grader.runstore import check_store_folder
+
+        check_store_folder(opts.store)
     started = time.monotonic()
+    display = make_display(quiet=opts.quiet)
+    display.start("", 2 + len({row.check for row in rubric.rows}))
 
     def progress(step: str, seconds: float, message: str) -> None:
-        if not opts.quiet:
-            _say(f"[{step}] {seconds:.1f}s {message}".rstrip())
+        display.step("", step, seconds, message)
 
-    report = grade(
-        opts.target,
-        rubric=rubric,
-        timeout=opts.timeout,
-        keep_workspace=opts.keep_workspace,
-        cache_root=opts.cache_dir,
-        progress=progress,
-        jobs=opts.jobs,
-    )
+    try:
+        report = grade(
+            opts.target,
+            rubric=rubric,
+            timeout=opts.timeout,
+            keep_workspace=opts.keep_workspace,
+            cache_root=opts.cache_dir,
+            progress=progress,
+            jobs=opts.jobs,
+            store=opts.store,
+        )
+    finally:
+        display.close()
     text = render(report, opts.format)
     if opts.output is None:
         sys.stdout.write(text)
@@ -201,3 +221,115 @@ def _write_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _batch_parser() -> _Parser:
+    from grader.report import FORMATS
+
+    parser = _Parser(
+        prog="grade batch",
+        description="Grade every target in FILE in parallel; write one report per candidate and a summary.",
+        epilog="FILE: one target per line (blank and # lines ignored), or a CSV with a candidate column "
+        "and a target (or repo) column. Exit codes: 0 the batch completed (even with candidates that were "
+        "not assessable), 2 bad FILE or option.",
+    )
+    parser.add_argument("file", type=Path, metavar="FILE", help="the targets to grade")
+    parser.add_argument(
+        "--jobs", "-j", type=_positive(int, "--jobs"), help="candidates graded at once (the number of cores)"
+    )
+    parser.add_argument("--out", type=Path, help="a new output folder (grade-batch-<timestamp>)")
+    parser.add_argument("--rubric", type=Path, help="rubric YAML (default: the bundled default rubric)")
+    parser.add_argument(
+        "--timeout",
+        type=_positive(float, "--timeout"),
+        default=300.0,
+        help="seconds allowed per command a submission runs (300)",
+    )
+    parser.add_argument(
+        "--format",
+        action="append",
+        choices=FORMATS,
+        default=[],
+        help="extra report format per candidate (json and markdown are always written); repeatable",
+    )
+    parser.add_argument("--cache-dir", type=Path, help="where installed environments are cached")
+    parser.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors on stderr")
+    return parser
+
+
+def _cmd_batch(args: list[str]) -> int:
+    from grader.batch import default_out, read_batch_file, run_batch
+    from grader.rubric import load_rubric
+    from grader.runstore import check_store_folder
+
+    opts = _batch_parser().parse_args(args)
+    entries = read_batch_file(opts.file)
+    rubric = load_rubric(opts.rubric)
+    out = opts.out or default_out()
+    check_store_folder(out)
+    started = time.monotonic()
+    display = make_display(quiet=opts.quiet, batch_total=len(entries))
+    try:
+        outcomes = run_batch(
+            entries,
+            rubric=rubric,
+            out=out,
+            source=opts.file,
+            jobs=opts.jobs,
+            timeout=opts.timeout,
+            cache_root=opts.cache_dir,
+            formats=opts.format,
+            display=display,
+        )
+    finally:
+        display.close()
+    failed = sum(1 for o in outcomes if o.report is None)
+    display.say(
+        f"[done] {time.monotonic() - started:.1f}s {len(outcomes)} candidates: "
+        f"{len(outcomes) - failed} graded, {failed} not assessable -> {out / 'summary.md'}"
+    )
+    return EXIT_OK
+
+
+def _rescore_parser() -> _Parser:
+    parser = _Parser(
+        prog="grade rescore",
+        description="Score stored runs again under a new rubric from their stored facts (runs no code).",
+        epilog="RUN_DIR: a folder written by `grade batch` or `grade --store`. The replaced reports are kept "
+        "under history/<timestamp>/. Exit codes: 0 re-scored, 2 bad RUN_DIR or a rubric that needs facts "
+        "the runs did not store.",
+    )
+    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a batch folder or one stored run")
+    parser.add_argument("--rubric", type=Path, required=True, metavar="NEW.yaml", help="the new rubric")
+    parser.add_argument("--dry-run", action="store_true", help="print what would change; write nothing")
+    parser.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
+    return parser
+
+
+def _cmd_rescore(args: list[str]) -> int:
+    from grader.rescore import rescore
+
+    opts = _rescore_parser().parse_args(args)
+    result = rescore(opts.run_dir, opts.rubric, dry_run=opts.dry_run)
+    if opts.quiet:
+        return EXIT_OK
+    width = max((len(c.candidate) for c in result.candidates), default=0)
+    lines: list[str] = []
+    for cand in result.candidates:
+        name = cand.candidate.ljust(width)
+        if cand.reason:
+            lines.append(f"{name}  not assessable: {cand.reason}")
+        elif not cand.changes:
+            lines.append(f"{name}  no change")
+        lines.extend(f"{name}  {change.line()}" for change in cand.changes)
+    for key, (old, new) in result.thresholds_changed.items():
+        lines.append(
+            f"note: threshold {key} {old} -> {new}: rows use the new value, but facts a check computed "
+            "from it at grading time keep the old one (re-grade to apply it there)"
+        )
+    verb = "would re-score" if opts.dry_run else "re-scored"
+    lines.append(
+        f"{verb} {len(result.candidates)} run(s) with {result.rubric.name!r} ({result.rubric.sha256[:12]})"
+    )
+    sys.stdout.write("\n".join(lines) + "\n")
+    return EXIT_OK

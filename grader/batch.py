@@ -1,0 +1,380 @@
+"""`grade batch FILE`: grade many submissions in parallel into one output folder, with a summary.
+
+FILE is one target per line (blank lines and ``#`` comment lines ignored), or a CSV whose header has a
+``candidate`` column and a ``target`` (or ``repo``) column. The output folder holds one stored run per
+candidate (grader/runstore.py), ``summary.csv``, ``summary.md`` and ``batch.json`` (``grade-batch/1``: which
+candidate is in which folder, and why a candidate could not be graded). One candidate's failure (an
+unreachable URL, a crash inside the grader) is recorded as "not assessable" with the reason and never stops
+the batch.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from grader.errors import BadInput
+from grader.progress import Display, QuietDisplay
+from grader.runstore import write_json, write_text
+
+if TYPE_CHECKING:
+    from grader.rubric import Rubric
+
+__all__ = [
+    "BATCH_FILE",
+    "BATCH_SCHEMA",
+    "Entry",
+    "Outcome",
+    "default_out",
+    "read_batch_file",
+    "run_batch",
+    "write_summary",
+]
+
+BATCH_SCHEMA = "grade-batch/1"
+BATCH_FILE = "batch.json"
+NOT_ASSESSABLE = "not assessable"
+_TARGET_COLUMNS = ("target", "repo")
+_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar", ".zip", ".git")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One line of the batch file."""
+
+    candidate: str  # as written (CSV) or derived from the target
+    target: str
+    line: int
+    folder: str  # the candidate's folder name in the output folder (unique, filesystem-safe)
+
+
+@dataclass
+class Outcome:
+    """What happened to one candidate: a report, or the reason there is none."""
+
+    entry: Entry
+    status: str  # "graded" | NOT_ASSESSABLE
+    reason: str = ""
+    report: dict[str, Any] | None = None
+
+
+# ------------------------------------------------------------------------------------------ the file
+
+
+def read_batch_file(path: Path) -> list[Entry]:
+    """Parse FILE; any problem is BadInput("FILE:LINE: ...")."""
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except FileNotFoundError:
+        raise BadInput(f"{path}: batch file not found") from None
+    except IsADirectoryError:
+        raise BadInput(f"{path}: is a folder; give a file with one target per line, or a CSV") from None
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise BadInput(f"{path}:{line}: not UTF-8 text; save the batch file as UTF-8") from None
+    lines = text.splitlines()
+    first = next((i for i, raw in enumerate(lines) if _meaningful(raw)), None)
+    if first is None:
+        raise BadInput(f"{path}:1: no targets; write one target per line, or a CSV with candidate,target")
+    header = next(csv.reader([lines[first]]))
+    if "candidate" in [h.strip().lower() for h in header]:
+        pairs = _read_csv(path, text)
+    else:
+        pairs = [(None, raw.strip(), n) for n, raw in enumerate(lines, 1) if _meaningful(raw)]
+    return _entries(path, pairs)
+
+
+def _meaningful(raw: str) -> bool:
+    stripped = raw.strip()
+    return bool(stripped) and not stripped.startswith("#")
+
+
+def _read_csv(path: Path, text: str) -> list[tuple[str | None, str, int]]:
+    reader = csv.reader(io.StringIO(text))
+    header: list[str] | None = None
+    pairs: list[tuple[str | None, str, int]] = []
+    columns: tuple[int, int] = (0, 0)
+    for cells in reader:
+        line = reader.line_num
+        if not any(c.strip() for c in cells) or cells[0].strip().startswith("#"):
+            continue
+        if header is None:
+            header = [c.strip().lower() for c in cells]
+            target_col = next((header.index(c) for c in _TARGET_COLUMNS if c in header), None)
+            if target_col is None:
+                found = ", ".join(h for h in header if h) or "none"
+                raise BadInput(
+                    f"{path}:{line}: the CSV header needs a 'target' or 'repo' column next to 'candidate' "
+                    f"(found: {found})"
+                )
+            columns = (header.index("candidate"), target_col)
+            continue
+        name, target = (cells[i].strip() if i < len(cells) else "" for i in columns)
+        if not name:
+            raise BadInput(f"{path}:{line}: the candidate column is empty")
+        if not target:
+            raise BadInput(f"{path}:{line}: candidate {name!r} has no target")
+        pairs.append((name, target, line))
+    if not pairs:
+        raise BadInput(f"{path}:1: the CSV has a header but no candidates")
+    return pairs
+
+
+def _entries(path: Path, pairs: list[tuple[str | None, str, int]]) -> list[Entry]:
+    entries: list[Entry] = []
+    seen_names: dict[str, int] = {}
+    used_folders: set[str] = set()
+    for name, target, line in pairs:
+        if name is not None:
+            if name.lower() in seen_names:
+                first = seen_names[name.lower()]
+                raise BadInput(f"{path}:{line}: candidate {name!r} appears twice (first on line {first})")
+            seen_names[name.lower()] = line
+        shown = name if name is not None else _name_from_target(target)
+        folder = _unique(_slug(shown), used_folders)
+        if name is None:
+            shown = folder  # derived names are shown as their (unique) folder
+        entries.append(Entry(candidate=shown, target=target, line=line, folder=folder))
+    return entries
+
+
+def _name_from_target(target: str) -> str:
+    text = target.split("#", 1)[0].rstrip("/")
+    is_url = "://" in text or re.match(r"^[\w.-]+@[\w.-]+:", text) is not None
+    parts = [p for p in re.split(r"[/:]", text) if p]
+    for suffix in _ARCHIVE_SUFFIXES:
+        if parts and parts[-1].lower().endswith(suffix) and len(parts[-1]) > len(suffix):
+            parts[-1] = parts[-1][: -len(suffix)]
+            break
+    if is_url and len(parts) >= 3:  # scheme/host/owner/repo: owner-repo says who it is
+        return f"{parts[-2]}-{parts[-1]}"
+    return parts[-1] if parts else "candidate"
+
+
+def _slug(name: str) -> str:
+    return _UNSAFE.sub("-", name).strip("-.")[:80] or "candidate"
+
+
+def _unique(base: str, used: set[str]) -> str:
+    name, n = base, 1
+    while name.lower() in used or name.lower() in {"history", "summary.csv", "summary.md", BATCH_FILE}:
+        n += 1
+        name = f"{base}-{n}"
+    used.add(name.lower())
+    return name
+
+
+def default_out() -> Path:
+    """``grade-batch-<UTC timestamp>`` in the current folder."""
+    return Path(f"grade-batch-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}")
+
+
+# -------------------------------------------------------------------------------------------- grading
+
+
+def run_batch(
+    entries: Sequence[Entry],
+    *,
+    rubric: Rubric,
+    out: Path,
+    source: Path | None = None,
+    jobs: int | None = None,
+    timeout: float = 300.0,
+    cache_root: Path | None = None,
+    formats: Sequence[str] = ("json", "markdown"),
+    display: Display | None = None,
+) -> list[Outcome]:
+    """Grade every entry (``jobs`` at a time, default: the number of cores) into ``out``; never raises
+    for one candidate's failure. ``out`` must be new or empty."""
+    from grader.checks import registry
+    from grader.runstore import check_store_folder
+
+    check_store_folder(out)
+    out.mkdir(parents=True, exist_ok=True)
+    registry()  # import every check once, before threads race to do it
+    shown = display or QuietDisplay(io.StringIO())
+    steps = 2 + len({row.check for row in rubric.rows})
+    formats = tuple(dict.fromkeys(["json", "markdown", *formats]))
+    write_lock = threading.Lock()
+    outcomes: dict[int, Outcome] = {}
+
+    def one(index: int) -> None:
+        entry = entries[index]
+        outcome = _grade_one(entry, rubric, out, timeout, cache_root, formats, shown, steps)
+        with write_lock:
+            outcomes[index] = outcome
+
+    workers = max(1, min(jobs or os.cpu_count() or 1, len(entries)))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="grade") as pool:
+        for future in [pool.submit(one, i) for i in range(len(entries))]:
+            future.result()
+    ordered = [outcomes[i] for i in range(len(entries))]
+    write_summary(out, ordered, rubric)
+    write_json(out / BATCH_FILE, _manifest(ordered, rubric, source))
+    return ordered
+
+
+def _grade_one(
+    entry: Entry,
+    rubric: Rubric,
+    out: Path,
+    timeout: float,
+    cache_root: Path | None,
+    formats: tuple[str, ...],
+    display: Display,
+    steps: int,
+) -> Outcome:
+    from grader.grading import grade
+    from grader.runstore import store_failure
+
+    folder = out / entry.folder
+    who = entry.candidate
+    display.start(who, steps)
+
+    def progress(step: str, seconds: float, message: str) -> None:
+        display.step(who, step, seconds, message)
+
+    try:
+        report = grade(
+            entry.target,
+            rubric=rubric,
+            timeout=timeout,
+            cache_root=cache_root,
+            progress=progress,
+            store=folder,
+            store_formats=formats,
+        )
+    except BadInput as exc:
+        return _failed(entry, folder, str(exc), display, store_failure)
+    except Exception as exc:  # a grader bug costs this candidate, never the batch
+        detail = " ".join(str(exc).split())[:300]
+        reason = f"internal error in the grader: {type(exc).__name__}{': ' + detail if detail else ''}"
+        return _failed(entry, folder, reason, display, store_failure)
+    total = report["total"]
+    display.finish(who, f"graded {total['points']}/{total['max']} ({total['percent']}%) -> {entry.folder}/")
+    return Outcome(entry, "graded", report=report)
+
+
+def _failed(entry: Entry, folder: Path, reason: str, display: Display, store_failure: Any) -> Outcome:
+    try:
+        store_failure(folder, target=entry.target, reason=reason)
+    except OSError as exc:
+        reason = f"{reason} (and its folder could not be written: {exc})"
+    display.finish(entry.candidate, f"{NOT_ASSESSABLE}: {reason}")
+    return Outcome(entry, NOT_ASSESSABLE, reason=reason)
+
+
+def _manifest(outcomes: Sequence[Outcome], rubric: Rubric, source: Path | None) -> dict[str, Any]:
+    return {
+        "schema": BATCH_SCHEMA,
+        "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "source": str(source) if source is not None else "",
+        "rubric": rubric.reference(),
+        "candidates": [
+            {
+                "candidate": o.entry.candidate,
+                "target": o.entry.target,
+                "line": o.entry.line,
+                "folder": o.entry.folder,
+                "status": o.status,
+                "reason": o.reason,
+            }
+            for o in outcomes
+        ],
+    }
+
+
+# -------------------------------------------------------------------------------------------- summary
+
+
+def write_summary(out: Path, outcomes: Sequence[Outcome], rubric: Rubric) -> None:
+    """summary.csv and summary.md: a line per candidate, each row's score by row id, a link to the report."""
+    row_ids = [row.id for row in rubric.rows]
+    write_text(out / "summary.csv", _csv(outcomes, row_ids))
+    write_text(out / "summary.md", _markdown(outcomes, row_ids, rubric))
+
+
+def _row_cell(report: dict[str, Any], row_id: str) -> str:
+    row = next((r for r in report.get("rows") or [] if r.get("id") == row_id), None)
+    if row is None:
+        return ""
+    if row.get("status") == "scored" and row.get("score") is not None:
+        return str(row["score"])
+    return "manual" if row.get("status") == "manual" else "n/a"
+
+
+def _csv(outcomes: Sequence[Outcome], row_ids: list[str]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(
+        ["candidate", "target", "status", "points", "max", "percent", *row_ids, "report", "reason"]
+    )
+    for o in outcomes:
+        if o.report is None:
+            blanks = [""] * (3 + len(row_ids) + 1)  # points, max, percent, the rows, report
+            writer.writerow([o.entry.candidate, o.entry.target, o.status, *blanks, o.reason])
+            continue
+        total = o.report["total"]
+        writer.writerow(
+            [
+                o.entry.candidate,
+                o.entry.target,
+                o.status,
+                total["points"],
+                total["max"],
+                total["percent"],
+                *(_row_cell(o.report, r) for r in row_ids),
+                f"{o.entry.folder}/report.md",
+                "",
+            ]
+        )
+    return buffer.getvalue()
+
+
+def _md(text: Any) -> str:
+    return " ".join(str(text).split()).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;")
+
+
+def _markdown(outcomes: Sequence[Outcome], row_ids: list[str], rubric: Rubric) -> str:
+    graded = sum(1 for o in outcomes if o.report is not None)
+    lines = [
+        "# Batch summary",
+        "",
+        f"- **Rubric:** {_md(rubric.name)} (`{rubric.sha256[:12]}`)",
+        f"- **Candidates:** {len(outcomes)} ({graded} graded, {len(outcomes) - graded} {NOT_ASSESSABLE})",
+        "",
+        "| candidate | total | % | " + " | ".join(f"`{r}`" for r in row_ids) + " | status | report |",
+        "| --- | ---: | ---: | " + " | ".join(":---:" for _ in row_ids) + " | --- | --- |",
+    ]
+    for o in outcomes:
+        if o.report is None:
+            cells = ["", "", *[""] * len(row_ids), _md(f"{NOT_ASSESSABLE}: {o.reason}"), ""]
+        else:
+            total = o.report["total"]
+            link = f"[report]({_link(o.entry.folder)}/report.md)"
+            cells = [
+                f"{total['points']}/{total['max']}",
+                str(total["percent"]),
+                *(_row_cell(o.report, r) for r in row_ids),
+                o.status,
+                link,
+            ]
+        lines.append(f"| {_md(o.entry.candidate)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _link(folder: str) -> str:
+    # Folder names are [A-Za-z0-9._-] (see _slug): nothing to escape in a Markdown link target.
+    return folder
