@@ -32,25 +32,6 @@ CHECKS = {
 }
 
 # The facts each default-rubric row reads; the real checks must provide at least these.
-DEFAULT_FACTS = {
-    "replay": ["passed", "failed", "errors", "network_attempts", "timed_out"],
-    "secrets": ["findings"],
-    "loud-miss": ["loud", "network_attempts", "silent_fallbacks"],
-    "metadata": ["tapes", "with_model", "with_endpoint", "with_time"],
-    "hygiene": ["tapes", "unused", "duplicates", "invalid", "credential_headers", "total_mb", "largest_mb"],
-    "keys": ["probes_failed", "mismatched"],
-    "make-targets": [
-        "has_record",
-        "has_test",
-        "has_demo",
-        "test_passed",
-        "demo_passed",
-        "record_refuses_without_key",
-    ],
-    "replay-doc": ["exists", "missing_sections", "contradictions"],
-    "boundary": ["client_modules", "agent_imports_cassette"],
-}
-
 GOOD = """\
 version: 1
 name: Test rubric
@@ -119,14 +100,14 @@ def test_good_rubric_loads_with_rows_in_order_and_file_hash(tmp_path):
 
 
 def test_default_rubric_is_found_next_to_the_package_and_loads():
-    checks = {cid: _fake_check(cid, *facts) for cid, facts in DEFAULT_FACTS.items()}
-    rubric = load_rubric(checks=checks)
+    # The real registry: a row naming a fact its check does not document fails here, not at grading time.
+    rubric = load_rubric()
     assert rubric.path == REPO / "rubric" / "default.yaml"
     assert [row.id for row in rubric.rows] == [
         "offline-replay", "no-credentials", "loud-miss", "model-metadata", "cassette-hygiene",
         "canonical-keys", "make-targets", "replay-doc", "transport-boundary",
     ]  # fmt: skip
-    assert rubric.thresholds == {"cassette_total_mb": 5, "cassette_largest_mb": 1}
+    assert {"cassette_total_mb", "cassette_largest_mb"} <= set(rubric.thresholds)
 
 
 def test_default_rubric_loads_with_the_real_registry():
