@@ -7,7 +7,7 @@ Four checks, one line each (`ok: ...`, or one `FAIL: <what> (<file:line>)` line 
 - tape metadata: every tape records `meta.model`, `meta.endpoint` and `meta.recorded_at`;
 - REPLAY.md: its four sections exist and no `TODO` is left in them.
 
-Uses only the standard library, pytest and pytest-socket. Exits 1 when any check fails.
+Uses only the standard library, pytest and pytest-socket. Exits 1 when any check fails, 2 on a bad argument.
 """
 
 from __future__ import annotations
