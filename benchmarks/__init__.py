@@ -1,0 +1,1 @@
+"""Benchmarks (`nox -s bench`): replay, secret scan and grading, each against a baseline in the same run."""
