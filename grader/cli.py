@@ -4,6 +4,8 @@ Exit codes: 0 graded; 1 internal error (one line; GRADE_DEBUG=1 shows the traceb
 `grade: error: ...`); 3 graded but the total is below --fail-under; 130 interrupted.
 
 `checks` as the first argument is always the subcommand; to grade a folder named `checks`, write `./checks`.
+`grade --selftest [--rubric PATH]` grades the calibration corpus instead (grader/selftest): exit 0 when
+every case lands in its bands, 3 naming the cases that do not, 2 on bad input.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ def _grade_parser() -> _Parser:
         prog="grade",
         description="Grade a cassette take-home: replay it offline in a sandbox and score a rubric.",
         epilog="`grade checks` lists the checks and the facts rubric rows may use. "
+        "`grade --selftest [--rubric PATH]` grades the calibration corpus with a rubric. "
         "Exit codes: 0 graded, 2 bad input, 3 below --fail-under, 1 internal error.",
     )
     parser.add_argument("target", help="git URL, local git repo, folder, or .zip/.tar.gz archive")
@@ -115,6 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_batch(args[1:])
         if args and args[0] == "rescore":
             return _cmd_rescore(args[1:])
+        if "--selftest" in args:
+            from grader.selftest.command import main as selftest
+
+            return selftest([a for a in args if a != "--selftest"])
         return _cmd_grade(args)
     except BadInput as exc:
         _say(f"grade: error: {exc}")

@@ -146,9 +146,18 @@ def _scan_tree(root: Path, canary: str) -> list[tuple[str, str]]:
                 data = path.read_bytes()
             except OSError:
                 continue
-            rel = path.relative_to(root).as_posix()
-            found.extend((f"{rel}:{line}", how) for line, how in find_canary(data, canary))
+            found.extend(_first(path.relative_to(root).as_posix(), find_canary(data, canary)))
     return found
+
+
+def _first(where: str, hits: list[tuple[int, str]]) -> list[tuple[str, str]]:
+    """One place per file or stream: its first hit, and how many more lines hold the canary."""
+    if not hits:
+        return []
+    line, how = hits[0]
+    lines = {n for n, _ in hits}
+    more = f"{len(lines) - 1} more line{'s' if len(lines) != 2 else ''} too" if len(lines) > 1 else ""
+    return [(f"{where}:{line}", ", ".join(x for x in (how, more) if x))]
 
 
 def probe_canary(ctx: Context) -> CanaryProbe:
@@ -184,9 +193,7 @@ def probe_canary(ctx: Context) -> CanaryProbe:
 
     places = _scan_tree(scratch, canary)
     for stream, text in (("stdout", run.stdout), ("stderr", run.stderr)):
-        places.extend(
-            (f"{stream} of {shown}:{line}", how) for line, how in find_canary(text.encode("utf-8"), canary)
-        )
+        places.extend(_first(f"{stream} of {shown}", find_canary(text.encode("utf-8"), canary)))
     masked = redact(canary)
     leaks = [
         Finding(
@@ -194,7 +201,7 @@ def probe_canary(ctx: Context) -> CanaryProbe:
             message=(
                 f"the canary key given to `{shown}` in {key_env} ({masked}) was "
                 f"{'printed' if where.startswith(('stdout', 'stderr')) else 'written here'}"
-                f"{', ' + how if how else ''}: recording would leak a real key; never write or log it"
+                f"{' (' + how + ')' if how else ''}: recording would leak a real key; never write or log it"
             ),
             location=where,
         )

@@ -41,8 +41,8 @@ def secrets(ctx: Context) -> CheckResult:
         tapes_scanned: working-tree files recognised as tapes
         commits_scanned: commits reachable from any ref (0 without git history)
         outputs_scanned: command outputs scanned
-        canary_leaks: places where the canary recording probe found the generated key it gave the
-            manifest's record_command (files the run wrote, tapes included, or its output)
+        canary_leaks: files (tapes included) and output streams in which the canary recording probe found
+            the generated key it gave the manifest's record_command (each counted once)
         canary_probe: "ran", or "not available: <why>" (no record_command or api_key_env, no environment)
         summary: e.g. "no credentials in 42 files, 17 commits, 12 tapes and 3 command outputs" or
             "2 credentials: openai-project-key at cassettes/ab.json:12 (sk-proj-…[redacted]), ..."

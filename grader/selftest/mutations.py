@@ -1,0 +1,241 @@
+"""Named mutations the calibration corpus applies to a copy of sample_solution (a registry, like the checks).
+
+A mutation is ``fn(repo: Path, planted: dict[str, str], **params) -> None``: it edits the checkout in place
+(committing when it needs history) and records what it planted (file, line, commit) in ``planted``, so a
+case's expected evidence can say ``{file}:{line}`` or ``{commit}``. Keys it plants are generated at run time
+from parts, in the shapes the scanner's rules describe (grader/rules/secrets.toml): the kit's own source
+never holds a key-shaped literal.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import re
+import secrets as _random
+import string
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Mutation", "fake_openai_key", "git", "mutation", "mutations"]
+
+Mutation = Callable[..., None]
+_REGISTRY: dict[str, Mutation] = {}
+_ALNUM = string.ascii_letters + string.digits
+_PACKAGE = "support_triage_agent"
+
+
+def mutation(name: str) -> Callable[[Mutation], Mutation]:
+    """Register ``fn`` under ``name`` (the ``op`` a corpus step names)."""
+
+    def add(fn: Mutation) -> Mutation:
+        if name in _REGISTRY:
+            raise ValueError(f"mutation {name!r} is registered twice")
+        _REGISTRY[name] = fn
+        return fn
+
+    return add
+
+
+def mutations() -> dict[str, Mutation]:
+    """Every registered mutation by name."""
+    return dict(_REGISTRY)
+
+
+def fake_openai_key() -> str:
+    """A fresh OpenAI project key (``sk-proj-…T3BlbkFJ…``), random each call, never a real one."""
+
+    def rand(n: int) -> str:
+        return "".join(_random.choice(_ALNUM) for _ in range(n))
+
+    return "-".join(("sk", "proj", rand(74) + "T3Blbk" + "FJ" + rand(74)))
+
+
+def git(repo: Path, *args: str) -> str:
+    """Run git in ``repo`` with a fixed identity and no user or system config; returns stdout."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(repo),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_AUTHOR_NAME": "Calibration Candidate",
+        "GIT_AUTHOR_EMAIL": "candidate@example.invalid",
+        "GIT_COMMITTER_NAME": "Calibration Candidate",
+        "GIT_COMMITTER_EMAIL": "candidate@example.invalid",
+    }
+    done = subprocess.run(
+        ["git", "-C", str(repo), "-c", "commit.gpgsign=false", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)} failed: {done.stderr.strip()[:300]}")
+    return done.stdout
+
+
+def _tapes(repo: Path) -> list[Path]:
+    return sorted((repo / "cassettes").glob("*.json"))
+
+
+def _read(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"{path.name} is not a kit tape")
+    return data
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _line_of(path: Path, needle: str) -> int:
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if needle in line:
+            return number
+    raise ValueError(f"{needle!r} not found in {path.name}")
+
+
+def _key(request: dict[str, Any], length: int = 16) -> str:
+    # The kit's key (docs/design.md), computed here independently of the grader's own code.
+    canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:length]
+
+
+def _rel(repo: Path, path: Path) -> str:
+    return path.relative_to(repo).as_posix()
+
+
+@mutation("leak-header-in-tape")
+def leak_header_in_tape(repo: Path, planted: dict[str, str], *, header: str = "authorization") -> None:
+    """Store a live-looking credential header in the first tape's request, as a careless recorder would."""
+    tape = _tapes(repo)[0]
+    data = _read(tape)
+    data["request"]["headers"] = {header: f"Bearer {fake_openai_key()}", "content-type": "application/json"}
+    _write(tape, data)
+    planted.update(file=_rel(repo, tape), line=str(_line_of(tape, f'"{header}"')))
+
+
+@mutation("key-in-history")
+def key_in_history(repo: Path, planted: dict[str, str], *, path: str = ".env") -> None:
+    """Commit a key in a settings file, then delete it in the next commit: only history holds it."""
+    target = repo / path
+    target.write_text(f"OPENAI_API_KEY={fake_openai_key()}\n", encoding="utf-8")
+    git(repo, "add", "--force", "--", path)  # .env is usually ignored: this candidate forced it
+    git(repo, "commit", "-q", "-m", "local settings")
+    planted.update(commit=git(repo, "rev-parse", "--short=7", "HEAD").strip(), file=path, line="1")
+    target.unlink()
+    git(repo, "rm", "-q", "--cached", "--", path)
+    git(repo, "commit", "-q", "-m", "remove local settings")
+
+
+@mutation("key-in-source")
+def key_in_source(repo: Path, planted: dict[str, str], *, path: str = f"{_PACKAGE}/client.py") -> None:
+    """Hard-code a key as a fallback next to the client code."""
+    target = repo / path
+    text = target.read_text(encoding="utf-8").rstrip("\n")
+    text += f'\n\n# TODO remove before submitting\n_FALLBACK_KEY = "{fake_openai_key()}"\n'
+    target.write_text(text, encoding="utf-8")
+    planted.update(file=path, line=str(_line_of(target, "_FALLBACK_KEY =")))
+
+
+@mutation("silent-fallback")
+def silent_fallback(repo: Path, planted: dict[str, str], *, path: str = f"{_PACKAGE}/agent.py") -> None:
+    """Wrap the model call in ``except CassetteMiss`` returning a made-up default answer."""
+    target = repo / path
+    text = target.read_text(encoding="utf-8")
+    call = "    return parse_answer(complete(SYSTEM_PROMPT, clean_message(message), client=client))\n"
+    if call not in text:
+        raise ValueError(f"{path}: the triage call to wrap was not found")
+    text = text.replace(
+        call,
+        "    try:\n"
+        "        return parse_answer(complete(SYSTEM_PROMPT, clean_message(message), client=client))\n"
+        "    except CassetteMiss:\n"
+        '        return {"intent": "other", "needs_human": False}\n',
+    )
+    imports = "from .client import complete\n"
+    text = text.replace(imports, "from .cassette import CassetteMiss\n" + imports)
+    target.write_text(text, encoding="utf-8")
+    planted.update(file=path, line=str(_line_of(target, "except CassetteMiss")))
+
+
+@mutation("strip-tape-metadata")
+def strip_tape_metadata(repo: Path, planted: dict[str, str]) -> None:
+    """Drop what names the model, endpoint and time: ``meta`` and the response's model fields and headers."""
+    for tape in _tapes(repo):
+        data = _read(tape)
+        data.pop("meta", None)
+        response = data.get("response", {})
+        response["headers"] = {"content-type": "application/json"}
+        if isinstance(response.get("body"), dict):
+            response["body"].pop("model", None)
+        _write(tape, data)
+    planted.update(tapes=str(len(_tapes(repo))))
+
+
+@mutation("add-unused-tapes")
+def add_unused_tapes(repo: Path, planted: dict[str, str], *, count: int = 300) -> None:
+    """Add valid, correctly keyed tapes for requests the suite never makes."""
+    template = _read(_tapes(repo)[0])
+    for i in range(count):
+        data = copy.deepcopy(template)
+        data["request"]["body"]["messages"][-1]["content"] = f"Calibration ticket {i}: where is my order?"
+        key = _key(data["request"])
+        data["key"] = key
+        _write(repo / "cassettes" / f"{key}.json", data)
+    planted.update(unused=str(count))
+
+
+@mutation("add-duplicate-tapes")
+def add_duplicate_tapes(repo: Path, planted: dict[str, str], *, count: int = 5) -> None:
+    """Store existing requests a second time, under a longer prefix of the same hash (a valid key)."""
+    for tape in _tapes(repo)[:count]:
+        data = _read(tape)
+        key = _key(data["request"], 24)
+        data["key"] = key
+        _write(repo / "cassettes" / f"{key}.json", data)
+    planted.update(duplicates=str(count))
+
+
+@mutation("hand-edit-tape")
+def hand_edit_tape(repo: Path, planted: dict[str, str]) -> None:
+    """Fix a "typo" in a stored request by hand, after recording: the tape no longer re-hashes to its name."""
+    tape = _tapes(repo)[0]
+    data = _read(tape)
+    message = data["request"]["body"]["messages"][-1]
+    message["content"] = re.sub(r"\s+", " ", message["content"]).strip() + " Thanks!"
+    _write(tape, data)
+    planted.update(file=_rel(repo, tape), line=str(_line_of(tape, '"key"')))
+
+
+@mutation("remove-file")
+def remove_file(repo: Path, planted: dict[str, str], *, path: str) -> None:
+    """Delete one file of the submission."""
+    (repo / path).unlink()
+    planted.update(file=path)
+
+
+@mutation("log-key-when-recording")
+def log_key_when_recording(
+    repo: Path, planted: dict[str, str], *, path: str = f"{_PACKAGE}/client.py", log: str = "record.log"
+) -> None:
+    """A debug line in the client appends the API key to a log file whenever a key is set (i.e. recording)."""
+    target = repo / path
+    text = target.read_text(encoding="utf-8")
+    anchor = '    key = os.environ.get(API_KEY_ENV, "")\n'
+    if anchor not in text:
+        raise ValueError(f"{path}: the line reading the API key was not found")
+    debug = (
+        "    if key:  # debug: which key did this recording use?\n"
+        f'        with open("{log}", "a", encoding="utf-8") as handle:\n'
+        '            handle.write(f"recording with {API_KEY_ENV}={key}\\n")\n'
+    )
+    target.write_text(text.replace(anchor, anchor + debug), encoding="utf-8")
+    planted.update(file=log, line="1")
