@@ -6,6 +6,7 @@ import configparser
 import json
 import os
 import re
+import secrets
 import shlex
 import shutil
 import threading
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from grader import tamper
 from grader.audit import AuditLog, Results, read_audit_log, read_result_log
 from grader.errors import NotAssessable
 
@@ -48,6 +50,13 @@ class ReplayRun:
     junit: Path | None
     misses: list[dict[str, object]] = field(default_factory=list)  # CASSETTE_MISS_LOG entries
     blocked: list[tuple[str, str]] = field(default_factory=list)  # (file:line, what) refused by pytest-socket
+    # Tamper evidence (docs/security.md). guard: the guard plugin's log, written through an inherited fd to a
+    # file the sandbox user cannot open by path; None when the guard never wrote (plugins switched off).
+    guard: tamper.GuardLog | None = None
+    scan: tamper.TamperScan | None = None  # static scan of conftest files, plugins and config
+    noconftest: ReplayRun | None = None  # rerun with --noconftest, when outcome hooks were found
+    unskipped: ReplayRun | None = None  # rerun with skip/xfail marks stripped, when tests were skipped
+    log_mismatch: str = ""  # the submission-writable result log disagrees with the guard
 
 
 class Context:
@@ -103,6 +112,7 @@ class Context:
         timeout: float | None = None,
         loopback: bool = False,
         label: str = "",
+        pass_fds: Sequence[int] = (),
     ) -> tuple[RunResult, AuditLog]:
         """Run `argv` in the sandbox with the submission's venv, no network and no credentials."""
         from grader import sandbox
@@ -124,6 +134,7 @@ class Context:
             loopback=loopback,
             audit_log=audit_log,
             audit_root=cwd,
+            pass_fds=pass_fds,
         )
         self.outputs.append((label, f"{result.stdout}\n{result.stderr}"))
         return result, read_audit_log(audit_log)
@@ -132,19 +143,51 @@ class Context:
         """The replay suite (`make test` when the Makefile has it, else `python -m pytest`), run once."""
         with self._replay_lock:
             if self._replay is None:
-                self._replay = self.run_suite(self.repo, label="replay")
+                self._replay = self._verified_replay()
             return self._replay
 
-    def run_suite(self, cwd: Path, *, label: str = "suite") -> ReplayRun:
-        """Run the suite as `replay_run` does, in another checkout (e.g. a scratch copy); not memoized."""
+    def _verified_replay(self) -> ReplayRun:
+        # Never trust one run: outcome hooks found statically -> rerun without conftest files; tests skipped,
+        # xfail(run=False) or reported passed after raising -> rerun with their skip/xfail marks stripped.
+        rr = self.run_suite(self.repo, label="replay")
+        rr.scan = tamper.scan(self.repo)
+        if rr.run.timed_out:
+            return rr
+        if rr.scan.outcome_hooks or (rr.guard is not None and rr.guard.rewritten):
+            rr.noconftest = self.run_suite(self.repo, label="replay-noconftest", noconftest=True)
+        guard = rr.guard
+        if guard is not None and (guard.skipped or guard.notrun or guard.count("xfailed")):
+            rr.unskipped = self.run_suite(self.repo, label="replay-unskipped", unskip=True)
+        return rr
+
+    def _guard_files(self) -> tuple[Path, Path]:
+        """(folder holding the guard plugin, sealed folder for its logs): grader-owned, never chowned."""
+        plugins = self._logs.parent / "guard-plugin"
+        sealed = self._logs.parent / "sealed"
+        with self._lock:
+            if not (plugins / f"{tamper.GUARD_MODULE}.py").is_file():
+                tamper.write_guard(plugins)
+            sealed.mkdir(mode=0o700, exist_ok=True)
+        return plugins, sealed
+
+    def run_suite(
+        self, cwd: Path, *, label: str = "suite", noconftest: bool = False, unskip: bool = False
+    ) -> ReplayRun:
+        """Run the suite as `replay_run` does, in another checkout (e.g. a scratch copy); not memoized.
+
+        ``noconftest`` adds ``--noconftest``; ``unskip`` makes the guard strip skip/skipif/xfail marks.
+        """
         venv = self.require_env().venv
         command = ["make", "test"] if "test" in makefile_targets(cwd) else ["python", "-m", "pytest"]
         results_log = self.log_path(label, ".results.jsonl")
         junit = self.log_path(label, ".junit.xml")
         misses = self.log_path(label, ".misses.jsonl")
         plugins = [m for m in pytest_plugin_modules(venv) if m not in _GRADER_PLUGINS]
+        guard_dir, sealed = self._guard_files()
+        guard_log = sealed / results_log.with_suffix(".guard").name
         addopts = [
-            *(arg for m in (*_GRADER_PLUGINS, *plugins) for arg in ("-p", m)),
+            *(arg for m in (*_GRADER_PLUGINS, tamper.GUARD_MODULE, *plugins) for arg in ("-p", m)),
+            *(["--noconftest"] if noconftest else []),
             "--disable-socket",
             "--allow-unix-socket",
             f"--junitxml={junit}",
@@ -159,11 +202,27 @@ class Context:
             "GRADER_RESULT_LOG": str(results_log),
             "CASSETTE_MISS_LOG": str(misses),
             "CASSETTE_MODE": "replay",
+            # The guard plugin comes from a grader-owned folder placed before the submission's tree.
+            "PYTHONPATH": os.pathsep.join((str(guard_dir), _pythonpath(cwd))),
         }
-        run, audit = self.run(command, cwd=cwd, env=env, label=label)
+        # The guard writes through this descriptor: its file sits in a 0700 folder the sandbox user
+        # cannot open by path, so a test cannot rewrite it afterwards (docs/security.md).
+        nonce = secrets.token_hex(16)
+        fd = os.open(guard_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+        try:
+            env["GRADER_GUARD_FD"] = str(fd)
+            env["GRADER_GUARD_NONCE"] = nonce
+            if unskip:
+                env["GRADER_GUARD_UNSKIP"] = "1"
+            run, audit = self.run(command, cwd=cwd, env=env, label=label, pass_fds=(fd,))
+        finally:
+            os.close(fd)
+        guard = tamper.read_guard(guard_log, nonce)
         logged = read_result_log(results_log)
         # JUnit is the fallback when the grader's plugin never wrote (e.g. pytest crashed loading it).
-        results = logged if logged.records else read_junit(junit)
+        fallback = logged if logged.records else read_junit(junit)
+        results = _guard_results(guard, fallback) if guard.records else fallback
+        mismatch = _mismatch(guard, logged) if guard.records else ""
         return ReplayRun(
             command=command,
             run=run,
@@ -172,6 +231,8 @@ class Context:
             junit=junit if junit.is_file() else None,
             misses=_read_jsonl(misses),
             blocked=socket_refusals(junit),
+            guard=guard if guard.records else None,
+            log_mismatch=mismatch,
         )
 
     def scratch_copy(self, name: str) -> Path:
@@ -187,6 +248,43 @@ class Context:
             dest.mkdir(parents=True)
         shutil.copytree(self.repo, dest, symlinks=True, dirs_exist_ok=True)
         return dest
+
+
+def _guard_results(guard: tamper.GuardLog, fallback: Results | None) -> Results:
+    """Counts from the guard's log (the one a test cannot reach by path); first failures from either log."""
+    res = Results(
+        passed=guard.count("passed"),
+        failed=guard.count("failed"),
+        errors=guard.count("error"),
+        skipped=guard.count("skipped"),
+        xfailed=guard.count("xfailed"),
+        xpassed=guard.count("xpassed"),
+        deselected=guard.deselected,
+        exitstatus=guard.exitstatus,
+        records=guard.records,
+    )
+    res.first_failures = [f"{nodeid} ({where})" for nodeid, where in guard.messages.items()][
+        :_MAX_FIRST_FAILURES
+    ]
+    if fallback is not None and fallback.first_failures and not guard.rewritten:
+        res.first_failures = list(fallback.first_failures)
+    return res
+
+
+def _mismatch(guard: tamper.GuardLog, logged: Results) -> str:
+    """Why the submission-writable result log cannot be the guard's view of the same run ("" when it is)."""
+    if guard.foreign:
+        return f"{guard.foreign} lines in the grader's guard log were not written by the guard"
+    if not logged.records:
+        return ""
+    mine = (guard.count("passed"), guard.count("failed"), guard.count("error"))
+    theirs = (logged.passed, logged.failed, logged.errors)
+    if mine != theirs:
+        return (
+            f"the result log the suite could write says {theirs[0]} passed, {theirs[1]} failed, "
+            f"{theirs[2]} errors; the guard saw {mine[0]} passed, {mine[1]} failed, {mine[2]} errors"
+        )
+    return ""
 
 
 def _pythonpath(cwd: Path) -> str:

@@ -360,11 +360,14 @@ def run(
     audit_root: Path | None = None,
     output_cap: int = 2_000_000,
     writable: Sequence[Path] = (),
+    pass_fds: Sequence[int] = (),
 ) -> RunResult:
     """Run ``argv`` sandboxed; never raises for the command's own failure (see ``RunResult``).
 
     ``writable``: extra folders the command must be able to write besides ``cwd`` and ``home`` (the folders
     of ``audit_log`` and of any absolute ``*_LOG`` path in ``env`` are added automatically).
+    ``pass_fds``: descriptors the command inherits (the guard plugin's result log, opened by the grader in a
+    folder the sandbox user cannot reach).
     """
     argv = [str(a) for a in argv]
     cwd, home = Path(cwd), Path(home)
@@ -388,6 +391,7 @@ def run(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            pass_fds=tuple(pass_fds),
         )
     except OSError as exc:
         return RunResult(argv, None, "", f"cannot start {argv[0]}: {exc.strerror}", False, 0.0, False)

@@ -60,7 +60,7 @@ _ALWAYS = {
 }
 _SKIP_CALLS = {"skip", "xfail", "skipif"}
 _PYTEST_INTERNALS = {"TestReport", "CallInfo", "CollectReport", "runner", "reports", "skipping", "outcomes"}
-_GRADER_NAMES = re.compile(r"\b(GRADER_[A-Z_]+|_grader_(?:pytest|audit|guard)|CASSETTE_MISS_LOG)\b")
+_GRADER_NAMES = re.compile(r"\b(GRADER_[A-Z_]+|_grader_(?:pytest|audit|guard))\b")
 _CONFIG_TAMPER = re.compile(
     r"(-p\s*no:\S+|--noconftest|PYTEST_ADDOPTS\s*=|PYTEST_DISABLE_PLUGIN_AUTOLOAD|--junit-?xml\S*|-o\s*addopts)"
 )
@@ -423,6 +423,7 @@ class GuardLog:
     deselected: int = 0
     records: int = 0
     messages: dict[str, str] = field(default_factory=dict)  # nodeid -> first line of its failure
+    foreign: int = 0  # lines without the run's nonce: written to the descriptor by the suite, not the guard
 
     def count(self, outcome: str) -> int:
         return sum(1 for value in self.outcomes.values() if value == outcome)
@@ -431,8 +432,12 @@ class GuardLog:
 _RANK = {"passed": 0, "xpassed": 1, "skipped": 2, "xfailed": 3, "failed": 4, "error": 5}
 
 
-def read_guard(path: Path) -> GuardLog:
-    """Parse the guard's JSONL (malformed lines skipped); the worst phase outcome wins per test."""
+def read_guard(path: Path, nonce: str = "") -> GuardLog:
+    """Parse the guard's JSONL; the worst phase outcome wins per test.
+
+    Malformed lines are skipped; lines without this run's ``nonce`` were not written by the guard (something
+    in the suite wrote to the inherited descriptor) and are listed in ``foreign``.
+    """
     import json
 
     log = GuardLog()
@@ -446,6 +451,9 @@ def read_guard(path: Path) -> GuardLog:
         except ValueError:
             continue
         if not isinstance(rec, dict):
+            continue
+        if nonce and rec.get("n") != nonce:
+            log.foreign += 1
             continue
         log.records += 1
         if rec.get("session") is True:
@@ -469,6 +477,7 @@ def read_guard(path: Path) -> GuardLog:
         if raw_outcome == "failed" and outcome in ("passed", "skipped") and not xfail:
             why = str(rec.get("raw_message", ""))[:160]
             log.rewritten.append(f"{nodeid}: raised {why or 'an exception'}, reported {outcome}")
+            value = "failed" if when == "call" else "error"  # the runner's view wins over the report
         if value is None:
             continue
         if value in ("failed", "error") and nodeid not in log.messages:
@@ -499,13 +508,16 @@ import pytest
 
 _FD = os.environ.pop("GRADER_GUARD_FD", None)
 _UNSKIP = os.environ.pop("GRADER_GUARD_UNSKIP", None) == "1"
+_NONCE = os.environ.pop("GRADER_GUARD_NONCE", "")
 _ACTIVE = _FD is not None and _FD.isdigit() and not os.environ.get("PYTEST_XDIST_WORKER")
 _STATE = {"deselected": 0}
+_SEEN = set()
 
 
 def _write(record):
     if _ACTIVE:
         try:
+            record["n"] = _NONCE
             os.write(int(_FD), (json.dumps(record, default=str) + "\n").encode("utf-8", "replace"))
         except OSError:
             pass
@@ -547,6 +559,17 @@ def pytest_runtest_makereport(item, call):
     raw_message = _first_line(call.excinfo.exconly()) if call.excinfo is not None else ""
     outcome = yield
     report = outcome.get_result()
+    _SEEN.add((report.nodeid, report.when))
+    _record(report, raw, raw_message)
+
+
+def pytest_runtest_logreport(report):
+    # Under pytest-xdist the controller only sees reports (no makereport): log those, raw unknown.
+    if (report.nodeid, report.when) not in _SEEN:
+        _record(report, "unknown", "")
+
+
+def _record(report, raw, raw_message):
     fspath, lineno, _ = report.location
     wasxfail = getattr(report, "wasxfail", None)
     _write({

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from grader.audit import Results
 from grader.checks import CheckResult, Finding, register
 from grader.context import ReplayRun
+from grader.tamper import Hook
 
 if TYPE_CHECKING:
     from grader.context import Context
@@ -22,6 +24,11 @@ def _zero_facts() -> dict[str, object]:
         "skipped": 0,
         "xfailed": 0,
         "deselected": 0,
+        "xfail_norun": 0,
+        "hidden_failures": 0,
+        "tamper_hooks": 0,
+        "forged": False,
+        "exit_abnormal": False,
         "network_attempts": 0,
         "first_network_attempt": "",
         "timed_out": False,
@@ -41,7 +48,17 @@ def replay(ctx: Context) -> CheckResult:
         errors: tests that errored in setup or teardown (collection errors count here too)
         skipped: tests skipped
         xfailed: tests that failed as expected (xfail)
-        deselected: tests deselected by the suite's own options
+        deselected: tests deselected by the suite's own options or hooks
+        xfail_norun: tests marked xfail(run=False), so never run
+        hidden_failures: tests skipped or xfailed in the run that fail when the grader reruns them with their
+            skip/skipif/xfail marks stripped
+        tamper_hooks: places that can change reported outcomes: conftest/plugin hooks, pytest monkeypatches,
+            overrides of the grader's options (see docs/security.md)
+        forged: true when a reported outcome differs from what happened: a test raised but was reported
+            passed, the --noconftest rerun fails tests reported passed, or the suite-writable result log
+            disagrees with the grader's guard log
+        exit_abnormal: true when pytest's session never finished (os._exit, a killed interpreter, the grader's
+            plugins switched off); a timeout is reported as timed_out instead
         network_attempts: connection attempts seen by the audit hook or refused by pytest-socket
         first_network_attempt: file:line of the first connection attempt, or "" when none
         timed_out: true when the suite ran past the grader's timeout and was killed
@@ -56,6 +73,7 @@ def replay(ctx: Context) -> CheckResult:
     rr = ctx.replay_run()
     results = rr.results or Results()
     attempts = _attempts(rr, results)
+    evidence = _tamper_evidence(rr, results)
     facts.update(
         passed=results.passed,
         failed=results.failed,
@@ -68,6 +86,11 @@ def replay(ctx: Context) -> CheckResult:
         timed_out=rr.run.timed_out,
         duration=round(rr.run.duration, 2),
         command=" ".join(rr.command),
+        xfail_norun=len(rr.guard.notrun) if rr.guard else 0,
+        hidden_failures=len(evidence.hidden),
+        tamper_hooks=len(rr.scan.hooks) if rr.scan else 0,
+        forged=bool(evidence.forged),
+        exit_abnormal=evidence.abnormal,
     )
     ran = (
         results.passed + results.failed + results.errors + results.skipped + results.xfailed + results.xpassed
@@ -76,15 +99,87 @@ def replay(ctx: Context) -> CheckResult:
     if broken and rr.run.returncode != 0:
         # Nothing ran and the command failed: collection crashed, or `make test` never reached pytest.
         facts["errors"] = 1
-    facts["summary"] = _summary(ctx, rr, facts)
+    facts["summary"] = _summary(ctx, rr, facts) + evidence.summary()
 
-    details = [f"connection attempt at {where}: {what}" for where, what in attempts[:_MAX_DETAILS]]
+    details = [*evidence.details()]
+    details += [f"connection attempt at {where}: {what}" for where, what in attempts[:_MAX_DETAILS]]
     details += [f"failed: {line}" for line in results.first_failures]
     if broken:
         tail = _tail(rr.run.stderr) or _tail(rr.run.stdout)
         details.append(f"no test ran; exit {rr.run.returncode}" + (f": {tail}" if tail else ""))
     findings = [Finding(rule="network-attempt", message=what, location=where) for where, what in attempts]
+    findings += [Finding(rule=f"tamper-{h.kind}", message=h.why, location=h.location) for h in evidence.hooks]
     return CheckResult(facts=facts, findings=findings, details=details)
+
+
+@dataclass
+class _Evidence:
+    hooks: list[Hook] = field(default_factory=list)
+    forged: list[str] = field(default_factory=list)  # what was forged, one line each
+    hidden: list[str] = field(default_factory=list)  # skipped/xfailed tests that fail when run
+    skips: list[str] = field(default_factory=list)  # "nodeid (reason)" of skipped and not-run tests
+    abnormal: bool = False
+    abnormal_why: str = ""
+
+    def summary(self) -> str:
+        parts: list[str] = []
+        if self.forged:
+            where = ", ".join(h.location for h in self.hooks if h.kind.startswith("pytest_"))[:160]
+            parts.append(f"FORGED: {self.forged[0]}" + (f" (hooks at {where})" if where else ""))
+        if self.hidden:
+            parts.append(
+                f"{len(self.hidden)} skipped/xfailed tests fail when run: {', '.join(self.hidden[:3])}"
+            )
+        elif self.skips:
+            parts.append(f"{len(self.skips)} skipped: {', '.join(self.skips[:3])}")
+        if self.abnormal:
+            parts.append(self.abnormal_why)
+        if self.hooks and not self.forged:
+            parts.append(f"{len(self.hooks)} tamper hooks: {self.hooks[0]}")
+        return "".join(f"; {p}" for p in parts)
+
+    def details(self) -> list[str]:
+        out = [f"forged: {line}" for line in self.forged[:_MAX_DETAILS]]
+        out += [f"hidden failure: {line}" for line in self.hidden[:_MAX_DETAILS]]
+        out += [f"skipped: {line}" for line in self.skips[:_MAX_DETAILS]]
+        out += [f"tamper hook: {hook}" for hook in self.hooks[:_MAX_DETAILS]]
+        if self.abnormal:
+            out.append(self.abnormal_why)
+        return out
+
+
+def _tamper_evidence(rr: ReplayRun, results: Results) -> _Evidence:
+    """Compare the run with what the guard saw and with the verifying reruns (see Context.replay_run)."""
+    ev = _Evidence(hooks=list(rr.scan.hooks) if rr.scan else [])
+    guard = rr.guard
+    if guard is not None:
+        ev.forged += guard.rewritten
+        ev.skips = [f"{nodeid} ({reason})" for nodeid, reason in guard.skipped.items()]
+        ev.skips += [f"{nodeid} (xfail run=False)" for nodeid in guard.notrun]
+    if rr.log_mismatch:
+        ev.forged.append(rr.log_mismatch)
+    if guard is not None and rr.noconftest is not None and rr.noconftest.guard is not None:
+        again = rr.noconftest.guard.outcomes
+        for nodeid, outcome in guard.outcomes.items():
+            if outcome in ("passed", "skipped", "xfailed") and again.get(nodeid) == "failed":
+                ev.forged.append(f"{nodeid}: {outcome} with the conftest files, failed without them")
+    if guard is not None and rr.unskipped is not None and rr.unskipped.guard is not None:
+        again = rr.unskipped.guard
+        for nodeid, outcome in guard.outcomes.items():
+            if outcome in ("skipped", "xfailed") and again.outcomes.get(nodeid) in ("failed", "error"):
+                ev.hidden.append(f"{nodeid} ({again.messages.get(nodeid, 'fails')})")
+    if not rr.run.timed_out:
+        if guard is None and results.records:
+            ev.abnormal, ev.abnormal_why = (
+                True,
+                "the grader's guard plugin never ran (switched off by the suite?)",
+            )
+        elif guard is not None and guard.exitstatus is None:
+            ev.abnormal = True
+            ev.abnormal_why = (
+                f"pytest's session never finished (exit {rr.run.returncode}): the process ended mid-run"
+            )
+    return ev
 
 
 def _attempts(rr: ReplayRun, results: Results) -> list[tuple[str, str]]:
