@@ -1,0 +1,267 @@
+"""Tamper evidence: the static hook scan, the guard plugin in a real pytest run, and adversarial submissions
+graded end to end by the real `grade` command."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from grader import tamper
+from tests.adversarial import CASES, build
+from tests.adversarial.builders import SAMPLE
+
+FORGING_CONFTEST = """
+import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        report.outcome = "passed"
+"""
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    return root
+
+
+def _kinds(scan: tamper.TamperScan) -> list[tuple[str, str]]:
+    return [(h.kind, h.location) for h in scan.hooks]
+
+
+# --- the static scan --------------------------------------------------------------------------------------
+
+
+def test_sample_solution_has_no_tamper_hooks() -> None:
+    result = tamper.scan(SAMPLE)
+    assert result.hooks == [], result.hooks
+    assert result.files_scanned > 5
+
+
+def test_forging_makereport_wrapper_is_named_with_its_line(tmp_path: Path) -> None:
+    _write(tmp_path, {"tests/conftest.py": FORGING_CONFTEST, "tests/test_x.py": "def test_x(): assert 0\n"})
+    result = tamper.scan(tmp_path)
+    assert ("pytest_runtest_makereport", "tests/conftest.py:5") in _kinds(result)
+    assert any(
+        h.kind == "pytest_report_outcome" and h.location == "tests/conftest.py:9" for h in result.hooks
+    )
+    assert result.outcome_hooks
+
+
+def test_modifyitems_is_flagged_only_when_it_skips_or_drops(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {
+            "a/conftest.py": """
+                def pytest_collection_modifyitems(config, items):
+                    items.sort(key=lambda item: item.name)
+                """,
+            "b/conftest.py": """
+                import pytest
+
+
+                def pytest_collection_modifyitems(config, items):
+                    for item in items:
+                        item.add_marker(pytest.mark.skip(reason="later"))
+                """,
+            "c/conftest.py": """
+                def pytest_collection_modifyitems(config, items):
+                    keep = [i for i in items if "slow" not in i.name]
+                    config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+                    items[:] = keep
+                """,
+        },
+    )
+    hooks = {h.location.split("/")[0]: h.why for h in tamper.scan(tmp_path).hooks}
+    assert "a" not in hooks
+    assert "skip" in hooks["b"]
+    assert "deselect" in hooks["c"]
+
+
+def test_exit_status_and_internals_patching_are_flagged(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {
+            "conftest.py": """
+                def pytest_sessionfinish(session, exitstatus):
+                    session.exitstatus = 0
+                """,
+            "pkg/__init__.py": """
+                from _pytest.reports import TestReport
+
+                TestReport.outcome = property(lambda self: "passed")
+                """,
+        },
+    )
+    kinds = _kinds(tamper.scan(tmp_path))
+    assert ("pytest_sessionfinish", "conftest.py:2") in kinds
+    assert ("monkeypatch", "pkg/__init__.py:3") in kinds
+
+
+def test_plugins_named_by_config_or_conftest_are_scanned(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {
+            "pytest.ini": "[pytest]\naddopts = -p helpers.plug\n",
+            "helpers/__init__.py": "",
+            "helpers/plug.py": FORGING_CONFTEST,
+            "tests/conftest.py": 'pytest_plugins = ["helpers.other"]\n',
+            "helpers/other.py": "def pytest_report_teststatus(report, config):\n    return None\n",
+            "helpers/not_a_plugin.py": FORGING_CONFTEST,  # never loaded by pytest: hooks there change nothing
+        },
+    )
+    locations = {h.location for h in tamper.scan(tmp_path).outcome_hooks}
+    assert "helpers/plug.py:5" in locations
+    assert "helpers/other.py:1" in locations
+    assert not any(loc.startswith("helpers/not_a_plugin.py") for loc in locations)
+
+
+def test_config_overrides_of_the_grader_are_flagged(tmp_path: Path) -> None:
+    _write(tmp_path, {"Makefile": "test:\n\tPYTEST_ADDOPTS= python -m pytest -p no:pytest_socket\n"})
+    whys = [h.why for h in tamper.scan(tmp_path).hooks if h.kind == "config"]
+    assert whys and "PYTEST_ADDOPTS" in whys[0]
+
+
+def test_scan_never_follows_links_and_survives_bad_files(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    _write(outside, {"conftest.py": FORGING_CONFTEST})
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "conftest.py").symlink_to(outside / "conftest.py")
+    (repo / "linked").symlink_to(outside, target_is_directory=True)
+    (repo / "broken.py").write_bytes(b"def f(:\n\xff\xfe")
+    (repo / os.fsdecode(b"caf\xe9.py")).write_bytes(b"x = '\xe9'\n")  # a non-UTF-8 file name
+    result = tamper.scan(repo)
+    assert result.hooks == []
+
+
+# --- the guard plugin in a real pytest process -------------------------------------------------------------
+
+
+def _run_guarded(tmp_path: Path, files: dict[str, str], *, unskip: bool = False) -> tamper.GuardLog:
+    project = _write(tmp_path / "project", files)
+    plugin_dir = tmp_path / "plugin"
+    tamper.write_guard(plugin_dir)
+    log = tmp_path / "guard.jsonl"
+    nonce = secrets.token_hex(8)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(plugin_dir),
+        "GRADER_GUARD_FD": str(fd),
+        "GRADER_GUARD_NONCE": nonce,
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+    }
+    env.pop("PYTEST_ADDOPTS", None)
+    if unskip:
+        env["GRADER_GUARD_UNSKIP"] = "1"
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", tamper.GUARD_MODULE, "-p", "no:cacheprovider"],
+            cwd=project,
+            env=env,
+            pass_fds=(fd,),
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(fd)
+    return tamper.read_guard(log, nonce)
+
+
+def test_guard_sees_through_a_forging_conftest(tmp_path: Path) -> None:
+    log = _run_guarded(
+        tmp_path,
+        {
+            "conftest.py": FORGING_CONFTEST,
+            "test_x.py": "def test_ok():\n    pass\n\n\ndef test_bad():\n    assert 1 == 2, 'differ'\n",
+        },
+    )
+    assert log.exitstatus is not None
+    assert log.outcomes == {"test_x.py::test_ok": "passed", "test_x.py::test_bad": "failed"}
+    assert len(log.rewritten) == 1 and "differ" in log.rewritten[0]
+
+
+def test_guard_unskip_mode_runs_skipped_and_not_run_tests(tmp_path: Path) -> None:
+    files = {
+        "test_s.py": """
+            import pytest
+
+
+            @pytest.mark.skip(reason="later")
+            def test_skipped():
+                assert False, "hidden one"
+
+
+            @pytest.mark.xfail(run=False)
+            def test_notrun():
+                raise RuntimeError("hidden two")
+            """,
+    }
+    normal = _run_guarded(tmp_path / "a", files)
+    assert normal.count("skipped") == 1 and normal.notrun == ["test_s.py::test_notrun"]
+    forced = _run_guarded(tmp_path / "b", files, unskip=True)
+    assert forced.outcomes == {"test_s.py::test_skipped": "failed", "test_s.py::test_notrun": "failed"}
+
+
+def test_lines_without_the_nonce_are_foreign(tmp_path: Path) -> None:
+    log = tmp_path / "guard.jsonl"
+    log.write_text(
+        json.dumps({"nodeid": "t", "when": "call", "outcome": "passed", "n": "right"})
+        + "\n"
+        + json.dumps({"nodeid": "u", "when": "call", "outcome": "passed", "n": "wrong"})
+        + "\nnot json\n",
+        encoding="utf-8",
+    )
+    parsed = tamper.read_guard(log, "right")
+    assert parsed.outcomes == {"t": "passed"} and parsed.foreign == 1
+
+
+# --- adversarial submissions through the real `grade` ------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_adversarial_submission_lands_in_its_band(
+    name: str, tmp_path: Path, grade_cli, grade_cache: Path
+) -> None:
+    case = CASES[name]
+    target = build(name, tmp_path / name)
+    out = tmp_path / "report.json"
+    done = grade_cli(
+        [
+            "--cache-dir",
+            str(grade_cache),
+            "--format",
+            "json",
+            "-q",
+            "--timeout",
+            "60",
+            "-o",
+            str(out),
+            str(target),
+        ],
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text(encoding="utf-8"))
+    rows = {row["id"]: row for row in report["rows"]}
+    for row_id, (low, high) in case.bands.items():
+        assert low <= rows[row_id]["score"] <= high, (name, rows[row_id])
+    evidence = rows["offline-replay"]["evidence"]
+    for needle in case.evidence:
+        assert needle in evidence, (name, evidence)
