@@ -82,6 +82,7 @@ class Context:
         self.thresholds: dict[str, float] = dict(thresholds or {})
         self.timeout = timeout
         self.outputs: list[tuple[str, str]] = []
+        self.sandbox_users: set[str] = set()  # RunResult.user of every run: "nobody" | "grader"
         self._replay: ReplayRun | None = None
         self._runs = 0
         # Checks may run concurrently (--jobs): log names, scratch copies and the replay memo are shared.
@@ -137,6 +138,7 @@ class Context:
             pass_fds=pass_fds,
         )
         self.outputs.append((label, f"{result.stdout}\n{result.stderr}"))
+        self.sandbox_users.add(result.user)
         return result, read_audit_log(audit_log)
 
     def replay_run(self) -> ReplayRun:

@@ -106,7 +106,11 @@ def grade(
         )
         check_ids = [row.check for row in rubric.rows]
         results = run_checks(ctx, check_ids, timings, report_progress, jobs=jobs)
-        report = _report(workspace, rubric, results, timings, notes, isolation())
+        iso = asdict(isolation())
+        if ctx.sandbox_users:
+            # "nobody" only when every run of submission code dropped privileges (docs/security.md).
+            iso["user"] = "nobody" if ctx.sandbox_users == {"nobody"} else "grader"
+        report = _report(workspace, rubric, results, timings, notes, iso)
         if keep_workspace:
             report.setdefault("notes", []).append(f"workspace kept at {root}")
         if store is not None:
@@ -243,7 +247,7 @@ def _report(
         "graded_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "grader_version": __version__,
         "rubric": rubric.reference(),
-        "isolation": asdict(iso),
+        "isolation": dict(iso),
         "rows": [row.as_dict() for row in rows],
         "total": totals(rows),
         "facts": {check_id: _jsonable(result.facts) for check_id, result in results.items()},
