@@ -32,16 +32,17 @@ dl.meta{display:grid;grid-template-columns:max-content 1fr;gap:.15rem 1rem;margi
 dl.meta dt{font-weight:600}dl.meta dd{margin:0;overflow-wrap:anywhere}
 table{border-collapse:collapse;width:100%}th,td{border:1px solid #d0d7de;padding:.35rem .5rem;
 text-align:left;vertical-align:top;overflow-wrap:anywhere}th{background:#f6f8fa}
-td.num{text-align:right;white-space:nowrap}code{font:13px ui-monospace,SFMono-Regular,Menlo,monospace}
+td.num,th.num,td.id{text-align:right;white-space:nowrap}td.id{text-align:left}
+code{font:13px ui-monospace,SFMono-Regular,Menlo,monospace}
 .s3{background:#dafbe1}.s2{background:#fff8c5}.s1,.s0{background:#ffebe9}.manual,.na{background:#eaeef2}
 ul.details{margin:.2rem 0;padding-left:1.3rem}a{color:#0969da}
 footer{margin-top:2rem;color:#57606a;font-size:.9em}
 """
-# `file:line` or `sha:file:line` inside free text. The path needs a `/` or an extension; a host:port
-# (api.openai.com:443) is not a file, so common host endings and anything after `//` or `@` are skipped.
+# `file:line` or `sha:file:line` inside free text, starting a word. The file needs an extension; a
+# host:port (api.openai.com:443) is not a file: common host endings are skipped, `//host` starts no word.
 _LOCATION = re.compile(
-    r"(?<![\w/@.:-])(?:[0-9a-f]{7,40}:)?"
-    r"(?:[\w.-]+/)*[\w.-]*[\w-]\.[A-Za-z][A-Za-z0-9]{0,7}"
+    r"(?<![^\s(\[,;=])(?:[0-9a-f]{7,40}:)?"
+    r"(?:[\w.-]+/)*(?:[\w.-]*[\w-])?\.[A-Za-z][A-Za-z0-9]{0,7}"
     r":[0-9]+\b"
 )
 _HOST_ENDINGS = {"com", "org", "net", "io", "ai", "dev", "invalid", "internal", "local", "localhost", "test"}
@@ -64,7 +65,7 @@ def _linked_location(location: str) -> str:
     if href is None:
         return f"<code>{text}</code>"
     commit = parse_location(location).commit
-    title = f' title="{escape(f"as of commit {commit}; the link opens the file at the graded commit")}"'
+    title = f' title="{escape(f"found in commit {commit}; the link opens the checkout beside this page")}"'
     return f'<a class="loc" href="{escape(href)}"{title if commit else ""}><code>{text}</code></a>'
 
 
@@ -121,7 +122,8 @@ def _row_table(rows: list[dict[str, Any]]) -> list[str]:
     out = [
         "<h2>Rows</h2>",
         '<table id="rows">',
-        "<thead><tr><th>Row</th><th>Title</th><th>Score</th><th>Weight</th><th>Evidence</th></tr></thead>",
+        '<thead><tr><th>Row</th><th>Title</th><th class="num">Score</th><th class="num">Weight</th>'
+        "<th>Evidence</th></tr></thead>",
         "<tbody>",
     ]
     for row in rows:
@@ -129,7 +131,7 @@ def _row_table(rows: list[dict[str, Any]]) -> list[str]:
         link = f'<a href="#{_anchor(row["id"])}">{row_id}</a>' if row.get("details") else row_id
         title = escape(str(row.get("title", "")))
         out.append(
-            f'<tr data-row="{row_id}"><td><code>{link}</code></td><td>{title}</td>'
+            f'<tr data-row="{row_id}"><td class="id"><code>{link}</code></td><td>{title}</td>'
             f'<td class="num {_score_class(row)}">{escape(score_cell(row))}</td>'
             f'<td class="num">{escape(number(row.get("weight", 1)))}</td>'
             f"<td>{_linkify(str(row.get('evidence', '')))}</td></tr>"
