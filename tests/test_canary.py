@@ -1,0 +1,172 @@
+"""The canary recording probe: a generated key, the stand-in in a loopback sandbox, leaks found and redacted.
+
+The probe runs real record commands in the real sandbox against the real stand-in, on a copy of
+sample_solution with its real installed environment.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import shlex
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from grader.acquire import acquire
+from grader.checks.canary import CanaryProbe, find_canary, make_canary, probe_canary
+from grader.context import Context
+from grader.install import default_cache_root, ensure_env
+from grader.manifest import read_manifest
+from grader.secrets import Scanner
+
+ROOT = Path(__file__).resolve().parents[1]
+_FULL_KEY = re.compile(r"sk-(?:proj|ant-api03)-[A-Za-z0-9_-]{30,}")
+
+
+# --- fast: generation and matching
+
+
+@pytest.mark.parametrize(
+    ("env_name", "rule"),
+    [("OPENAI_API_KEY", "openai-project-key"), ("ANTHROPIC_API_KEY", "anthropic-api-key")],
+)
+def test_canary_is_fresh_and_shaped_like_the_providers_keys(env_name: str, rule: str) -> None:
+    first, second = make_canary(env_name), make_canary(env_name)
+    assert first != second
+    found = Scanner().scan_text(f"key={first}\n", source="probe")
+    assert [f.rule for f in found] == [rule]
+
+
+def test_canary_is_found_plain_and_base64_encoded_at_every_alignment() -> None:
+    canary = make_canary("OPENAI_API_KEY")
+    assert find_canary(f"a\nb\nAuthorization: Bearer {canary}\n".encode(), canary) == [(3, "")]
+    for prefix in (b"", b"x", b"xy", b"Bearer "):
+        blob = b"line one\n" + base64.b64encode(prefix + canary.encode()) + b"\n"
+        assert find_canary(blob, canary) == [(2, "base64-encoded")], prefix
+    assert find_canary(b"nothing here\n" * 100, canary) == []
+    # A different key of the same shape is not the canary.
+    assert find_canary(make_canary("OPENAI_API_KEY").encode(), canary) == []
+
+
+# --- the probe in the sandbox
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
+    """A git copy of sample_solution and its installed environment (cached across the kit's tests)."""
+    src = tmp_path_factory.mktemp("canary-src") / "sub"
+    shutil.copytree(
+        ROOT / "sample_solution",
+        src,
+        ignore=shutil.ignore_patterns(".venv", "__pycache__", ".pytest_cache", "*.pyc"),
+    )
+    env = ensure_env(src, cache_root=default_cache_root(), timeout=300)
+    return src, env
+
+
+def _ctx(tmp_path: Path, installed: tuple[Path, object], **manifest: object) -> Context:
+    src, env = installed
+    root = tmp_path / "ws"
+    root.mkdir(parents=True)
+    root.chmod(0o711)  # as grade() does: traversable, so the sandbox may drop to nobody
+    workspace = acquire(str(src), root)
+    return Context(workspace, replace(read_manifest(workspace.repo), **manifest), env=env, timeout=120)  # type: ignore[arg-type]
+
+
+def _all_text(probe: CanaryProbe) -> str:
+    return "\n".join([probe.status, *probe.details, *(f"{f.location} {f.message}" for f in probe.leaks)])
+
+
+def test_a_record_run_that_keeps_the_key_to_itself_has_no_leak_and_reached_the_standin(
+    tmp_path: Path, installed: tuple[Path, object]
+) -> None:
+    # Talks to the stand-in through the URL the probe exported, and stores only the answer.
+    script = (
+        "import json, os, urllib.request\n"
+        "url = os.environ['OPENAI_BASE_URL'] + '/chat/completions'\n"
+        "msg = {'model': 'gpt-4o-mini', 'messages': [{'role': 'user', 'content': 'refund'}]}\n"
+        "auth = {'authorization': 'Bearer ' + os.environ['OPENAI_API_KEY']}\n"
+        "req = urllib.request.Request(url, method='POST', data=json.dumps(msg).encode(),\n"
+        "    headers={**auth, 'content-type': 'application/json'})\n"
+        "body = json.load(urllib.request.urlopen(req, timeout=10))\n"
+        "open('answer.txt', 'w').write(body['choices'][0]['message']['content'])\n"
+    )
+    ctx = _ctx(tmp_path, installed, record_command=["python", "-c", script])
+    before = sorted(p.relative_to(ctx.repo) for p in ctx.repo.rglob("*"))
+    probe = probe_canary(ctx)
+    assert probe.status == "ran", _all_text(probe)
+    assert probe.leaks == []
+    answers = list((ctx.workspace.root / "scratch").glob("canary-record*/answer.txt"))
+    assert [a.read_text() for a in answers] == ['{"intent": "refund", "needs_human": false}']
+    # The probe ran in a throwaway copy: the checkout the other checks read is untouched.
+    assert sorted(p.relative_to(ctx.repo) for p in ctx.repo.rglob("*")) == before
+
+
+def test_a_key_written_to_a_file_or_printed_is_a_leak_named_by_place_and_redacted(
+    tmp_path: Path, installed: tuple[Path, object]
+) -> None:
+    script = (
+        "import base64, os\n"
+        "key = os.environ['OPENAI_API_KEY']\n"
+        "open('debug.log', 'w').write('start\\nkey=' + key + '\\nagain ' + key + '\\n')\n"
+        "open('blob.b64', 'w').write(base64.b64encode(b'Bearer ' + key.encode()).decode())\n"
+        "print('recording with', key)\n"
+    )
+    ctx = _ctx(tmp_path, installed, record_command=["python", "-c", script])
+    probe = probe_canary(ctx)
+    assert probe.status == "ran", _all_text(probe)
+    places = {f.location: f.message for f in probe.leaks}
+    assert set(places) == {"debug.log:2", "blob.b64:1", "stdout of python -c " + _quoted(script) + ":1"}
+    assert "1 more line too" in places["debug.log:2"]
+    assert "base64-encoded" in places["blob.b64:1"]
+    assert "[redacted]" in places["debug.log:2"]
+    assert not _FULL_KEY.search(_all_text(probe))
+
+
+def _quoted(script: str) -> str:
+    return shlex.quote(script)
+
+
+def test_without_record_command_or_key_variable_the_probe_is_not_available(
+    tmp_path: Path, installed: tuple[Path, object]
+) -> None:
+    no_record = probe_canary(_ctx(tmp_path / "a", installed, record_command=None))
+    assert no_record.status == "not available: no record_command in [tool.takehome]"
+    no_key = probe_canary(_ctx(tmp_path / "b", installed, api_key_env=None))
+    assert no_key.status == "not available: no api_key_env in [tool.takehome]"
+    assert no_record.leaks == no_key.leaks == []
+
+
+def test_the_submissions_own_yaml_module_cannot_shadow_the_standins(
+    tmp_path: Path, installed: tuple[Path, object]
+) -> None:
+    ctx = _ctx(tmp_path, installed, record_command=["sh", "-c", 'test -n "$OPENAI_BASE_URL"'])
+    # A submission folder named yaml on PYTHONPATH (the checkout) would break a stand-in importing from it.
+    (ctx.repo / "yaml").mkdir()
+    (ctx.repo / "yaml" / "__init__.py").write_text("raise SystemExit('shadowed')\n")
+    probe = probe_canary(ctx)
+    assert probe.status == "ran", _all_text(probe)
+    assert "(exit 0)" in probe.details[0]
+
+
+def test_the_record_command_sees_a_loopback_standin_url_and_no_route_out(
+    tmp_path: Path, installed: tuple[Path, object]
+) -> None:
+    script = (
+        "import os, socket\n"
+        "print(os.environ['OPENAI_BASE_URL'])\n"
+        "try:\n"
+        "    socket.create_connection(('192.0.2.1', 443), timeout=2)\n"
+        "    print('outside: connected')\n"
+        "except OSError:\n"
+        "    print('outside: unreachable')\n"
+    )
+    ctx = _ctx(tmp_path, installed, record_command=["python", "-c", script])
+    probe = probe_canary(ctx)
+    assert probe.status == "ran", _all_text(probe)
+    output = dict(ctx.outputs)["canary record"]
+    assert re.search(r"^http://127\.0\.0\.1:\d+/v1$", output, re.MULTILINE), output
+    assert "outside: unreachable" in output
