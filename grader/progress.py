@@ -14,6 +14,7 @@ batch, ``done/total``. ~100 lines of our own rather than a dependency: the grade
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import threading
@@ -22,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 __all__ = ["Display", "LinesDisplay", "LiveDisplay", "QuietDisplay", "make_display"]
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 class Display:
@@ -62,13 +65,13 @@ class LinesDisplay(Display):
     """Not a terminal (a log file, CI): one plain line per event, never a control character."""
 
     def step(self, who: str, step: str, seconds: float, message: str) -> None:
-        self._write(f"{_prefix(who)}[{step}] {seconds:.1f}s {message}".rstrip() + "\n")
+        self._write(_clean(f"{_prefix(who)}[{step}] {seconds:.1f}s {message}".rstrip()) + "\n")
 
     def finish(self, who: str, line: str) -> None:
-        self._write(f"{_prefix(who)}{line}\n")
+        self._write(_clean(f"{_prefix(who)}{line}") + "\n")
 
     def say(self, line: str) -> None:
-        self._write(line + "\n")
+        self._write(_clean(line) + "\n")
 
 
 @dataclass
@@ -160,9 +163,14 @@ def _prefix(who: str) -> str:
     return f"{who}  " if who else ""
 
 
+def _clean(line: str) -> str:
+    # Messages can quote submission output: no control character (an escape sequence) reaches the terminal.
+    return _CONTROL.sub(" ", line)
+
+
 def _fit(line: str, width: int) -> str:
     # A wrapped line would break the cursor arithmetic of the redraw.
-    line = " ".join(line.split())
+    line = _clean(line).rstrip()
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
