@@ -217,9 +217,15 @@ def run_batch(
             outcomes[index] = outcome
 
     workers = max(1, min(jobs or os.cpu_count() or 1, len(entries)))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="grade") as pool:
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="grade")
+    try:
         for future in [pool.submit(one, i) for i in range(len(entries))]:
             future.result()
+    except BaseException:
+        # Ctrl-C: start no other candidate; the ones running finish their current command.
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     ordered = [outcomes[i] for i in range(len(entries))]
     write_summary(out, ordered, rubric)
     write_json(out / BATCH_FILE, _manifest(ordered, rubric, source))
