@@ -377,7 +377,7 @@ def test_unreachable_index_makes_rows_not_assessable(tmp_path: Path, grade_run: 
     repo = _repo(tmp_path, {"tests/test_ok.py": "def test_ok():\n    pass\n"})
     dead = f"http://127.0.0.1:{_closed_port()}/simple"
     fresh = tmp_path / "fresh-cache"  # nothing cached: the install must reach the index
-    env = {"UV_INDEX_URL": dead, "UV_DEFAULT_INDEX": dead, "PIP_INDEX_URL": dead, "UV_OFFLINE": ""}
+    env = {"UV_INDEX_URL": dead, "UV_DEFAULT_INDEX": dead, "PIP_INDEX_URL": dead}
     done, report, _ = grade_run(repo, env=env, cache=fresh)
     report = _graded(done, report)
     row, _facts = _replay(report)
