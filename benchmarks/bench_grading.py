@@ -1,0 +1,187 @@
+"""Grading: `grade sample_solution` cold and warm vs a bare offline pytest; `grade batch` at 1 and 2 jobs.
+
+    python -m benchmarks --only grading [--quick]
+
+- cold: ``grade sample_solution --cache-dir <new empty folder>`` (no cached environment: uv creates the venv
+  and installs; uv's own download cache under that folder starts empty too, so packages come from the index);
+- warm: the same command on the folder the previous cold run filled;
+- bare: ``unshare -n <that venv>/bin/python -m pytest -q -p no:cacheprovider`` in a fresh copy of
+  sample_solution, no credentials in the environment: what the suite costs with no grader around it;
+- batch: ``grade batch`` on 12 fixture submissions (the ones ``tests/test_batch.py`` builds: copies of
+  sample_solution, some mutated, two unreachable targets) at ``--jobs 1`` and ``--jobs 2``, warm cache.
+
+Wall time throughout: this is what a reviewer waits for. Each round runs every configuration once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ._common import Section, Series, Verdict, ratio
+
+__all__ = ["run"]
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "sample_solution"
+
+
+def _env(home: Path) -> dict[str, str]:
+    """This environment (the index's certificates and settings included) minus anything credential-like."""
+    from tests.helpers.bake import clean_env
+
+    return clean_env(HOME=str(home))
+
+
+def _grade(args: list[str], home: Path, timeout: float = 1800) -> tuple[float, Any]:
+    start = time.perf_counter()
+    result = subprocess.run(
+        [sys.executable, "-m", "grader", *args],
+        cwd=home,
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    seconds = time.perf_counter() - start
+    if result.returncode not in (0, 3):
+        tail = result.stderr.strip()[-500:]
+        raise RuntimeError(f"grade {' '.join(args)} exited {result.returncode}: {tail}")
+    return seconds, result
+
+
+def _fresh_cache(tmp: Path, name: str) -> Path:
+    cache = tmp / name
+    cache.mkdir()
+    cache.chmod(0o755)  # as root the sandbox drops to nobody, who must reach the venv
+    return cache
+
+
+def _venv_python(cache: Path) -> Path:
+    found = [p for p in cache.glob("*/bin/python") if "cache" not in p.parts[-3]]
+    if len(found) != 1:
+        raise RuntimeError(f"expected one environment in {cache}, found {found}")
+    return found[0]
+
+
+def _bare_pytest(python: Path, tmp: Path, n: int) -> float:
+    repo = tmp / f"bare-{n}"
+    shutil.copytree(SAMPLE, repo, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+    env = _env(tmp)
+    env.update(
+        PATH=f"{python.parent}{os.pathsep}{env.get('PATH', '')}", CASSETTE_MODE="replay", PYTHONPATH=str(repo)
+    )
+    argv = ["unshare", "-n", str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    start = time.perf_counter()
+    result = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    seconds = time.perf_counter() - start
+    if result.returncode != 0:
+        raise RuntimeError(f"bare pytest failed: {result.stdout[-500:]}")
+    return seconds
+
+
+def _candidates(tmp: Path) -> Path:
+    """The 12 fixture submissions of tests/test_batch.py, as a batch file."""
+    sys.path.insert(0, str(ROOT))
+    from tests import test_batch as fx
+
+    subs = tmp / "subs"
+    subs.mkdir()
+    good = fx.copy_sample(subs / "good")
+    archive = subs / "good-archive.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(fx.copy_sample(subs / "packed", git=False), arcname="packed")
+    targets = {
+        "alice": str(good),
+        "bob": str(fx.copy_sample(subs / "plain", git=False)),
+        "carol": str(archive),
+        "dave": str(fx.copy_sample(subs / "failing", mutate=fx.failing_test)),
+        "erin": str(fx.copy_sample(subs / "notapes", mutate=fx.no_tapes)),
+        "frank": str(fx.copy_sample(subs / "nodoc", mutate=fx.no_replay_doc)),
+        "grace": str(fx.copy_sample(subs / "nometa", mutate=fx.tapes_without_metadata)),
+        "heidi": str(fx.copy_sample(subs / "leak", mutate=fx.leaked_key)),
+        "ivan": str(fx.copy_sample(subs / "broken", mutate=fx.broken_module)),
+        "judy": str(fx.copy_sample(subs / "nomake", mutate=fx.no_makefile)),
+        "mallory": "file:///nonexistent/repo.git",
+        "oscar": f"git://127.0.0.1:{fx.closed_port()}/triage.git",
+    }
+    listing = tmp / "candidates.csv"
+    listing.write_text("candidate,target\n" + "".join(f"{k},{v}\n" for k, v in targets.items()))
+    return listing
+
+
+def _timings(report: Path) -> dict[str, Any]:
+    return json.loads(report.read_text()).get("timings", {})
+
+
+def run(quick: bool = False, runs: int = 5) -> Section:
+    section = Section("Grading: grade vs bare offline pytest; grade batch --jobs 1 vs --jobs 2")
+    cold = Series("grade sample_solution, cold (empty cache)", "s")
+    warm = Series("grade sample_solution, warm", "s")
+    warm2 = Series("grade sample_solution, warm, --jobs 2 (checks at once)", "s")
+    bare = Series("bare offline pytest, same venv", "s")
+    batch1 = Series("grade batch, 12 submissions, --jobs 1", "s")
+    batch2 = Series("grade batch, 12 submissions, --jobs 2", "s")
+    stages: dict[str, Series] = {}
+    scores: set[str] = set()
+    with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp_name:
+        tmp = Path(tmp_name)
+        tmp.chmod(0o755)
+        listing = _candidates(tmp)
+        for round_ in range(runs):
+            cache = _fresh_cache(tmp, f"cache-{round_}")
+            seconds, _ = _grade([str(SAMPLE), "--quiet", "--cache-dir", str(cache)], tmp)
+            cold.values.append(seconds)
+            report = tmp / f"warm-{round_}.json"
+            argv = [str(SAMPLE), "--quiet", "--cache-dir", str(cache), "--format", "json", "-o", str(report)]
+            seconds, _ = _grade(argv, tmp)
+            warm.values.append(seconds)
+            data = json.loads(report.read_text())
+            scores.add(f"{data['total']['points']}/{data['total']['max']}")
+            for stage, value in _timings(report).items():
+                stages.setdefault(stage, Series(f"  warm grade stage: {stage}", "s", note="breakdown"))
+                stages[stage].values.append(float(value))
+            seconds, _ = _grade([str(SAMPLE), "--quiet", "--cache-dir", str(cache), "--jobs", "2"], tmp)
+            warm2.values.append(seconds)
+            bare.values.append(_bare_pytest(_venv_python(cache), tmp, round_))
+            if not quick or round_ == 0:
+                order = [("1", batch1), ("2", batch2)]
+                for jobs, series in order if round_ % 2 == 0 else order[::-1]:
+                    out = tmp / f"batch-{round_}-{jobs}"
+                    argv = ["batch", str(listing), "--jobs", jobs, "--out", str(out), "--quiet"]
+                    seconds, _ = _grade([*argv, "--cache-dir", str(cache), "--timeout", "120"], tmp)
+                    series.values.append(seconds)
+                    shutil.rmtree(out, ignore_errors=True)
+            shutil.rmtree(cache, ignore_errors=True)
+            print(f"  grading round {round_ + 1}/{runs} done", file=sys.stderr)
+    section.method = [
+        "`python -m grader` (the `grade` command) from the bench venv, as root, `--cache-dir` a new 0755 "
+        "folder per round for the cold run, reused by that round's warm run, bare run and batches",
+        "bare: `unshare -n <cached venv>/bin/python -m pytest -q -p no:cacheprovider` in a copy of "
+        "sample_solution (CASSETTE_MODE=replay, no credentials)",
+        "warm stages: the `timings` of the warm run's JSON report (checks run one after another)",
+        "batch: the 12 submissions `tests/test_batch.py` builds (10 local copies, good and mutated, in "
+        "folder/git/archive form; 2 unreachable URLs), `grade batch FILE --jobs J --timeout 120`; "
+        "the order of the two alternates between rounds",
+        f"scores of the warm runs: {', '.join(sorted(scores))}",
+        f"{runs} rounds; wall time; median (min–max)",
+    ]
+    section.series = [cold, warm, warm2, bare, *stages.values(), batch1, batch2]
+    r = ratio(warm, bare)
+    section.verdicts.append(Verdict("warm grade ≤ 3× bare offline pytest", f"{r:.1f}×", r <= 3))
+    section.verdicts.append(
+        Verdict("cold grade ≤ 30 s", f"{cold.median:.1f} s", cold.median <= 30),
+    )
+    speedup = ratio(batch1, batch2)
+    section.verdicts.append(
+        Verdict("batch --jobs 2 ≥ 1.6× faster than --jobs 1", f"{speedup:.2f}×", speedup >= 1.6)
+    )
+    return section
