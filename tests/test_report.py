@@ -115,9 +115,9 @@ def _validator(name: str) -> jsonschema.Draft202012Validator:
 
 
 def test_formats_and_unknown_format():
-    assert FORMATS == ("json", "markdown", "text")
-    with pytest.raises(ValueError, match="unknown report format 'html'; choose one of: json, markdown, text"):
-        render({}, "html")
+    assert FORMATS == ("json", "markdown", "text", "sarif", "junit", "gradescope", "html")
+    with pytest.raises(ValueError, match="unknown report format 'pdf'; choose one of: json, markdown, text, sarif"):
+        render({}, "pdf")
 
 
 def test_json_round_trips_validates_and_keeps_schema_order(report):
