@@ -180,8 +180,11 @@ def test_gigabytes_of_output_are_capped(tmp_path: Path, grade_run: GradeRun) -> 
     )
     done, report, _ = grade_run(repo)
     report = _graded(done, report)
-    _row, facts = _replay(report)
-    assert facts["passed"] == 1 or facts["timed_out"], facts
+    row, facts = _replay(report)
+    # pytest's fd capture sends the bytes to a temp file: the 512 MiB file-size limit stops the test there
+    # ("File too large"); without capture the grader's pipe drain caps them. Either way: graded, bounded.
+    details = json.dumps(row["details"])
+    assert facts["passed"] == 1 or facts["timed_out"] or "File too large" in details, (facts, details)
     assert len(json.dumps(report)) < 5_000_000
 
 
