@@ -26,16 +26,6 @@ GRADE = [sys.executable, "-m", "grader"]
 CASE_IDS = [case.id for case in load_corpus()]
 _FULL_KEY = re.compile(r"sk-(?:proj|ant-api03)-[A-Za-z0-9_-]{30,}")
 
-# Cases the default rubric does not yet score as the detectors issue asks. Each entry names the change that
-# fixes it; when that change lands, test_selftest_with_the_default_rubric fails until the entry is removed.
-_AWAITING_RUBRIC_FIX = {
-    "tapes-without-metadata": (
-        "rubric/default.yaml model-metadata level 2 accepts tapes naming a model but no endpoint and no "
-        "recording time; proposed: `tapes > 0 and with_model == tapes and (with_endpoint == tapes or "
-        "with_time == tapes)`"
-    ),
-}
-
 pytestmark = pytest.mark.slow
 
 
@@ -80,14 +70,9 @@ def _text(row: dict[str, Any]) -> str:
 def test_selftest_with_the_default_rubric(corpus_run: tuple[subprocess.CompletedProcess[str], dict]) -> None:
     done, data = corpus_run
     failing = {c["id"] for c in data["cases"] if not c["ok"]}
-    assert failing == set(_AWAITING_RUBRIC_FIX), done.stdout
-    assert done.returncode == (3 if failing else 0), done.stderr
-    last = done.stdout.strip().splitlines()[-1]
-    if failing:
-        assert last.startswith(f"selftest: FAILED {len(failing)} of {len(CASE_IDS)} cases: ")
-        assert all(case_id in last for case_id in failing)
-    else:
-        assert last.startswith(f"selftest: all {len(CASE_IDS)} cases in band")
+    assert not failing, done.stdout
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1].startswith(f"selftest: all {len(CASE_IDS)} cases in band")
     # One line per case and row, each saying ok or why not.
     assert sum(line.split(" ", 1)[0] in CASE_IDS for line in done.stdout.splitlines()) == 9 * len(CASE_IDS)
 
@@ -104,9 +89,6 @@ def test_case_lands_in_its_bands(corpus_run: tuple[Any, dict], case_id: str) -> 
     case = _case(corpus_run, case_id)
     assert case["error"] is None
     wrong = [f"{r['id']}: {'; '.join(r['problems'])}" for r in case["rows"] if not r["ok"]]
-    if case_id in _AWAITING_RUBRIC_FIX:
-        assert wrong, f"{case_id} now lands in band: remove it from _AWAITING_RUBRIC_FIX"
-        pytest.xfail(_AWAITING_RUBRIC_FIX[case_id])
     assert not wrong, wrong
 
 
