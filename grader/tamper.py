@@ -510,12 +510,13 @@ _FD = os.environ.pop("GRADER_GUARD_FD", None)
 _UNSKIP = os.environ.pop("GRADER_GUARD_UNSKIP", None) == "1"
 _NONCE = os.environ.pop("GRADER_GUARD_NONCE", "")
 _ACTIVE = _FD is not None and _FD.isdigit() and not os.environ.get("PYTEST_XDIST_WORKER")
-_STATE = {"deselected": 0}
+_STATE = {"deselected": 0, "depth": 0}
 _SEEN = set()
 
 
 def _write(record):
-    if _ACTIVE:
+    # depth > 1: an in-process pytest inside a test (pytester): its reports are not the suite's.
+    if _ACTIVE and _STATE["depth"] <= 1:
         try:
             record["n"] = _NONCE
             os.write(int(_FD), (json.dumps(record, default=str) + "\n").encode("utf-8", "replace"))
@@ -615,7 +616,14 @@ def pytest_collection_modifyitems(session, config, items):
                 _strip(node)
 
 
+def pytest_sessionstart(session):
+    _STATE["depth"] += 1
+
+
 def pytest_sessionfinish(session, exitstatus):
+    if _STATE["depth"] > 1:
+        _STATE["depth"] -= 1
+        return
     collected = getattr(session, "testscollected", None)
     _write({"session": True, "exitstatus": int(exitstatus), "collected": collected,
             "deselected": _STATE["deselected"]})

@@ -265,3 +265,20 @@ def test_adversarial_submission_lands_in_its_band(
     evidence = rows["offline-replay"]["evidence"]
     for needle in case.evidence:
         assert needle in evidence, (name, evidence)
+
+
+def test_guard_ignores_an_inner_in_process_pytest(tmp_path: Path) -> None:
+    log = _run_guarded(
+        tmp_path,
+        {
+            "conftest.py": 'pytest_plugins = ["pytester"]\n',
+            "test_outer.py": """
+                def test_outer(pytester):
+                    pytester.makepyfile(test_inner="def test_inner_fails():\\n    assert False\\n")
+                    result = pytester.runpytest_inprocess("-p", "_grader_guard")
+                    result.assert_outcomes(failed=1)
+                """,
+        },
+    )
+    assert log.outcomes == {"test_outer.py::test_outer": "passed"}, log.outcomes
+    assert log.exitstatus == 0
