@@ -116,7 +116,9 @@ def _validator(name: str) -> jsonschema.Draft202012Validator:
 
 def test_formats_and_unknown_format():
     assert FORMATS == ("json", "markdown", "text", "sarif", "junit", "gradescope", "html")
-    with pytest.raises(ValueError, match="unknown report format 'pdf'; choose one of: json, markdown, text, sarif"):
+    with pytest.raises(
+        ValueError, match="unknown report format 'pdf'; choose one of: json, markdown, text, sarif"
+    ):
         render({}, "pdf")
 
 
