@@ -12,12 +12,12 @@ names, its Makefile and its Python sources, and lists every place that can make 
 * references to the grader's own machinery (``GRADER_*`` variables, ``_grader_*`` modules), and a Makefile or
   pytest config that switches plugins off (``-p no:``), drops ``PYTEST_ADDOPTS`` or passes ``--noconftest``.
 
-``GUARD_SOURCE`` is the grader's second pytest plugin (``-p _grader_guard``). It records each test's outcome
-as the runner saw it (``call.excinfo``, read before any other hook wrapper can touch it) next to the outcome
-finally reported, writes through an inherited file descriptor rather than a path, and with
-``GRADER_GUARD_UNSKIP=1`` strips skip/skipif/xfail marks after every other collection hook ran, so tests the
-suite skipped are run and their real outcome is known. See docs/security.md for what this does and does not
-guarantee.
+``grader/audit/_grader_guard.py`` is the grader's second pytest plugin (``-p _grader_guard``). It records
+each test's outcome as the runner saw it (``call.excinfo``, read before any other hook wrapper can touch
+it) next to the outcome finally reported, and writes through an inherited file descriptor rather than a
+path. With ``GRADER_GUARD_UNSKIP=1`` it strips skip/skipif/xfail marks after every other collection hook
+ran, so tests the suite skipped are run and their real outcome is known. See docs/security.md for what this
+does and does not guarantee.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import ast
 import configparser
 import os
 import re
+import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -38,7 +39,6 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 __all__ = [
     "GUARD_MODULE",
-    "GUARD_SOURCE",
     "GuardLog",
     "Hook",
     "TamperScan",
@@ -48,6 +48,9 @@ __all__ = [
 ]
 
 GUARD_MODULE = "_grader_guard"
+# Copied, never imported here: it runs inside the submission's pytest process, from a grader-owned folder
+# put first on PYTHONPATH so a same-named file in the submission cannot shadow it.
+_GUARD_FILE = Path(__file__).resolve().parent / "audit" / f"{GUARD_MODULE}.py"
 _MAX_FILES = 5000
 _MAX_BYTES = 1_000_000
 _SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", ".nox", "site-packages"}
@@ -492,139 +495,7 @@ def write_guard(folder: Path) -> Path:
     """Write the guard plugin into ``folder`` (grader-owned, read-only to the sandbox); returns the file."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{GUARD_MODULE}.py"
-    path.write_text(GUARD_SOURCE, encoding="utf-8")
+    shutil.copyfile(_GUARD_FILE, path)
     path.chmod(0o644)
     folder.chmod(0o755)
     return path
-
-
-# The guard runs inside the submission's pytest process. Kept dependency-free and small; it is written to a
-# grader-owned folder put FIRST on PYTHONPATH, so a same-named file in the submission cannot shadow it.
-GUARD_SOURCE = r'''"""The grader guard (-p _grader_guard): raw vs reported outcomes, via an inherited fd."""
-import json
-import os
-
-import pytest
-
-_FD = os.environ.pop("GRADER_GUARD_FD", None)
-_UNSKIP = os.environ.pop("GRADER_GUARD_UNSKIP", None) == "1"
-_NONCE = os.environ.pop("GRADER_GUARD_NONCE", "")
-_ACTIVE = _FD is not None and _FD.isdigit() and not os.environ.get("PYTEST_XDIST_WORKER")
-_STATE = {"deselected": 0, "depth": 0}
-_SEEN = set()
-
-
-def _write(record):
-    # depth > 1: an in-process pytest inside a test (pytester): its reports are not the suite's.
-    if _ACTIVE and _STATE["depth"] <= 1:
-        try:
-            record["n"] = _NONCE
-            os.write(int(_FD), (json.dumps(record, default=str) + "\n").encode("utf-8", "replace"))
-        except OSError:
-            pass
-
-
-def _first_line(text):
-    for line in str(text).splitlines():
-        if line.strip():
-            return line.strip()[:500]
-    return ""
-
-
-def _message(report):
-    longrepr = report.longrepr
-    if longrepr is None:
-        return ""
-    if isinstance(longrepr, tuple) and len(longrepr) == 3:
-        return _first_line(longrepr[2])
-    crash = getattr(longrepr, "reprcrash", None)
-    if crash is not None and getattr(crash, "message", None):
-        return _first_line(crash.message)
-    return _first_line(longrepr)
-
-
-def _raw(call):
-    excinfo = call.excinfo
-    if excinfo is None:
-        return "passed"
-    if excinfo.errisinstance(pytest.skip.Exception):
-        return "skipped"
-    if excinfo.errisinstance(pytest.xfail.Exception):
-        return "xfail"
-    return "failed"
-
-
-@pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item, call):
-    raw = _raw(call)  # read before any other wrapper can change call.excinfo
-    raw_message = _first_line(call.excinfo.exconly()) if call.excinfo is not None else ""
-    outcome = yield
-    report = outcome.get_result()
-    _SEEN.add((report.nodeid, report.when))
-    _record(report, raw, raw_message)
-
-
-def pytest_runtest_logreport(report):
-    # Under pytest-xdist the controller only sees reports (no makereport): log those, raw unknown.
-    if (report.nodeid, report.when) not in _SEEN:
-        _record(report, "unknown", "")
-
-
-def _record(report, raw, raw_message):
-    fspath, lineno, _ = report.location
-    wasxfail = getattr(report, "wasxfail", None)
-    _write({
-        "nodeid": report.nodeid,
-        "when": report.when,
-        "outcome": report.outcome,
-        "raw": raw,
-        "raw_message": raw_message,
-        "wasxfail": wasxfail is not None,
-        "notrun": isinstance(raw_message, str) and "[NOTRUN]" in raw_message,
-        "longrepr": _message(report) or raw_message,
-        "location": "%s:%s" % (fspath, (lineno or 0) + 1),
-    })
-
-
-def pytest_collectreport(report):
-    if report.failed:
-        _write({"nodeid": report.nodeid, "when": "collect", "outcome": "error", "raw": "failed",
-                "wasxfail": False, "longrepr": _message(report), "location": report.nodeid.split("::")[0]})
-
-
-def pytest_deselected(items):
-    _STATE["deselected"] += len(items)
-
-
-def _strip(node):
-    node.own_markers[:] = [m for m in node.own_markers if m.name not in ("skip", "skipif", "xfail")]
-    keywords = getattr(node, "keywords", None)
-    for name in ("skip", "skipif", "xfail"):
-        try:
-            if keywords is not None and name in keywords._markers:
-                del keywords._markers[name]
-        except (AttributeError, KeyError, TypeError):
-            pass
-
-
-@pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_collection_modifyitems(session, config, items):
-    yield
-    if _UNSKIP:
-        for item in items:
-            for node in item.listchain():
-                _strip(node)
-
-
-def pytest_sessionstart(session):
-    _STATE["depth"] += 1
-
-
-def pytest_sessionfinish(session, exitstatus):
-    if _STATE["depth"] > 1:
-        _STATE["depth"] -= 1
-        return
-    collected = getattr(session, "testscollected", None)
-    _write({"session": True, "exitstatus": int(exitstatus), "collected": collected,
-            "deselected": _STATE["deselected"]})
-'''

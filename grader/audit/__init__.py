@@ -4,8 +4,9 @@
 ``GRADER_AUDIT_LOG``/``GRADER_AUDIT_ROOT`` and ``GRADER_RESULT_LOG``; the readers here parse what they wrote.
 
 Both logs are written by processes the submission controls, so a hostile submission could write junk or
-forge lines into them. The readers skip malformed lines; tamper-proofing (a log the submission cannot reach)
-is not done yet.
+forge lines into them; the readers skip malformed lines. The third module here, ``_grader_guard.py``, is not
+installed into the venv: grader.tamper copies it to a grader-owned folder and it writes through an inherited
+file descriptor, which is what makes forged results evident (docs/security.md).
 """
 
 from __future__ import annotations

@@ -1,0 +1,145 @@
+"""The grader guard (-p _grader_guard): raw vs reported outcomes, via an inherited fd."""
+
+import json
+import os
+
+import pytest
+
+_FD = os.environ.pop("GRADER_GUARD_FD", None)
+_UNSKIP = os.environ.pop("GRADER_GUARD_UNSKIP", None) == "1"
+_NONCE = os.environ.pop("GRADER_GUARD_NONCE", "")
+_ACTIVE = _FD is not None and _FD.isdigit() and not os.environ.get("PYTEST_XDIST_WORKER")
+_STATE = {"deselected": 0, "depth": 0}
+_SEEN = set()
+
+
+def _write(record):
+    # depth > 1: an in-process pytest inside a test (pytester): its reports are not the suite's.
+    if _ACTIVE and _STATE["depth"] <= 1:
+        try:
+            record["n"] = _NONCE
+            os.write(int(_FD), (json.dumps(record, default=str) + "\n").encode("utf-8", "replace"))
+        except OSError:
+            pass
+
+
+def _first_line(text):
+    for line in str(text).splitlines():
+        if line.strip():
+            return line.strip()[:500]
+    return ""
+
+
+def _message(report):
+    longrepr = report.longrepr
+    if longrepr is None:
+        return ""
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return _first_line(longrepr[2])
+    crash = getattr(longrepr, "reprcrash", None)
+    if crash is not None and getattr(crash, "message", None):
+        return _first_line(crash.message)
+    return _first_line(longrepr)
+
+
+def _raw(call):
+    excinfo = call.excinfo
+    if excinfo is None:
+        return "passed"
+    if excinfo.errisinstance(pytest.skip.Exception):
+        return "skipped"
+    if excinfo.errisinstance(pytest.xfail.Exception):
+        return "xfail"
+    return "failed"
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    raw = _raw(call)  # read before any other wrapper can change call.excinfo
+    raw_message = _first_line(call.excinfo.exconly()) if call.excinfo is not None else ""
+    outcome = yield
+    report = outcome.get_result()
+    _SEEN.add((report.nodeid, report.when))
+    _record(report, raw, raw_message)
+
+
+def pytest_runtest_logreport(report):
+    # Under pytest-xdist the controller only sees reports (no makereport): log those, raw unknown.
+    if (report.nodeid, report.when) not in _SEEN:
+        _record(report, "unknown", "")
+
+
+def _record(report, raw, raw_message):
+    fspath, lineno, _ = report.location
+    wasxfail = getattr(report, "wasxfail", None)
+    _write(
+        {
+            "nodeid": report.nodeid,
+            "when": report.when,
+            "outcome": report.outcome,
+            "raw": raw,
+            "raw_message": raw_message,
+            "wasxfail": wasxfail is not None,
+            "notrun": isinstance(raw_message, str) and "[NOTRUN]" in raw_message,
+            "longrepr": _message(report) or raw_message,
+            "location": f"{fspath}:{(lineno or 0) + 1}",
+        }
+    )
+
+
+def pytest_collectreport(report):
+    if report.failed:
+        _write(
+            {
+                "nodeid": report.nodeid,
+                "when": "collect",
+                "outcome": "error",
+                "raw": "failed",
+                "wasxfail": False,
+                "longrepr": _message(report),
+                "location": report.nodeid.split("::")[0],
+            }
+        )
+
+
+def pytest_deselected(items):
+    _STATE["deselected"] += len(items)
+
+
+def _strip(node):
+    node.own_markers[:] = [m for m in node.own_markers if m.name not in ("skip", "skipif", "xfail")]
+    keywords = getattr(node, "keywords", None)
+    for name in ("skip", "skipif", "xfail"):
+        try:
+            if keywords is not None and name in keywords._markers:
+                del keywords._markers[name]
+        except (AttributeError, KeyError, TypeError):
+            pass
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_collection_modifyitems(session, config, items):
+    yield
+    if _UNSKIP:
+        for item in items:
+            for node in item.listchain():
+                _strip(node)
+
+
+def pytest_sessionstart(session):
+    _STATE["depth"] += 1
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _STATE["depth"] > 1:
+        _STATE["depth"] -= 1
+        return
+    collected = getattr(session, "testscollected", None)
+    _write(
+        {
+            "session": True,
+            "exitstatus": int(exitstatus),
+            "collected": collected,
+            "deselected": _STATE["deselected"],
+        }
+    )
