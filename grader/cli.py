@@ -16,11 +16,11 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
 
 from grader import __version__
+from grader._cliargs import Parser, positive
 from grader.errors import BadInput
 from grader.progress import make_display
 
@@ -33,26 +33,6 @@ EXIT_BELOW = 3
 EXIT_INTERRUPTED = 130
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is the same one line (and exit 2) as every other bad input."""
-
-    def error(self, message: str) -> NoReturn:
-        raise BadInput(f"{message} (see {self.prog} --help)")
-
-
-def _positive(kind: Callable[[str], float], what: str) -> Callable[[str], float]:
-    def convert(text: str) -> float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be a number, got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{what} must be greater than 0, got {text!r}")
-        return value
-
-    return convert
-
-
 def _percent(text: str) -> float:
     try:
         value = float(text)
@@ -63,10 +43,10 @@ def _percent(text: str) -> float:
     return value
 
 
-def _grade_parser() -> _Parser:
+def _grade_parser() -> Parser:
     from grader.report import FORMATS
 
-    parser = _Parser(
+    parser = Parser(
         prog="grade",
         description="Grade a cassette take-home: replay it offline in a sandbox and score a rubric.",
         epilog="`grade checks` lists the checks and the facts rubric rows may use. "
@@ -79,7 +59,7 @@ def _grade_parser() -> _Parser:
     parser.add_argument("--output", "-o", type=Path, help="write the report here instead of stdout")
     parser.add_argument(
         "--timeout",
-        type=_positive(float, "--timeout"),
+        type=positive(float, "--timeout"),
         default=300.0,
         help="seconds allowed per command the submission runs (300)",
     )
@@ -88,7 +68,7 @@ def _grade_parser() -> _Parser:
         "--fail-under", type=_percent, metavar="PERCENT", help="exit 3 when the total is below PERCENT"
     )
     parser.add_argument(
-        "--jobs", "-j", type=_positive(int, "--jobs"), default=1, help="checks run at once (1)"
+        "--jobs", "-j", type=positive(int, "--jobs"), default=1, help="checks run at once (1)"
     )
     parser.add_argument("--cache-dir", type=Path, help="where installed environments are cached")
     parser.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors on stderr")
@@ -102,8 +82,8 @@ def _grade_parser() -> _Parser:
     return parser
 
 
-def _checks_parser() -> _Parser:
-    parser = _Parser(prog="grade checks", description="List every check and the facts rubric rows may use.")
+def _checks_parser() -> Parser:
+    parser = Parser(prog="grade checks", description="List every check and the facts rubric rows may use.")
     parser.add_argument("--format", choices=("text", "markdown"), default="text")
     return parser
 
@@ -230,10 +210,10 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def _batch_parser() -> _Parser:
+def _batch_parser() -> Parser:
     from grader.report import FORMATS
 
-    parser = _Parser(
+    parser = Parser(
         prog="grade batch",
         description="Grade every target in FILE in parallel; write one report per candidate and a summary.",
         epilog="FILE: one target per line (blank and # lines ignored), or a CSV with a candidate column "
@@ -242,13 +222,13 @@ def _batch_parser() -> _Parser:
     )
     parser.add_argument("file", type=Path, metavar="FILE", help="the targets to grade")
     parser.add_argument(
-        "--jobs", "-j", type=_positive(int, "--jobs"), help="candidates graded at once (the number of cores)"
+        "--jobs", "-j", type=positive(int, "--jobs"), help="candidates graded at once (the number of cores)"
     )
     parser.add_argument("--out", type=Path, help="a new output folder (grade-batch-<timestamp>)")
     parser.add_argument("--rubric", type=Path, help="rubric YAML (default: the bundled default rubric)")
     parser.add_argument(
         "--timeout",
-        type=_positive(float, "--timeout"),
+        type=positive(float, "--timeout"),
         default=300.0,
         help="seconds allowed per command a submission runs (300)",
     )
@@ -298,8 +278,8 @@ def _cmd_batch(args: list[str]) -> int:
     return EXIT_OK
 
 
-def _rescore_parser() -> _Parser:
-    parser = _Parser(
+def _rescore_parser() -> Parser:
+    parser = Parser(
         prog="grade rescore",
         description="Score stored runs again under a new rubric from their stored facts (runs no code).",
         epilog="RUN_DIR: a folder written by `grade batch` or `grade --store`. The replaced reports are kept "

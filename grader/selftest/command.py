@@ -11,10 +11,10 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
 
+from grader._cliargs import Parser, positive
 from grader.errors import BadInput
 from grader.selftest.corpus import default_corpus_path, load_corpus
 from grader.selftest.runner import CaseResult, run_selftest
@@ -25,26 +25,8 @@ EXIT_OK = 0
 EXIT_FAILED = 3
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise BadInput(f"{message} (see {self.prog} --help)")
-
-
-def _positive(kind: Callable[[str], float], what: str) -> Callable[[str], float]:
-    def convert(text: str) -> float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be a number, got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{what} must be greater than 0, got {text!r}")
-        return value
-
-    return convert
-
-
-def _parser() -> _Parser:
-    parser = _Parser(
+def _parser() -> Parser:
+    parser = Parser(
         prog="grade --selftest",
         description="Grade the calibration corpus (known good and known bad submissions) with this grader "
         "and a rubric; fail when any row lands outside its expected band.",
@@ -57,10 +39,10 @@ def _parser() -> _Parser:
     parser.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write every verdict here as JSON")
     parser.add_argument(
-        "--jobs", "-j", type=_positive(int, "--jobs"), default=2, help="cases graded at once (2)"
+        "--jobs", "-j", type=positive(int, "--jobs"), default=2, help="cases graded at once (2)"
     )
     parser.add_argument(
-        "--timeout", type=_positive(float, "--timeout"), default=120.0, help="seconds per command (120)"
+        "--timeout", type=positive(float, "--timeout"), default=120.0, help="seconds per command (120)"
     )
     parser.add_argument("--cache-dir", type=Path, help="where installed environments are cached")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
