@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from datetime import datetime, timezone
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader import __version__
+from grader._json import jsonable
 from grader.errors import NotAssessable
 
 if TYPE_CHECKING:
@@ -213,17 +214,6 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        items = sorted(value, key=str) if isinstance(value, (set, frozenset)) else value
-        return [_jsonable(v) for v in items]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
-
-
 def _report(
     workspace: Any,
     rubric: Rubric,
@@ -250,7 +240,7 @@ def _report(
         "isolation": dict(iso),
         "rows": [row.as_dict() for row in rows],
         "total": totals(rows),
-        "facts": {check_id: _jsonable(result.facts) for check_id, result in results.items()},
+        "facts": {check_id: jsonable(result.facts) for check_id, result in results.items()},
         "findings": findings,
         "timings": {k: max(0.0, v) for k, v in timings.items()},
     }

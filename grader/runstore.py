@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader import __version__
+from grader._json import jsonable
 from grader.errors import BadInput
 
 if TYPE_CHECKING:
@@ -223,7 +224,7 @@ def results_to_json(results: Mapping[str, CheckResult]) -> dict[str, Any]:
     """Check results as plain JSON (sets sorted, unknown objects as strings)."""
     return {
         check_id: {
-            "facts": _jsonable(result.facts),
+            "facts": jsonable(result.facts),
             "findings": [
                 {"rule": f.rule, "message": f.message, "location": f.location} for f in result.findings
             ],
@@ -250,17 +251,6 @@ def write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        items = sorted(value, key=str) if isinstance(value, (set, frozenset)) else value
-        return [_jsonable(v) for v in items]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
 
 
 def _optional_text(value: Any) -> str | None:
