@@ -3,10 +3,15 @@
 Nothing here runs submission code, and the user's own files are never written: a local repo is cloned, a
 directory is copied, an archive is extracted with every member checked first. git runs with hooks, fsmonitor,
 system/global config, prompts and submodules all off, so a hostile repository is just data.
+
+The grader's own disk filling up (ENOSPC) while fetching is not the user's bad input: it raises NotAssessable
+with ``no space left on device: workspace <folder>`` (``no_space`` and ``no_space_reason`` are shared with
+the other pipeline steps).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -17,9 +22,9 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from grader.errors import BadInput
+from grader.errors import BadInput, NotAssessable
 
-__all__ = ["Workspace", "acquire", "redact"]
+__all__ = ["Workspace", "acquire", "no_space", "no_space_reason", "no_space_text", "redact"]
 
 CLONE_TIMEOUT = 300.0
 MAX_TOTAL_BYTES = 200 * 1024**2
@@ -57,6 +62,46 @@ class Workspace:
     repo: Path
     commit: str
     source: str
+
+
+# --- the grader's own disk --------------------------------------------------------------------------------
+
+_NO_SPACE_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
+# How tools the grader runs (git, uv, pip, Python) say ENOSPC; only read from the grader's own tools' output.
+_NO_SPACE_TEXT = re.compile(r"no space left on device|disk quota exceeded|\[errno 28\]|os error 28", re.I)
+
+
+def no_space(exc: BaseException | None) -> bool:
+    """True when ``exc`` (or an exception it wraps) is the disk being full: ENOSPC or EDQUOT."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in _NO_SPACE_ERRNOS:
+            return True
+        if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list):
+            # copytree collects (src, dst, why) per file; only `why` is the grader's text, not a file name.
+            if any(
+                isinstance(e, tuple) and len(e) == 3 and _NO_SPACE_TEXT.search(str(e[2])) for e in exc.args[0]
+            ):
+                return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def no_space_text(output: str) -> bool:
+    """True when a grader tool's output (git, uv, pip) reports a full disk; ``remote:`` lines are ignored."""
+    lines = (line for line in output.splitlines() if not line.lstrip().lower().startswith("remote:"))
+    return any(_NO_SPACE_TEXT.search(line) for line in lines)
+
+
+def no_space_reason(where: str, path: Path | str) -> str:
+    """The one reason every step gives: ``no space left on device: <where> <path> (<free> free)``."""
+    try:
+        free = shutil.disk_usage(path).free
+        room = f" ({free // 1024} KiB free)"
+    except OSError:
+        room = ""
+    return f"no space left on device: {where} {path}{room}"
 
 
 def redact(text: str) -> str:
@@ -126,6 +171,8 @@ def _clone(url: str, ref: str | None, root: Path, source: str) -> Path:
     except subprocess.TimeoutExpired:
         raise BadInput(f"cannot clone {redact(source)}: timed out after {CLONE_TIMEOUT:.0f}s") from None
     if done.returncode != 0:
+        if no_space_text(done.stderr):
+            raise NotAssessable(no_space_reason("workspace", root))
         raise _clone_error(source, done.stderr, done.returncode)
     _harden(repo, home)
     if ref:
@@ -164,6 +211,8 @@ def _commit_snapshot(repo: Path, root: Path) -> None:
         ["commit", "--quiet", "--allow-empty", "-m", "snapshot"],
     ):
         done = _git(args, cwd=repo, home=home, extra_env=_IDENTITY)
+        if done.returncode != 0 and no_space_text(done.stderr):
+            raise NotAssessable(no_space_reason("workspace", root))
         if done.returncode != 0:
             raise BadInput(f"cannot snapshot {repo} into git: {done.stderr.strip()[:200]}")
     _harden(repo, home)
@@ -279,6 +328,8 @@ def _extract_tar(path: Path, dest: Path) -> None:
             else:  # pragma: no cover - Python without extraction filters; members were checked above
                 tf.extractall(dest, members=members)  # noqa: S202
         except (tarfile.TarError, OSError) as exc:
+            if no_space(exc):
+                raise
             raise BadInput(f"archive {name}: cannot extract safely ({exc})") from None
 
 
@@ -314,8 +365,19 @@ def _split_ref(target: str) -> tuple[str, str | None]:
 
 
 def acquire(target: str, root: Path) -> Workspace:
-    """Fetch TARGET into ``root/"repo"`` as a git checkout with full history; raises BadInput."""
-    root = Path(root)
+    """Fetch TARGET into ``root/"repo"`` as a git checkout with full history.
+
+    Raises BadInput for an unusable target, NotAssessable when the grader's own disk is full.
+    """
+    try:
+        return _acquire(target, Path(root))
+    except OSError as exc:
+        if no_space(exc):
+            raise NotAssessable(no_space_reason("workspace", root)) from None
+        raise
+
+
+def _acquire(target: str, root: Path) -> Workspace:
     root.mkdir(parents=True, exist_ok=True)
     # The sandbox runs submission code as an unprivileged user, which must be able to enter the workspace.
     root.chmod(0o755)
