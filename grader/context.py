@@ -232,7 +232,7 @@ class Context:
             audit=audit,
             junit=junit if junit.is_file() else None,
             misses=_read_jsonl(misses),
-            blocked=socket_refusals(junit),
+            blocked=_socket_refusals(junit),
             guard=guard if guard.records else None,
             log_mismatch=mismatch,
         )
@@ -391,7 +391,7 @@ def read_junit(path: Path) -> Results | None:
     return res if res.records else None
 
 
-def socket_refusals(junit: Path) -> list[tuple[str, str]]:
+def _socket_refusals(junit: Path) -> list[tuple[str, str]]:
     """(file:line, what) for each test pytest-socket stopped, from the grader's JUnit file.
 
     pytest-socket raises before the socket exists, so the audit hook never sees these attempts; the

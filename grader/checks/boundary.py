@@ -24,6 +24,8 @@ from grader.checks import CheckResult, Finding, register
 if TYPE_CHECKING:
     from grader.context import Context
 
+__all__ = ["boundary"]
+
 _CLIENT_CALLS = {
     *(f"{lib}.{name}" for lib in ("httpx", "httpx2") for name in ("Client", "AsyncClient")),
     *(f"{lib}.{verb}" for lib in ("httpx", "httpx2", "requests") for verb in ("get", "post", "request")),

@@ -13,6 +13,8 @@ from grader.tapes import Interaction, Tape, canonical_key, tapes_of
 if TYPE_CHECKING:
     from grader.context import Context
 
+__all__ = ["hygiene"]
+
 _MB = 1_000_000
 _DEFAULT_MAX_INTERACTIONS = 20
 _MAX_LISTED = 20

@@ -24,6 +24,8 @@ from grader.tapes import canonical_key, tapes_of
 if TYPE_CHECKING:
     from grader.context import Context
 
+__all__ = ["keys", "probe_cases"]
+
 MIN_KEY_LEN = 16
 _MARKER = "@@GRADER-KEY-PROBE@@"
 _SEEDS = 4

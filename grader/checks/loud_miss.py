@@ -18,7 +18,12 @@ __all__ = ["loud_miss", "scan_fallbacks"]
 
 # A failure or a stderr line "names the missing tape" when it says one of these: the kit's CassetteMiss,
 # vcrpy's CannotOverwriteExistingCassetteException, or any wording about a cassette/tape that is missing.
-_NAMES_TAPE = re.compile(r"cassette|tape|make record|[0-9a-f]{16}", re.IGNORECASE)
+_NAMES_TAPE = re.compile(r"cassette|tape|make record|\b[0-9a-f]{16,64}\b", re.IGNORECASE)
+# Only what the failure *says* counts, not where it passed: pytest's traceback source lines (indented or
+# ">"-marked) quote the recorder's code ("cassette.play_response(...)"), and paths name the recorder's
+# modules (vcr/cassette.py), hashed cache folders and the grader's own "withheld-tapes" log files.
+_PATH = re.compile(r"\S*[/\\]\S*")
+_SOURCE_LINE = re.compile(r"^(?:\s|>)")
 _BROAD = {"Exception", "BaseException"}
 _NETWORK_CALLS = {
     "handle_request",
@@ -147,6 +152,16 @@ def scan_fallbacks(repo: Path) -> list[_Fallback]:
     return found
 
 
+def _said(texts: list[str]) -> str:
+    """What failures and output say, without traceback source lines and without paths."""
+    kept = []
+    for text in texts:
+        for line in text.splitlines():
+            if line.strip() and not _SOURCE_LINE.match(line):
+                kept.append(_PATH.sub(" ", line))
+    return "\n".join(kept)
+
+
 def _withhold_tapes(copy: Path, cassette_dir: Path) -> int:
     folder = copy / cassette_dir
     if not folder.is_dir() or folder.is_symlink():
@@ -204,9 +219,18 @@ def loud_miss(ctx: Context) -> CheckResult:
     failed = (res.failed + res.errors) if res else 0
     facts["withheld_failed"] = failed
     facts["withheld_passed"] = res.passed if res else 0
-    attempts = list(rerun.audit.network_attempts)
-    failure_text = "\n".join(
-        [*(res.first_failures if res else []), rerun.run.stdout[-20000:], rerun.run.stderr]
+    attempts = [(e.where, e.target) for e in rerun.audit.network_attempts]
+    # pytest-socket refuses getaddrinfo/connect before any socket exists, so the audit hook never sees
+    # those: a recorder that falls through to the network (pytest-vcr's default `once`) shows up here.
+    attempts += [(where, what) for where, what in rerun.blocked]
+    if not rerun.blocked and res:
+        attempts += [
+            (line.split(" (", 1)[0], "socket refused by pytest-socket")
+            for line in res.first_failures
+            if "SocketBlockedError" in line
+        ]
+    failure_text = _said(
+        [*(res.first_failures if res else []), rerun.run.stdout[-20000:], rerun.run.stderr[-20000:]]
     )
     named = bool(rerun.misses) or bool(_NAMES_TAPE.search(failure_text))
 
@@ -224,15 +248,15 @@ def loud_miss(ctx: Context) -> CheckResult:
             label="unseen-message",
         )
         facts["unseen_exit"] = run.returncode if run.returncode is not None else -1
-        attempts.extend(audit.network_attempts)
+        attempts.extend((e.where, e.target) for e in audit.network_attempts)
         unseen_ok = run.returncode == 2 and not audit.network_attempts
         if run.returncode != 2:
             details.append(f"triage_command on an unseen message exited {run.returncode}, expected 2")
     facts["network_attempts"] = len(attempts)
     facts["named_miss"] = named
-    for event in attempts[:5]:
-        details.append(f"{event.where}: connection attempt with the tapes withheld ({event.target})")
-        findings.append(Finding("network-fallback", "connection attempt on a cassette miss", event.where))
+    for where, what in attempts[:5]:
+        details.append(f"{where}: connection attempt with the tapes withheld ({what})")
+        findings.append(Finding("network-fallback", "connection attempt on a cassette miss", where))
 
     facts["loud"] = failed > 0 and named and not attempts and unseen_ok
     if facts["loud"]:
@@ -241,7 +265,10 @@ def loud_miss(ctx: Context) -> CheckResult:
             f"nothing connected" + ("; an unseen message exits 2" if command else "")
         )
     elif attempts:
-        facts["summary"] = f"silent fallback: {len(attempts)} connection attempts on a cassette miss"
+        facts["summary"] = (
+            f"silent fallback: {len(attempts)} connection attempts on a cassette miss "
+            f"(first: {attempts[0][0]})"
+        )
     elif failed == 0:
         facts["summary"] = (
             f"with {facts['withheld']} tapes withheld, the suite still passed: misses go unnoticed"

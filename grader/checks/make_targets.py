@@ -11,6 +11,8 @@ if TYPE_CHECKING:
     from grader.context import Context
     from grader.sandbox import RunResult
 
+__all__ = ["make_targets"]
+
 # A refusal is a sentence for a human, not a log dump: longer output suggests the recorder got going.
 _SHORT_MESSAGE_CHARS = 2000
 

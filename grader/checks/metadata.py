@@ -10,6 +10,8 @@ from grader.tapes import Tape, tapes_of
 if TYPE_CHECKING:
     from grader.context import Context
 
+__all__ = ["metadata"]
+
 _MAX_LISTED = 20
 
 

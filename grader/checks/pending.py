@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from grader.checks import CheckFunc
     from grader.context import Context
 
+__all__ = ["Pending"]
+
 
 @dataclass(frozen=True)
 class Pending:

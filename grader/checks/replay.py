@@ -13,6 +13,8 @@ from grader.tamper import Hook
 if TYPE_CHECKING:
     from grader.context import Context
 
+__all__ = ["replay"]
+
 _MAX_DETAILS = 10
 
 

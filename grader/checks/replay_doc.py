@@ -26,6 +26,8 @@ from grader.tapes import Tape, tapes_of
 if TYPE_CHECKING:
     from grader.context import Context
 
+__all__ = ["replay_doc"]
+
 _MAX_BYTES = 512_000
 _HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
 _BACKTICKED = re.compile(r"`([A-Za-z_][A-Za-z0-9_.\-]*)`")

@@ -13,6 +13,8 @@ from grader.secrets.tree import scan_tree_with
 if TYPE_CHECKING:
     from grader.context import Context
 
+__all__ = ["secrets"]
+
 _SUMMARY_SHOWN = 3
 _KIND_WORDS = {"tree": "file", "tape": "tape", "history": "history", "output": "command output"}
 

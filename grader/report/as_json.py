@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+__all__ = ["render"]
+
 _ORDER = (
     "schema", "target", "commit", "graded_at", "grader_version", "rubric", "isolation",
     "rows", "total", "facts", "timings", "findings", "notes",

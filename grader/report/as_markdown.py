@@ -6,6 +6,8 @@ from typing import Any
 
 from grader.report._common import number, score_cell, short_commit, total_line
 
+__all__ = ["render"]
+
 
 def _cell(text: Any) -> str:
     # A pipe ends a table cell and a newline ends the row; `<` could open HTML in a PR comment.

@@ -6,6 +6,8 @@ from typing import Any
 
 from grader.report._common import number, score_cell, short_commit, total_line
 
+__all__ = ["render"]
+
 
 def _flat(text: Any) -> str:
     return " ".join(str(text).split())

@@ -14,7 +14,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-__all__ = ["DEFAULT_RULES", "Rule", "RuleError", "load_rules", "validators"]
+__all__ = ["DEFAULT_RULES", "Rule", "RuleError", "base62", "load_rules", "validators"]
 
 DEFAULT_RULES = Path(__file__).resolve().parent.parent / "rules" / "secrets.toml"
 

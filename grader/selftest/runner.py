@@ -132,7 +132,7 @@ def _expand(pattern: str, planted: dict[str, str]) -> str | None:
     return _PLACEHOLDER.sub(lambda m: planted[m.group(1)], pattern)
 
 
-def judge(case: Case, report: dict[str, Any], planted: dict[str, str]) -> list[RowVerdict]:
+def _judge(case: Case, report: dict[str, Any], planted: dict[str, str]) -> list[RowVerdict]:
     """One verdict per rubric row, plus a failing verdict for each row the case names but the rubric lacks."""
     verdicts: list[RowVerdict] = []
     rows = {row["id"]: row for row in report.get("rows", [])}
@@ -173,7 +173,7 @@ def run_case(
         except Exception as exc:  # one broken case must not hide the others' verdicts
             result.error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
             return result
-    result.verdicts = judge(case, result.report, result.planted)
+    result.verdicts = _judge(case, result.report, result.planted)
     return result
 
 
