@@ -24,6 +24,8 @@ _NAMES_TAPE = re.compile(r"cassette|tape|make record|\b[0-9a-f]{16,64}\b", re.IG
 # modules (vcr/cassette.py), hashed cache folders and the grader's own "withheld-tapes" log files.
 _PATH = re.compile(r"\S*[/\\]\S*")
 _SOURCE_LINE = re.compile(r"^(?:\s|>)")
+# A traceback frame inside vcrpy (its HTTP-library stubs), in pytest's report of the withheld-tape rerun.
+_VCR_FRAME = re.compile(r"[/\\]vcr[/\\](?:stubs|patch|cassette)")
 _BROAD = {"Exception", "BaseException"}
 _NETWORK_CALLS = {
     "handle_request",
@@ -254,9 +256,15 @@ def loud_miss(ctx: Context) -> CheckResult:
             details.append(f"triage_command on an unseen message exited {run.returncode}, expected 2")
     facts["network_attempts"] = len(attempts)
     facts["named_miss"] = named
-    for where, what in attempts[:5]:
+    for where, what in list(dict.fromkeys(attempts))[:5]:
         details.append(f"{where}: connection attempt with the tapes withheld ({what})")
         findings.append(Finding("network-fallback", "connection attempt on a cassette miss", where))
+    if attempts and _VCR_FRAME.search(rerun.run.stdout[-200000:]):
+        details.append(
+            "vcrpy passed the miss through to the network: its `once`, `new_episodes` and `all` record modes "
+            "record on a miss (pytest-vcr's default is `once`); replay with record_mode='none' "
+            "(pytest-recording's default) so a missing cassette fails"
+        )
 
     facts["loud"] = failed > 0 and named and not attempts and unseen_ok
     if facts["loud"]:
