@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader import audit, sandbox
+from grader.acquire import no_space, no_space_reason, no_space_text
 from grader.errors import NotAssessable
 
 if sys.version_info >= (3, 11):
@@ -205,10 +206,16 @@ def _tail(text: str) -> str:
     return "\n".join(lines[-_TAIL_LINES:])
 
 
-def _failure(step: str, tool: str, result: sandbox.RunResult, requirements: list[str]) -> NotAssessable:
+def _failure(
+    step: str, tool: str, result: sandbox.RunResult, requirements: list[str], cache_root: Path
+) -> NotAssessable:
     output = result.stderr + "\n" + result.stdout
     if result.timed_out:
         head = f"installing the submission's dependencies with {tool} timed out (step: {step})"
+    elif no_space_text(output):
+        # Every file an install writes (venv, tool caches, build temp) is under the cache root.
+        full = no_space_reason("environment cache", cache_root)
+        head = f"{full}; installing with {tool} failed (step: {step})"
     elif _NETWORK_TROUBLE.search(output) and not re.search(
         r"not found in the package registry|no solution found|could not find a version", output, re.IGNORECASE
     ):
@@ -270,7 +277,7 @@ def _build(target: Path, requirements: list[str], cache_root: Path, timeout: flo
             target.mkdir()
             result = step([str(base), "-m", "venv", str(target)])
             if result.returncode != 0:
-                raise _failure("venv", tool, result, requirements)
+                raise _failure("venv", tool, result, requirements, cache_root)
         python = target / "bin" / "python"
         if tool == "uv":
             argv = [uv, "pip", "install", "--quiet", "--python", str(python), "-r", str(req_file)]
@@ -278,7 +285,7 @@ def _build(target: Path, requirements: list[str], cache_root: Path, timeout: flo
             argv = [str(python), "-m", "pip", "install", "--quiet", "-r", str(req_file)]
         result = step(argv)
         if result.returncode != 0:
-            raise _failure("install", tool, result, requirements)
+            raise _failure("install", tool, result, requirements, cache_root)
         audit.install_into(target)
         (target / _MARKER).write_text(json.dumps({"requirements": requirements, "tool": tool}) + "\n")
         return tool
@@ -287,10 +294,25 @@ def _build(target: Path, requirements: list[str], cache_root: Path, timeout: flo
 
 
 def ensure_env(repo: Path, *, cache_root: Path, timeout: float) -> Env:
-    """The submission's venv, built once per distinct dependency set; raises NotAssessable on failure."""
+    """The submission's venv, built once per distinct dependency set; raises NotAssessable on failure.
+
+    The grader's own disk or cache folder failing (ENOSPC, a cache path that is a file, no permission) is
+    NotAssessable too, with the reason: ``no space left on device: environment cache <folder> ...``.
+    """
+    cache_root = Path(cache_root)
+    try:
+        return _ensure_env(repo, cache_root=cache_root, timeout=timeout)
+    except OSError as exc:
+        if no_space(exc):
+            raise NotAssessable(no_space_reason("environment cache", cache_root)) from None
+        what = exc.strerror or type(exc).__name__
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise NotAssessable(f"cannot use the environment cache {cache_root}: {what}{where}") from None
+
+
+def _ensure_env(repo: Path, *, cache_root: Path, timeout: float) -> Env:
     start = time.monotonic()
     requirements = read_requirements(repo)
-    cache_root = Path(cache_root)
     cache_root.mkdir(parents=True, exist_ok=True)
     key = _cache_key(requirements, _base_python())
     target = cache_root / key
