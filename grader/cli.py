@@ -1,7 +1,10 @@
 """`grade TARGET [options]` and `grade checks`: argument parsing, progress lines and exit codes only.
 
 Exit codes: 0 graded; 1 internal error (one line; GRADE_DEBUG=1 shows the traceback); 2 bad input (one line
-`grade: error: ...`); 3 graded but the total is below --fail-under; 130 interrupted.
+`grade: error: ...`); 3 graded but the total is below --fail-under; 4 not assessable: the grader's own
+environment failed before anything could be graded (no space for the workspace; one line
+`grade: not assessable: ...`); 130 interrupted. With 1 and 4 a report is still written (every row
+not-assessable with the reason) to --output in any format, or on stdout (1: --format json only).
 
 `checks` as the first argument is always the subcommand; to grade a folder named `checks`, write `./checks`.
 `grade --selftest [--rubric PATH]` grades the calibration corpus instead (grader/selftest): exit 0 when
@@ -18,18 +21,23 @@ import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grader import __version__
 from grader._cliargs import Parser, positive
-from grader.errors import BadInput
+from grader.errors import BadInput, NotAssessable
 from grader.progress import make_display
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_BELOW", "EXIT_INTERNAL", "EXIT_OK", "main"]
+if TYPE_CHECKING:
+    from grader.rubric import Rubric
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_BELOW", "EXIT_INTERNAL", "EXIT_NOT_ASSESSABLE", "EXIT_OK", "main"]
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_BAD_INPUT = 2
 EXIT_BELOW = 3
+EXIT_NOT_ASSESSABLE = 4
 EXIT_INTERRUPTED = 130
 
 
@@ -51,7 +59,8 @@ def _grade_parser() -> Parser:
         description="Grade a cassette take-home: replay it offline in a sandbox and score a rubric.",
         epilog="`grade checks` lists the checks and the facts rubric rows may use. "
         "`grade --selftest [--rubric PATH]` grades the calibration corpus with a rubric. "
-        "Exit codes: 0 graded, 2 bad input, 3 below --fail-under, 1 internal error.",
+        "Exit codes: 0 graded, 2 bad input, 3 below --fail-under, 4 not assessable (the grader's own "
+        "environment failed, e.g. no disk space), 1 internal error.",
     )
     parser.add_argument("target", help="git URL, local git repo, folder, or .zip/.tar.gz archive")
     parser.add_argument("--rubric", type=Path, help="rubric YAML (default: the bundled default rubric)")
@@ -157,18 +166,31 @@ def _cmd_grade(args: list[str]) -> int:
         display.step("", step, seconds, message)
 
     try:
-        report = grade(
-            opts.target,
-            rubric=rubric,
-            timeout=opts.timeout,
-            keep_workspace=opts.keep_workspace,
-            cache_root=opts.cache_dir,
-            progress=progress,
-            jobs=opts.jobs,
-            store=opts.store,
-        )
-    finally:
-        display.close()
+        try:
+            report = grade(
+                opts.target,
+                rubric=rubric,
+                timeout=opts.timeout,
+                keep_workspace=opts.keep_workspace,
+                cache_root=opts.cache_dir,
+                progress=progress,
+                jobs=opts.jobs,
+                store=opts.store,
+            )
+        finally:
+            display.close()
+    except (BadInput, KeyboardInterrupt):
+        raise
+    except NotAssessable as exc:
+        # The grader's environment failed (no disk): a report of not-assessable rows, and exit 4, not 2.
+        reason = " ".join(str(exc.reason).split())
+        _fallback_report(opts, rubric, reason, stdout=True)
+        _say(f"grade: not assessable: {reason}")
+        return EXIT_NOT_ASSESSABLE
+    except Exception as exc:
+        # main() prints the one line and exits 1; automation still gets a report to read.
+        _fallback_report(opts, rubric, f"internal error in the grader: {_one_line(exc)}", stdout=False)
+        raise
     text = render(report, opts.format)
     if opts.output is None:
         sys.stdout.write(text)
@@ -186,6 +208,39 @@ def _cmd_grade(args: list[str]) -> int:
         _say(f"grade: total {total['percent']}% is below --fail-under {opts.fail_under:g}%")
         return EXIT_BELOW
     return EXIT_OK
+
+
+def _one_line(exc: BaseException) -> str:
+    detail = " ".join(str(exc).split())[:300]
+    return f"{type(exc).__name__}{': ' + detail if detail else ''}"
+
+
+def _fallback_report(opts: argparse.Namespace, rubric: Rubric, reason: str, *, stdout: bool) -> None:
+    """Write a report whose rows are all not-assessable with ``reason`` (and --store's run.json).
+
+    To --output in the chosen format; on stdout only when ``stdout`` or the format is json. Never raises:
+    this runs while something already went wrong, and the one-line message must still be printed.
+    """
+    from grader.grading import unassessed_report
+    from grader.report import render
+
+    try:
+        text = render(unassessed_report(opts.target, rubric, reason), opts.format)
+        if opts.output is not None:
+            _write_atomic(opts.output, text)
+        elif stdout or opts.format == "json":
+            sys.stdout.write(text)
+            sys.stdout.flush()
+    except Exception as exc:  # the caller's message is the one that matters
+        _say(f"grade: note: no report written: {_one_line(exc)}")
+    if opts.store is not None:
+        try:
+            from grader.acquire import redact
+            from grader.runstore import store_failure
+
+            store_failure(opts.store, target=redact(opts.target), reason=reason)
+        except Exception as exc:
+            _say(f"grade: note: run not stored in {opts.store}: {_one_line(exc)}")
 
 
 def _check_output(path: Path) -> Path:

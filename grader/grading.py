@@ -1,11 +1,17 @@
-"""The grading pipeline: acquire -> manifest -> install -> checks -> score, as one grade-report/1 dict."""
+"""The grading pipeline: acquire -> manifest -> install -> checks -> score, as one grade-report/1 dict.
+
+Failures of the grader's own environment are not the submission's: a full disk (ENOSPC) during a check or a
+run makes the rows it affects not-assessable with ``no space left on device: <where>``; when nothing can be
+graded at all (no room for the workspace) ``grade`` raises NotAssessable, and ``unassessed_report`` gives the
+report to write anyway (every row not-assessable with the reason).
+"""
 
 from __future__ import annotations
 
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from datetime import datetime, timezone
@@ -21,7 +27,7 @@ if TYPE_CHECKING:
     from grader.context import Context
     from grader.rubric import Rubric
 
-__all__ = ["Progress", "grade", "run_checks"]
+__all__ = ["Progress", "grade", "run_checks", "unassessed_report"]
 
 # step, seconds the step took, one-line message
 Progress = Callable[[str, float, str], None]
@@ -60,71 +66,119 @@ def grade(
 ) -> dict[str, Any]:
     """Grade one submission; raises BadInput only for an unusable target (before any code runs).
 
+    Raises NotAssessable when nothing can be graded because the grader's own environment failed (no space
+    for the workspace, the run or the stored run); a failure that costs only some rows marks those rows.
     ``store``: a new folder to keep the run in (grader/runstore.py: report, check results, raw logs,
     rubric copy), so it can be re-scored later without running the submission again.
     """
-    from grader.acquire import acquire
+    from grader.acquire import no_space, no_space_reason
     from grader.install import default_cache_root
-    from grader.manifest import read_manifest
-    from grader.sandbox import isolation
 
     report_progress = _one_line_progress(progress or _no_progress)
     cache_root = cache_root or default_cache_root()
-    timings: dict[str, float] = {}
-    notes: list[str] = []
-    root = Path(tempfile.mkdtemp(prefix="grade-"))
+    try:
+        root = Path(tempfile.mkdtemp(prefix="grade-"))
+    except OSError as exc:
+        if no_space(exc):
+            raise NotAssessable(no_space_reason("workspace folder", tempfile.gettempdir())) from None
+        raise
     # Traversable (not listable) so the sandbox can hand the checkout to an unprivileged user.
     root.chmod(0o711)
     try:
-        start = time.monotonic()
-        workspace = acquire(target, root)
-        timings["acquire"] = _since(start)
-        commit = workspace.commit[:12] if workspace.commit else "no git history"
-        report_progress("acquire", timings["acquire"], f"{workspace.source} @ {commit}")
-
-        manifest = read_manifest(workspace.repo)
-        notes.extend(manifest.notes)
-
-        start = time.monotonic()
-        env, install_error = _install(workspace.repo, cache_root=cache_root, timeout=timeout)
-        timings["install"] = _since(start)
-        if env is not None:
-            how = "cached" if env.cached else f"installed with {env.tool}"
-            report_progress("install", timings["install"], f"{how}: {env.venv}")
-        else:
-            notes.append(f"install failed: {' '.join(str(install_error).split())}")
-            report_progress("install", timings["install"], f"failed: {install_error}")
-
-        from grader.context import Context
-
-        ctx = Context(
-            workspace,
-            manifest,
-            env=env,
-            install_error=install_error,
-            thresholds=rubric.thresholds,
+        return _pipeline(
+            target,
+            root,
+            rubric=rubric,
             timeout=timeout,
+            keep_workspace=keep_workspace,
+            cache_root=cache_root,
+            progress=report_progress,
+            jobs=jobs,
+            store=store,
+            store_formats=store_formats,
         )
-        check_ids = [row.check for row in rubric.rows]
-        results = run_checks(ctx, check_ids, timings, report_progress, jobs=jobs)
-        iso = asdict(isolation())
-        if ctx.sandbox_users:
-            # "nobody" only when every run of submission code dropped privileges (docs/security.md).
-            iso["user"] = "nobody" if ctx.sandbox_users == {"nobody"} else "grader"
-        report = _report(workspace, rubric, results, timings, notes, iso)
-        if keep_workspace:
-            report.setdefault("notes", []).append(f"workspace kept at {root}")
-        if store is not None:
-            from grader.runstore import store_run
-
-            # Before the workspace goes: the raw logs (audit, results, JUnit) are part of the stored evidence.
-            logs = root / "logs"
-            store_run(store, report=report, results=results, rubric=rubric, logs=logs, formats=store_formats)
+    except OSError as exc:
+        if not no_space(exc):
+            raise
+        if store is not None and _names(exc, store):
+            raise NotAssessable(no_space_reason("store folder", store)) from None
+        raise NotAssessable(no_space_reason("workspace", root)) from None
     finally:
         if keep_workspace:
             report_progress("workspace", 0.0, f"kept at {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _names(exc: OSError, folder: Path) -> bool:
+    """Whether ``exc`` is about a file inside ``folder``."""
+    name = exc.filename if isinstance(exc.filename, str) else ""
+    return bool(name) and Path(name).resolve().is_relative_to(Path(folder).resolve())
+
+
+def _pipeline(
+    target: str,
+    root: Path,
+    *,
+    rubric: Rubric,
+    timeout: float,
+    keep_workspace: bool,
+    cache_root: Path,
+    progress: Progress,
+    jobs: int,
+    store: Path | None,
+    store_formats: tuple[str, ...],
+) -> dict[str, Any]:
+    from grader.acquire import acquire
+    from grader.manifest import read_manifest
+    from grader.sandbox import isolation
+
+    timings: dict[str, float] = {}
+    notes: list[str] = []
+    start = time.monotonic()
+    workspace = acquire(target, root)
+    timings["acquire"] = _since(start)
+    commit = workspace.commit[:12] if workspace.commit else "no git history"
+    progress("acquire", timings["acquire"], f"{workspace.source} @ {commit}")
+
+    manifest = read_manifest(workspace.repo)
+    notes.extend(manifest.notes)
+
+    start = time.monotonic()
+    env, install_error = _install(workspace.repo, cache_root=cache_root, timeout=timeout)
+    timings["install"] = _since(start)
+    if env is not None:
+        how = "cached" if env.cached else f"installed with {env.tool}"
+        progress("install", timings["install"], f"{how}: {env.venv}")
+    else:
+        notes.append(f"install failed: {' '.join(str(install_error).split())}")
+        progress("install", timings["install"], f"failed: {install_error}")
+
+    from grader.context import Context
+
+    ctx = Context(
+        workspace,
+        manifest,
+        env=env,
+        install_error=install_error,
+        thresholds=rubric.thresholds,
+        timeout=timeout,
+    )
+    check_ids = [row.check for row in rubric.rows]
+    results = run_checks(ctx, check_ids, timings, progress, jobs=jobs)
+    iso = asdict(isolation())
+    if ctx.sandbox_users:
+        # "nobody" only when every run of submission code dropped privileges (docs/security.md).
+        iso["user"] = "nobody" if ctx.sandbox_users == {"nobody"} else "grader"
+    report = _report(workspace, rubric, results, timings, notes, iso)
+    if keep_workspace:
+        report.setdefault("notes", []).append(f"workspace kept at {root}")
+    if store is not None:
+        from grader.runstore import store_run
+
+        # Before the workspace goes: the raw logs (audit, results, JUnit) are part of the stored evidence.
+        logs = root / "logs"
+        store_run(store, report=report, results=results, rubric=rubric, logs=logs, formats=store_formats)
     return report
 
 
@@ -200,6 +254,11 @@ def _run_one(check: Check | None, check_id: str, ctx: Context) -> CheckResult:
     except NotAssessable as exc:
         return CheckResult(facts={"summary": f"not assessable: {exc.reason}"}, not_assessable=exc.reason)
     except Exception as exc:  # a bug in one check must cost one row, never the report
+        from grader.acquire import no_space, no_space_reason
+
+        if no_space(exc):  # the grader's disk, not the check's bug nor the submission's fault
+            reason = f"{no_space_reason('workspace', ctx.workspace.root)} (check {check_id!r})"
+            return CheckResult(facts={"summary": f"not assessable: {reason}"}, not_assessable=reason)
         reason = f"check {check_id!r} crashed: {_one_line(exc)}"
         return CheckResult(facts={"summary": reason}, not_assessable=reason)
     if not isinstance(result, CheckResult):
@@ -207,6 +266,34 @@ def _run_one(check: Check | None, check_id: str, ctx: Context) -> CheckResult:
         return CheckResult(facts={"summary": reason}, not_assessable=reason)
     result.facts.setdefault("summary", result.manual or result.not_assessable or "")
     return result
+
+
+def unassessed_report(
+    target: str, rubric: Rubric, reason: str, *, timings: Mapping[str, float] | None = None
+) -> dict[str, Any]:
+    """A valid grade-report/1 for a run that graded nothing: every row not-assessable with ``reason``.
+
+    What `grade` writes when the grader's own environment failed before anything could be graded, or when
+    the grader hit an internal error, so automation always has a report to read.
+    """
+    from types import SimpleNamespace
+
+    from grader.acquire import redact
+    from grader.checks import CheckResult
+
+    reason = " ".join(str(reason).split())
+    results = {
+        row.check: CheckResult(facts={"summary": f"not assessable: {reason}"}, not_assessable=reason)
+        for row in rubric.rows
+    }
+    try:
+        from grader.sandbox import isolation
+
+        iso: dict[str, Any] = asdict(isolation())
+    except Exception:  # the report must not depend on the probe working
+        iso = {"network": "pytest-socket only", "credentials": "scrubbed"}
+    workspace = SimpleNamespace(source=redact(target), commit="")
+    return _report(workspace, rubric, results, dict(timings or {}), [reason], iso)
 
 
 def _one_line(exc: BaseException) -> str:
