@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import configparser
+import contextlib
 import json
 import os
 import re
@@ -11,12 +12,13 @@ import shlex
 import shutil
 import threading
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grader import tamper
+from grader.acquire import no_space, no_space_reason, no_space_text
 from grader.audit import AuditLog, Results, read_audit_log, read_result_log
 from grader.errors import NotAssessable
 
@@ -37,6 +39,10 @@ _MAX_FIRST_FAILURES = 5
 # A traceback entry in pytest's long report, e.g. "tests/test_net.py:13: in test_raw"
 _FRAME = re.compile(r"^(?P<file>[^\s:][^:\n]*?\.py):(?P<line>\d+): ", re.MULTILINE)
 _BLOCKED_ARGS = re.compile(r"^_args = \('(?P<host>[^']*)', (?P<port>\d+)", re.MULTILINE)
+# A run that starts with less free space than this in the workspace and then reports a full disk failed
+# because of the grader's disk (not-assessable); with more room, filling the disk is the run's own doing.
+_ROOM = 256 * 1024**2
+_FULL = 256 * 1024  # free space below this after a run: the disk is full
 
 
 @dataclass
@@ -84,6 +90,7 @@ class Context:
         self.outputs: list[tuple[str, str]] = []
         self.sandbox_users: set[str] = set()  # RunResult.user of every run: "nobody" | "grader"
         self._replay: ReplayRun | None = None
+        self._replay_error: NotAssessable | None = None
         self._runs = 0
         # Checks may run concurrently (--jobs): log names, scratch copies and the replay memo are shared.
         self._lock = threading.Lock()
@@ -96,6 +103,36 @@ class Context:
         if self.env is None:
             raise NotAssessable(self.install_error or "the submission's environment was not installed")
         return self.env
+
+    @contextlib.contextmanager
+    def _disk(self, doing: str) -> Iterator[None]:
+        """The grader's own writes in the workspace: a full disk (ENOSPC) is NotAssessable, never a crash."""
+        try:
+            yield
+        except OSError as exc:
+            if no_space(exc):
+                raise NotAssessable(
+                    f"{no_space_reason('workspace', self.workspace.root)} ({doing})"
+                ) from None
+            raise
+
+    def _free(self) -> int:
+        try:
+            return shutil.disk_usage(self.workspace.root).free
+        except OSError:
+            return _ROOM
+
+    def _check_space(self, result: RunResult, free_before: int, label: str) -> None:
+        """NotAssessable when the run failed for lack of room the grader should have had (docs/security.md).
+
+        Only on a disk that started the run with less than ``_ROOM`` free: a run that fills a roomy disk
+        (a flood) is graded as it ran.
+        """
+        if free_before >= _ROOM:
+            return
+        if self._free() < _FULL or no_space_text(f"{result.stdout}\n{result.stderr}"):
+            where = no_space_reason("workspace", self.workspace.root)
+            raise NotAssessable(f"{where} (running {label!r})")
 
     def log_path(self, label: str, suffix: str) -> Path:
         """A fresh file path outside the repo for a log one run writes (audit, results, JUnit, misses)."""
@@ -123,29 +160,38 @@ class Context:
         label = label or " ".join(argv)
         audit_log = self.log_path(label, ".audit.jsonl")
         home = self._logs.parent / "home" / audit_log.stem
-        home.mkdir(parents=True, exist_ok=True)
         extra = {"PYTHONPATH": _pythonpath(cwd), **(env or {})}
-        result = sandbox.run(
-            list(argv),
-            cwd=cwd,
-            home=home,
-            timeout=self.timeout if timeout is None else timeout,
-            venv=venv,
-            env=extra,
-            loopback=loopback,
-            audit_log=audit_log,
-            audit_root=cwd,
-            pass_fds=pass_fds,
-        )
+        free_before = self._free()
+        with self._disk(f"running {label!r}"):
+            home.mkdir(parents=True, exist_ok=True)
+            result = sandbox.run(
+                list(argv),
+                cwd=cwd,
+                home=home,
+                timeout=self.timeout if timeout is None else timeout,
+                venv=venv,
+                env=extra,
+                loopback=loopback,
+                audit_log=audit_log,
+                audit_root=cwd,
+                pass_fds=pass_fds,
+            )
         self.outputs.append((label, f"{result.stdout}\n{result.stderr}"))
         self.sandbox_users.add(result.user)
+        self._check_space(result, free_before, label)
         return result, read_audit_log(audit_log)
 
     def replay_run(self) -> ReplayRun:
         """The replay suite (`make test` when the Makefile has it, else `python -m pytest`), run once."""
         with self._replay_lock:
+            if self._replay_error is not None:
+                raise self._replay_error
             if self._replay is None:
-                self._replay = self._verified_replay()
+                try:
+                    self._replay = self._verified_replay()
+                except NotAssessable as exc:
+                    self._replay_error = exc  # every check that needs the suite gets the same reason
+                    raise
             return self._replay
 
     def _verified_replay(self) -> ReplayRun:
@@ -166,7 +212,7 @@ class Context:
         """(folder holding the guard plugin, sealed folder for its logs): grader-owned, never chowned."""
         plugins = self._logs.parent / "guard-plugin"
         sealed = self._logs.parent / "sealed"
-        with self._lock:
+        with self._lock, self._disk("writing the guard plugin"):
             if not (plugins / f"{tamper.GUARD_MODULE}.py").is_file():
                 tamper.write_guard(plugins)
             sealed.mkdir(mode=0o700, exist_ok=True)
@@ -210,7 +256,8 @@ class Context:
         # The guard writes through this descriptor: its file sits in a 0700 folder the sandbox user
         # cannot open by path, so a test cannot rewrite it afterwards (docs/security.md).
         nonce = secrets.token_hex(16)
-        fd = os.open(guard_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+        with self._disk("opening the guard log"):
+            fd = os.open(guard_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
         try:
             env["GRADER_GUARD_FD"] = str(fd)
             env["GRADER_GUARD_NONCE"] = nonce
@@ -247,8 +294,10 @@ class Context:
             while dest.exists():
                 n += 1
                 dest = base / f"{safe}-{n}"
-            dest.mkdir(parents=True)
-        shutil.copytree(self.repo, dest, symlinks=True, dirs_exist_ok=True)
+            with self._disk(f"copying the repo for {name!r}"):
+                dest.mkdir(parents=True)
+        with self._disk(f"copying the repo for {name!r}"):
+            shutil.copytree(self.repo, dest, symlinks=True, dirs_exist_ok=True)
         return dest
 
 
