@@ -109,8 +109,8 @@ import pytest
 
 @pytest.fixture(scope="module")
 def vcr_config():
-    # Never record from the test suite: `make record`-style recording is a separate, deliberate step.
-    return {"filter_headers": ["authorization"], "record_mode": "none"}
+    # The record mode is pinned in pyproject's addopts (--record-mode=none): the suite only ever replays.
+    return {"filter_headers": ["authorization"]}
 """
 
 _CONFTEST_VCR = """\
@@ -119,7 +119,7 @@ import pytest
 
 @pytest.fixture(scope="module")
 def vcr_config():
-    return {"filter_headers": [("authorization", "REDACTED")]}
+    return {{"filter_headers": [("authorization", "REDACTED")]{extra}}}
 """
 
 _PYPROJECT = """\
@@ -185,10 +185,19 @@ def _write(repo: Path, rel: str, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def build_vcr_submission(dest: Path, flavour: str, base_url: str) -> VcrSubmission:
+def build_vcr_submission(
+    dest: Path,
+    flavour: str,
+    base_url: str,
+    *,
+    record_mode: str | None = None,
+    keep_authorization: bool = False,
+) -> VcrSubmission:
     """Write the ``flavour`` submission at ``dest``, record its cassettes against ``base_url`` and commit.
 
-    ``base_url`` is the stand-in's ``http://127.0.0.1:PORT/v1``. Raises ``RuntimeError`` (with vcrpy's
+    ``base_url`` is the stand-in's ``http://127.0.0.1:PORT/v1``. ``record_mode`` (pytest-vcr flavour only)
+    is written into the suite's ``vcr_config``; ``keep_authorization`` records without the header filter,
+    so the fake key lands in the cassettes (a leak to detect). Raises ``RuntimeError`` (with vcrpy's
     output) when recording fails.
     """
     if flavour not in FLAVOURS:
@@ -213,13 +222,16 @@ def build_vcr_submission(dest: Path, flavour: str, base_url: str) -> VcrSubmissi
         filters = '["authorization"]'
     else:
         plugin, how, addopts = "pytest-vcr", "", "--strict-markers"
-        _write(repo, "tests/conftest.py", _CONFTEST_VCR)
+        extra = f', "record_mode": {record_mode!r}' if record_mode else ""
+        _write(repo, "tests/conftest.py", _CONFTEST_VCR.format(extra=extra))
         cassettes = tuple(Path("tests/cassettes") / f"{name}.yaml" for name in MESSAGES)
         filters = '[("authorization", "REDACTED")]'
     _write(repo, "pyproject.toml", _PYPROJECT.format(plugin=plugin, addopts=addopts))
     _write(repo, "README.md", _README.format(plugin=plugin, how=how))
     _write(repo, ".gitignore", "__pycache__/\n.pytest_cache/\n")
 
+    if keep_authorization:
+        filters = "[]"
     fake_key = "sk-recording-" + os.urandom(12).hex()
     recorder = dest.parent / f".{dest.name}-record.py"
     recorder.write_text(_RECORDER.format(package=PACKAGE, filters=filters), encoding="utf-8")
