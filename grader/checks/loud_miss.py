@@ -186,12 +186,12 @@ def loud_miss(ctx: Context) -> CheckResult:
 
     Facts:
         loud: the withheld-tape rerun failed naming a missing tape, and an unseen message (if probed) exited 2
-        network_attempts: connection attempts during both probes
+        network_attempts: connection attempts in both probes (audit hook, or refused by pytest-socket)
         silent_fallbacks: exception handlers in the submission's code that hide a miss (static scan)
         withheld: tapes withheld for the rerun
         withheld_failed: tests that failed or errored with the tapes withheld
         withheld_passed: tests that still passed with the tapes withheld
-        named_miss: a failure, stderr line or the miss ledger named the missing tape
+        named_miss: a failure message, output line or the miss ledger named the missing tape (paths excluded)
         unseen_exit: exit code of triage_command on an unseen message (-1 when not available)
         summary: one line
     """
