@@ -270,6 +270,8 @@ def _build(target: Path, requirements: list[str], cache_root: Path, timeout: flo
         result = None
         if uv is not None:
             result = step([uv, "venv", "--quiet", "--allow-existing", "--python", str(base), str(target)])
+            if result.returncode != 0 and no_space_text(result.stderr + result.stdout):
+                raise _failure("venv", tool, result, requirements, cache_root)  # pip would not fit either
         if uv is None or result is None or result.returncode != 0:
             # uv could not run here (missing binary, unsupported platform): the standard library's way.
             tool = "pip"
