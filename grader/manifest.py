@@ -15,8 +15,18 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 __all__ = ["CASSETTE_DIR_CANDIDATES", "Manifest", "read_manifest"]
 
-# Ordered: the kit's own layout first, then the layouts vcrpy and pytest-recording use by default.
-CASSETTE_DIR_CANDIDATES = ("cassettes", "tests/cassettes", "fixtures/cassettes", "tests/fixtures/cassettes")
+# Ordered: the kit's own layout first, then the layouts pytest-recording and pytest-vcr use by default
+# (tests/cassettes[/<module>]/) and the one vcrpy's own documentation shows (fixtures/vcr_cassettes).
+CASSETTE_DIR_CANDIDATES = (
+    "cassettes",
+    "tests/cassettes",
+    "fixtures/cassettes",
+    "tests/fixtures/cassettes",
+    "fixtures/vcr_cassettes",
+    "tests/fixtures/vcr_cassettes",
+)
+# Folder names searched for anywhere shallow when no candidate above exists.
+_CASSETTE_DIR_NAMES = ("cassettes", "vcr_cassettes")
 
 _LIST_KEYS = ("triage_command", "record_command")
 _STR_KEYS = ("key_function", "api_key_env", "base_url_env", "default_model")
@@ -141,9 +151,9 @@ def _cassette_dir(repo: Path, declared: object, notes: list[str]) -> tuple[Path 
         found = _inside(repo, rel)
         if found is not None:
             return found, "discovered"
-    # Last resort: a folder named `cassettes` anywhere shallow (e.g. src/pkg/cassettes).
+    # Last resort: a folder named `cassettes` or `vcr_cassettes` anywhere shallow (e.g. src/pkg/cassettes).
     for path in sorted(_walk_dirs(repo, depth=4)):
-        if path.name == "cassettes":
+        if path.name in _CASSETTE_DIR_NAMES:
             found = _inside(repo, path.relative_to(repo).as_posix())
             if found is not None:
                 return found, "discovered"

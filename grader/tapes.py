@@ -43,7 +43,14 @@ MAX_PARSE_BYTES = 16 * 1024 * 1024
 # Inflated bodies are capped too: a small gzip body can expand to gigabytes.
 _MAX_INFLATED_BYTES = 32 * 1024 * 1024
 TAPE_SUFFIXES = (".json", ".yaml", ".yml")
-DISCOVERY_DIRS = ("cassettes", "tests/cassettes", "fixtures/cassettes", "tests/fixtures/cassettes")
+DISCOVERY_DIRS = (
+    "cassettes",
+    "tests/cassettes",
+    "fixtures/cassettes",
+    "tests/fixtures/cassettes",
+    "fixtures/vcr_cassettes",
+    "tests/fixtures/vcr_cassettes",
+)
 _OUTSIDE = "outside the repository"
 _SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", ".nox"}
 

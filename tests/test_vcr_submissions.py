@@ -102,6 +102,21 @@ def test_no_manifest_means_discovered_cassette_folder(built) -> None:
     assert manifest.cassette_dir_source == "discovered"
 
 
+def test_vcrpy_documented_layout_is_discovered(built, tmp_path: Path) -> None:
+    """vcrpy's README records into fixtures/vcr_cassettes/: found without a manifest, tapes read as vcr."""
+    source = built["recording"]
+    repo = tmp_path / "repo"
+    shutil.copytree(source.repo, repo, ignore=shutil.ignore_patterns(".git"))
+    (repo / "fixtures").mkdir()
+    (repo / "tests/cassettes/test_triage").rename(repo / "fixtures/vcr_cassettes")
+    shutil.rmtree(repo / "tests/cassettes")
+    manifest = read_manifest(repo)
+    assert manifest.cassette_dir == Path("fixtures/vcr_cassettes")
+    tapes = load_tapes(repo, manifest.cassette_dir)
+    assert [t.format for t in tapes] == ["vcr"] * len(MESSAGES)
+    assert {t.model for t in tapes} == {MODEL}
+
+
 def test_pytest_recording_none_mode_is_a_loud_miss(built, grade_json) -> None:
     report = grade_json(built["recording"].repo)
     row = _row(report, "loud-miss")
