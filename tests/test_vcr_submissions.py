@@ -196,6 +196,8 @@ def test_unfiltered_authorization_is_found(built, grade_json) -> None:
     assert report["facts"]["hygiene"]["credential_headers"] == len(sub.cassettes)
     assert hygiene["score"] <= 1, _said(hygiene)
     assert f"{first}:" in _said(hygiene)
+    creds = _row(report, "no-credentials")
+    assert creds["score"] == 0 and f"{first}:" in _said(creds)
     assert sub.fake_key not in json.dumps(report)
 
 
