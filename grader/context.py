@@ -139,7 +139,12 @@ class Context:
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", label).strip("-") or "run"
         with self._lock:
             self._runs += 1
-            return self._logs / f"{self._runs:02d}-{safe}{suffix}"
+            # One folder per log: the sandbox hands a log's folder to the sandbox user for the run and takes
+            # it back after, so two runs at once (--jobs) must never share a folder.
+            name = f"{self._runs:02d}-{safe}"
+            folder = self._logs / name
+            folder.mkdir(parents=True, exist_ok=True)
+            return folder / f"{name}{suffix}"
 
     def run(
         self,
@@ -227,9 +232,12 @@ class Context:
         """
         venv = self.require_env().venv
         command = ["make", "test"] if "test" in makefile_targets(cwd) else ["python", "-m", "pytest"]
+        # One folder for the run's logs (the result log's, which the sandbox hands over as a *_LOG folder):
+        # JUnit and pytest's cache are written there too.
         results_log = self.log_path(label, ".results.jsonl")
-        junit = self.log_path(label, ".junit.xml")
-        misses = self.log_path(label, ".misses.jsonl")
+        stem = results_log.parent.name
+        junit = results_log.parent / f"{stem}.junit.xml"
+        misses = results_log.parent / f"{stem}.misses.jsonl"
         plugins = [m for m in pytest_plugin_modules(venv) if m not in _GRADER_PLUGINS]
         guard_dir, sealed = self._guard_files()
         guard_log = sealed / results_log.with_suffix(".guard").name

@@ -281,10 +281,21 @@ def _copy_rubric(source: Path, dest: Path) -> bool:
     return True
 
 
-def _copy_logs(source: Path, dest: Path) -> int:
-    """Copy the regular files directly in ``source`` (no links, no sub-folders), each up to a size cap."""
-    copied = 0
+def _log_files(source: Path) -> list[os.DirEntry[str]]:
+    """The entries of ``source`` and of its sub-folders one level down (one folder per log); links never."""
+    entries = []
     for entry in sorted(os.scandir(source), key=lambda e: e.name):
+        if entry.is_dir(follow_symlinks=False):
+            entries.extend(sorted(os.scandir(entry.path), key=lambda e: e.name))
+        else:
+            entries.append(entry)
+    return entries
+
+
+def _copy_logs(source: Path, dest: Path) -> int:
+    """Copy the regular log files of ``source`` (no links), each up to a size cap, flat into ``dest``."""
+    copied = 0
+    for entry in _log_files(source):
         if copied >= _MAX_LOG_FILES:
             break
         try:

@@ -108,10 +108,22 @@ def test_rerecording_reproduces_the_tapes(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_grading_the_sample_scores_full_marks(tmp_path: Path, grade_cache: Path) -> None:
+@pytest.mark.parametrize("jobs", ["1", "2"])  # checks running at once must not disturb each other's runs
+def test_grading_the_sample_scores_full_marks(tmp_path: Path, grade_cache: Path, jobs: str) -> None:
     out = tmp_path / "report.json"
     result = subprocess.run(
-        [sys.executable, "-m", "grader", str(SAMPLE), "--format", "json", "--output", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "grader",
+            str(SAMPLE),
+            "--format",
+            "json",
+            "--output",
+            str(out),
+            "--jobs",
+            jobs,
+        ],
         cwd=tmp_path,
         env={**clean_env(), "XDG_CACHE_HOME": str(grade_cache)},
         capture_output=True,
