@@ -1,14 +1,19 @@
-"""Builders of adversarial submissions (see the package docstring). Real git repositories, no mocks."""
+"""Builders of adversarial submissions (see the package docstring). Real git repositories, no mocks.
+
+The submissions themselves are defined once, by the shipped calibration corpus's ``tamper`` mutation
+(grader/selftest/mutations.py); this module adds the bands and evidence the tests assert.
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
-import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from grader.selftest.mutations import TAMPER_KINDS, mutations
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_solution"
 _GIT_ENV = {
@@ -20,25 +25,6 @@ _GIT_ENV = {
     "GIT_CONFIG_GLOBAL": "/dev/null",
 }
 _IGNORE = shutil.ignore_patterns(".venv", "venv", "__pycache__", ".pytest_cache", ".ruff_cache", "*.pyc")
-
-# Three tests that genuinely fail: the suite a dishonest candidate wants to hide.
-FAILING_TESTS = '''
-"""Tests that fail for real (the agent does not do this yet)."""
-
-from support_triage_agent.agent import parse_answer
-
-
-def test_hidden_failure_one():
-    assert parse_answer('{"intent": "refund", "needs_human": false}') == {"intent": "other"}
-
-
-def test_hidden_failure_two():
-    assert 1 + 1 == 3, "arithmetic is broken"
-
-
-def test_hidden_failure_three():
-    raise RuntimeError("not implemented")
-'''
 
 
 @dataclass(frozen=True)
@@ -75,139 +61,19 @@ def sample_copy(dest: Path) -> Path:
     return dest
 
 
-def _write(repo: Path, rel: str, text: str) -> None:
-    path = repo / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+def tampered(kind: str) -> Callable[[Path], Path]:
+    """A builder: sample_solution, committed, then the calibration corpus's ``tamper`` mutation of ``kind``
+    (grader/selftest/mutations.py, the one definition of these submissions), committed on top."""
+    if kind not in TAMPER_KINDS:
+        raise ValueError(f"unknown tamper kind {kind!r}")
 
-
-def _append(repo: Path, rel: str, text: str) -> None:
-    path = repo / rel
-    path.write_text(path.read_text(encoding="utf-8") + "\n" + textwrap.dedent(text), encoding="utf-8")
-
-
-# --- tamper cases -----------------------------------------------------------------------------------------
-
-
-def forged_conftest(dest: Path) -> Path:
-    """Failing tests plus a conftest hook wrapper that rewrites every failed report to passed."""
-    repo = sample_copy(dest)
-    _write(repo, "tests/test_hidden.py", FAILING_TESTS)
-    _append(
-        repo,
-        "tests/conftest.py",
-        """
-        @pytest.hookimpl(hookwrapper=True)
-        def pytest_runtest_makereport(item, call):
-            outcome = yield
-            report = outcome.get_result()
-            if report.failed:
-                report.outcome = "passed"
-                report.longrepr = None
-        """,
-    )
-    return commit(repo)
-
-
-def skipped_failures(dest: Path) -> Path:
-    """The failing tests are marked skip (and one xfail(run=False)): nothing fails, nothing is checked."""
-    repo = sample_copy(dest)
-    text = FAILING_TESTS.replace("from support", "import pytest\n\nfrom support")
-    text = text.replace(
-        "def test_hidden_failure_one", '@pytest.mark.skip(reason="flaky")\ndef test_hidden_failure_one'
-    )
-    text = text.replace(
-        "def test_hidden_failure_two", '@pytest.mark.skip(reason="later")\ndef test_hidden_failure_two'
-    )
-    text = text.replace(
-        "def test_hidden_failure_three",
-        '@pytest.mark.xfail(run=False, reason="wip")\ndef test_hidden_failure_three',
-    )
-    _write(repo, "tests/test_hidden.py", text)
-    return commit(repo)
-
-
-def skip_hook(dest: Path) -> Path:
-    """A conftest hook marks the failing tests skipped at collection."""
-    repo = sample_copy(dest)
-    _write(repo, "tests/test_hidden.py", FAILING_TESTS)
-    _append(
-        repo,
-        "tests/conftest.py",
-        """
-        def pytest_collection_modifyitems(config, items):
-            for item in items:
-                if "hidden" in item.name:
-                    item.add_marker(pytest.mark.skip(reason="environment"))
-        """,
-    )
-    return commit(repo)
-
-
-def _exit_case(body: str) -> Callable[[Path], Path]:
     def build(dest: Path) -> Path:
-        repo = sample_copy(dest)
-        # Named to run first, so the real passing tests never get to report.
-        _write(
-            repo,
-            "tests/test_aaa_exit.py",
-            f"import os\nimport signal\nimport sys\n\n\ndef test_exit():\n    {body}\n",
-        )
-        _write(repo, "tests/test_hidden.py", FAILING_TESTS)
-        return commit(repo)
+        repo = commit(sample_copy(dest), "take-home submission")
+        mutations()["tamper"](repo, {}, kind=kind)
+        return commit(repo, "final touches")
 
+    build.__doc__ = f"sample_solution with the tamper mutation {kind!r}"
     return build
-
-
-os_exit_in_test = _exit_case("os._exit(0)")
-sys_exit_in_test = _exit_case("sys.exit(0)")
-killed_interpreter = _exit_case("os.kill(os.getpid(), signal.SIGKILL)")
-
-
-def forged_result_log(dest: Path) -> Path:
-    """A test writes 'passed' lines into every grader log it can find, then ends the process with status 0."""
-    repo = sample_copy(dest)
-    _write(
-        repo,
-        "tests/test_aaa_forge.py",
-        """
-        import json
-        import os
-
-
-        def test_forge():
-            for name in ("GRADER_RESULT_LOG", "GRADER_GUARD_LOG"):
-                path = os.environ.get(name)
-                if path:
-                    with open(path, "w") as log:
-                        for i in range(30):
-                            line = {"nodeid": f"t{i}", "when": "call", "outcome": "passed"}
-                            log.write(json.dumps(line) + "\\n")
-                        log.write(json.dumps({"session": True, "exitstatus": 0}) + "\\n")
-            for fd in range(3, 64):
-                try:
-                    os.write(fd, b'{"nodeid": "x", "when": "call", "outcome": "passed", "raw": "passed"}\\n')
-                except OSError:
-                    pass
-            os._exit(0)
-        """,
-    )
-    _write(repo, "tests/test_hidden.py", FAILING_TESTS)
-    return commit(repo)
-
-
-def plugins_disabled(dest: Path) -> Path:
-    """`make test` drops the grader's options and plugins, and the suite has failing tests."""
-    repo = sample_copy(dest)
-    _write(repo, "tests/test_hidden.py", FAILING_TESTS)
-    makefile = (repo / "Makefile").read_text(encoding="utf-8")
-    makefile = makefile.replace(
-        "CASSETTE_MODE=replay $(PYTHON) -m pytest\n",
-        "CASSETTE_MODE=replay PYTEST_ADDOPTS= $(PYTHON) -m pytest"
-        " -p no:_grader_pytest -p no:_grader_guard || true\n",
-    )
-    (repo / "Makefile").write_text(makefile, encoding="utf-8")
-    return commit(repo)
 
 
 _CAPPED = {"offline-replay": (0, 1)}
@@ -217,24 +83,43 @@ CASES: dict[str, Case] = {
     for c in (
         Case(
             "forged-conftest",
-            forged_conftest,
+            tampered("forged-conftest"),
             _CAPPED,
             "makereport wrapper rewrites failures",
             evidence=("conftest.py",),
         ),
-        Case("skipped-failures", skipped_failures, _CAPPED, "failing tests marked skip", evidence=("skip",)),
-        Case("skip-hook", skip_hook, _CAPPED, "modifyitems adds skip marks", evidence=("conftest.py",)),
-        Case("os-exit", os_exit_in_test, _CAPPED, "os._exit(0) in a test", evidence=("never finished",)),
-        Case("sys-exit", sys_exit_in_test, _CAPPED, "sys.exit(0) in a test"),
+        Case(
+            "skipped-failures",
+            tampered("skipped-failures"),
+            _CAPPED,
+            "failing tests marked skip",
+            evidence=("skip",),
+        ),
+        Case(
+            "skip-hook",
+            tampered("skip-hook"),
+            _CAPPED,
+            "modifyitems adds skip marks",
+            evidence=("conftest.py",),
+        ),
+        Case("os-exit", tampered("os-exit"), _CAPPED, "os._exit(0) in a test", evidence=("never finished",)),
+        Case("sys-exit", tampered("sys-exit"), _CAPPED, "sys.exit(0) in a test"),
         Case(
             "killed-interpreter",
-            killed_interpreter,
+            tampered("killed-interpreter"),
             _CAPPED,
             "SIGKILL to itself",
             evidence=("never finished",),
         ),
-        Case("forged-result-log", forged_result_log, _CAPPED, "writes fake lines into the grader's logs"),
-        Case("plugins-disabled", plugins_disabled, _CAPPED, "make test drops the grader's plugins"),
+        Case(
+            "forged-result-log",
+            tampered("forged-result-log"),
+            _CAPPED,
+            "writes fake lines into the grader's logs",
+        ),
+        Case(
+            "plugins-disabled", tampered("plugins-disabled"), _CAPPED, "make test drops the grader's plugins"
+        ),
     )
 }
 
