@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grader.errors import BadInput
+from grader.errors import BadInput, NotAssessable
 from grader.progress import Display, QuietDisplay
 from grader.runstore import write_json, write_text
 
@@ -264,6 +264,8 @@ def _grade_one(
         )
     except BadInput as exc:
         return _failed(entry, folder, str(exc), display, store_failure)
+    except NotAssessable as exc:  # the grader's own environment failed (a full disk): say so plainly
+        return _failed(entry, folder, exc.reason, display, store_failure)
     except Exception as exc:  # a grader bug costs this candidate, never the batch
         detail = " ".join(str(exc).split())[:300]
         reason = f"internal error in the grader: {type(exc).__name__}{': ' + detail if detail else ''}"

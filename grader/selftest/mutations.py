@@ -113,7 +113,7 @@ def _rel(repo: Path, path: Path) -> str:
 
 
 @mutation("leak-header-in-tape")
-def leak_header_in_tape(repo: Path, planted: dict[str, str], *, header: str = "authorization") -> None:
+def _leak_header_in_tape(repo: Path, planted: dict[str, str], *, header: str = "authorization") -> None:
     """Store a live-looking credential header in the first tape's request, as a careless recorder would."""
     tape = _tapes(repo)[0]
     data = _read(tape)
@@ -123,7 +123,7 @@ def leak_header_in_tape(repo: Path, planted: dict[str, str], *, header: str = "a
 
 
 @mutation("key-in-history")
-def key_in_history(repo: Path, planted: dict[str, str], *, path: str = ".env") -> None:
+def _key_in_history(repo: Path, planted: dict[str, str], *, path: str = ".env") -> None:
     """Commit a key in a settings file, then delete it in the next commit: only history holds it."""
     target = repo / path
     target.write_text(f"OPENAI_API_KEY={fake_openai_key()}\n", encoding="utf-8")
@@ -136,7 +136,7 @@ def key_in_history(repo: Path, planted: dict[str, str], *, path: str = ".env") -
 
 
 @mutation("key-in-source")
-def key_in_source(repo: Path, planted: dict[str, str], *, path: str = f"{_PACKAGE}/client.py") -> None:
+def _key_in_source(repo: Path, planted: dict[str, str], *, path: str = f"{_PACKAGE}/client.py") -> None:
     """Hard-code a key as a fallback next to the client code."""
     target = repo / path
     text = target.read_text(encoding="utf-8").rstrip("\n")
@@ -146,7 +146,7 @@ def key_in_source(repo: Path, planted: dict[str, str], *, path: str = f"{_PACKAG
 
 
 @mutation("silent-fallback")
-def silent_fallback(repo: Path, planted: dict[str, str], *, path: str = f"{_PACKAGE}/agent.py") -> None:
+def _silent_fallback(repo: Path, planted: dict[str, str], *, path: str = f"{_PACKAGE}/agent.py") -> None:
     """Wrap the model call in ``except CassetteMiss`` returning a made-up default answer."""
     target = repo / path
     text = target.read_text(encoding="utf-8")
@@ -167,7 +167,7 @@ def silent_fallback(repo: Path, planted: dict[str, str], *, path: str = f"{_PACK
 
 
 @mutation("strip-tape-metadata")
-def strip_tape_metadata(repo: Path, planted: dict[str, str]) -> None:
+def _strip_tape_metadata(repo: Path, planted: dict[str, str]) -> None:
     """Drop what names the model, endpoint and time: ``meta`` and the response's model fields and headers."""
     for tape in _tapes(repo):
         data = _read(tape)
@@ -181,7 +181,7 @@ def strip_tape_metadata(repo: Path, planted: dict[str, str]) -> None:
 
 
 @mutation("add-unused-tapes")
-def add_unused_tapes(repo: Path, planted: dict[str, str], *, count: int = 300) -> None:
+def _add_unused_tapes(repo: Path, planted: dict[str, str], *, count: int = 300) -> None:
     """Add valid, correctly keyed tapes for requests the suite never makes."""
     template = _read(_tapes(repo)[0])
     for i in range(count):
@@ -194,7 +194,7 @@ def add_unused_tapes(repo: Path, planted: dict[str, str], *, count: int = 300) -
 
 
 @mutation("add-duplicate-tapes")
-def add_duplicate_tapes(repo: Path, planted: dict[str, str], *, count: int = 5) -> None:
+def _add_duplicate_tapes(repo: Path, planted: dict[str, str], *, count: int = 5) -> None:
     """Store existing requests a second time, under a longer prefix of the same hash (a valid key)."""
     for tape in _tapes(repo)[:count]:
         data = _read(tape)
@@ -205,7 +205,7 @@ def add_duplicate_tapes(repo: Path, planted: dict[str, str], *, count: int = 5) 
 
 
 @mutation("hand-edit-tape")
-def hand_edit_tape(repo: Path, planted: dict[str, str]) -> None:
+def _hand_edit_tape(repo: Path, planted: dict[str, str]) -> None:
     """Fix a "typo" in a stored request by hand, after recording: the tape no longer re-hashes to its name."""
     tape = _tapes(repo)[0]
     data = _read(tape)
@@ -216,14 +216,14 @@ def hand_edit_tape(repo: Path, planted: dict[str, str]) -> None:
 
 
 @mutation("remove-file")
-def remove_file(repo: Path, planted: dict[str, str], *, path: str) -> None:
+def _remove_file(repo: Path, planted: dict[str, str], *, path: str) -> None:
     """Delete one file of the submission."""
     (repo / path).unlink()
     planted.update(file=path)
 
 
 @mutation("log-key-when-recording")
-def log_key_when_recording(
+def _log_key_when_recording(
     repo: Path, planted: dict[str, str], *, path: str = f"{_PACKAGE}/client.py", log: str = "record.log"
 ) -> None:
     """A debug line in the client appends the API key to a log file whenever a key is set (i.e. recording)."""
@@ -321,7 +321,7 @@ TAMPER_KINDS = (
 
 
 @mutation("tamper")
-def tamper_with_outcomes(repo: Path, planted: dict[str, str], *, kind: str) -> None:
+def _tamper_with_outcomes(repo: Path, planted: dict[str, str], *, kind: str) -> None:
     """Add three failing tests, then hide them: ``kind`` is forged-conftest (a makereport wrapper rewriting
     failures to passed), skipped-failures (skip / xfail(run=False) marks), skip-hook (modifyitems adds skip
     marks), os-exit, sys-exit or killed-interpreter (a first test ends the process before anything fails),
