@@ -103,6 +103,10 @@ def keys(ctx: Context) -> CheckResult:
         f"{probes_run} probes, {probes_failed} failed" if probes_run or probes_failed else note or ""
     )
     facts["summary"] = "; ".join(p for p in parts if p)
+    if key_function and note.startswith(_NOT_RUN):
+        # The grader's environment failed, not the submission: a declared key_function is never scored
+        # as if it had no probes.
+        return CheckResult(facts=facts, findings=findings, details=details, not_assessable=note)
     manual = None
     if not kit and probes_run == 0 and probes_failed == 0:
         manual = (
@@ -128,20 +132,23 @@ def _key_problem(path: str, key: str | None, inter: Any) -> str | None:
     return None
 
 
+_NOT_RUN = "key_function probes not run: "
+
+
 def _probe(ctx: Context, key_function: str, findings: list[Finding]) -> tuple[int, int, str]:
     """(probes run, probes failed, a note for the reviewer)."""
     if not key_function:
         return 0, 0, "no key_function in [tool.takehome]: probes not available"
     if getattr(ctx, "env", None) is None:
         reason = getattr(ctx, "install_error", None) or "no installed environment"
-        return 0, 0, f"key_function probes not run: {reason}"
+        return 0, 0, f"{_NOT_RUN}{reason}"
     cases = probe_cases()
     payloads = json.dumps([{"a": c[0], "b": c[1]} for c in cases], ensure_ascii=False)
     argv = ["python", "-c", _PROBE_SCRIPT, key_function, payloads]
     try:
         result, _audit = ctx.run(argv, label="keys-probe")
     except Exception as exc:  # the sandbox could not run it: not the submission's fault
-        return 0, 0, f"key_function probes not run: {str(exc).splitlines()[0] if str(exc) else exc!r}"
+        return 0, 0, f"{_NOT_RUN}{str(exc).splitlines()[0] if str(exc) else exc!r}"
     where = f"{key_function.partition(':')[0].replace('.', '/')}.py:1"
     answer = _read_answer(result.stdout)
     if result.timed_out or answer is None:
