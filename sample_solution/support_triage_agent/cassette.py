@@ -135,6 +135,11 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+# Replay serves a stored JSON body compactly. Tapes are written with sorted keys, so this gives the same bytes
+# as ``_canonical`` without sorting every reply again.
+_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 def _hash(request: dict[str, Any]) -> str:
     return hashlib.sha256(_canonical(request).encode("utf-8")).hexdigest()[:KEY_LENGTH]
 
@@ -196,6 +201,44 @@ def _parse_body(raw: bytes) -> Any:
         return json.loads(raw)
     except ValueError:
         return raw.decode("utf-8", errors="replace")
+
+
+_CHUNK = 1 << 16
+
+
+def _read_file(path: str) -> bytes:
+    """A file's bytes, read without ``open()``'s buffered reader: replay reads one tape per call, and on
+    a small file that reader's set-up costs more than the read."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+    try:
+        chunks = [os.read(fd, _CHUNK)]
+        while len(chunks[-1]) == _CHUNK:  # a regular file reads short only at its end
+            chunks.append(os.read(fd, _CHUNK))
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+# How ``record`` lays a tape out (``indent=2``): a top-level key is a line starting with exactly two spaces.
+_TOP_LEVEL_RESPONSE = '\n  "response": '
+_DECODER = json.JSONDecoder()
+
+
+def _stored_response(raw: bytes) -> dict[str, Any]:
+    """The ``response`` object of a tape, without parsing the stored request (replay has it already).
+
+    A JSON string cannot hold a raw line break, so in a tape laid out by ``record`` the only line starting
+    with two spaces and ``"response":`` is the top-level key. Any other layout is parsed whole.
+    """
+    text = raw.decode("utf-8")
+    start = text.rfind(_TOP_LEVEL_RESPONSE) if text.startswith('{\n  "') else -1
+    if start != -1:
+        try:
+            response, _ = _DECODER.raw_decode(text, start + len(_TOP_LEVEL_RESPONSE))
+            return response
+        except ValueError:
+            pass
+    return json.loads(text)["response"]
 
 
 def _sse_events(text: str) -> list[bytes]:
@@ -277,7 +320,9 @@ class Cassette:
         parsed = _parse_body(body)
         normalized, fired = normalize(parsed)
         stored = {"method": method.upper(), "path": path, "body": normalized}
-        lowered = {k.lower(): v for k, v in headers.items()}
+        secrets = []
+        if self.mode == "record":  # only a tape being written needs the credentials, to redact them
+            secrets = _credential_values({k.lower(): v for k, v in headers.items()})
         return Exchange(
             method=method.upper(),
             path=path,
@@ -285,27 +330,25 @@ class Cassette:
             body=normalized,
             key=_hash(stored),
             normalized=fired,
-            secrets=_credential_values(lowered) if self.mode == "record" else [],
+            secrets=secrets,
         )
 
     def tape_path(self, key: str) -> Path:
         return self.dir / f"{key}.json"
 
     def replay(self, exchange: Exchange) -> Reply:
-        path = self.tape_path(exchange.key)
         try:
-            tape = json.loads(path.read_text(encoding="utf-8"))
+            response = _stored_response(_read_file(f"{self.dir}/{exchange.key}.json"))
         except FileNotFoundError:
             self._log_miss(exchange)
             raise CassetteMiss(exchange.key, exchange.method, exchange.path, self.dir) from None
         self._log_used(exchange.key)
-        response = tape["response"]
-        headers = dict(response.get("headers") or {})
+        headers = response.get("headers") or {}
         if "text" in response:
             if headers.get("content-type", "").startswith("text/event-stream"):
                 return Reply(response["status"], headers, events=_sse_events(response["text"]))
             return Reply(response["status"], headers, content=response["text"].encode("utf-8"))
-        content = b"" if response.get("body") is None else _canonical(response["body"]).encode("utf-8")
+        content = b"" if response.get("body") is None else _compact(response["body"]).encode("utf-8")
         return Reply(response["status"], headers, content=content)
 
     def record(self, exchange: Exchange, status: int, headers: dict[str, str], content: bytes) -> Reply:
@@ -369,12 +412,10 @@ def _build_transports(lib: Any) -> tuple[type, type]:
     """Transport classes for ``httpx`` or its API-identical fork ``httpx2``."""
 
     def _exchange(cassette: Cassette, request: Any) -> Exchange:
+        # Replay never looks at the headers (they are not in the key): copy them only when recording.
+        headers = dict(request.headers) if cassette.mode == "record" else {}
         return cassette.exchange(
-            request.method,
-            request.url.raw_path.decode("ascii"),
-            request.url.host,
-            request.content,
-            dict(request.headers),
+            request.method, request.url.raw_path.decode("ascii"), request.url.host, request.content, headers
         )
 
     def _response(reply: Reply, request: Any, *, asynchronous: bool) -> Any:
