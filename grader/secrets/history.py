@@ -1,7 +1,8 @@
 """Git history: every blob reachable from any ref, read in one ``git cat-file --batch`` stream.
 
 A secret that was committed and later deleted is still in every clone; it is reported once, at the commit
-that introduced it (``short-sha:path:line``).
+that introduced it (``short-sha:path:line``). A blob whose content the same scanner already scanned in the
+working tree is neither unpacked nor scanned again: its tree findings are taken as they are.
 """
 
 from __future__ import annotations
@@ -55,10 +56,17 @@ def scan_history_with(
     if not is_git_repo(repo):
         return []
     scanner.stats.commits += int(_git(repo, "rev-list", "--all", "--count").strip() or 0)
-    blobs = _blobs(repo, tape_dirs, scanner)
-    paths = dict(blobs)
+    paths = dict(_blobs(repo, tape_dirs, scanner))
     by_blob: dict[str, list[SecretFinding]] = {}
-    for sha, data in _cat_blobs(repo, list(paths)):
+    unread = []
+    for sha, path in paths.items():
+        if sha not in scanner.tree_blobs:
+            unread.append(sha)
+            continue
+        scanner.stats.blobs += 1
+        if found := scanner.tree_blobs[sha]:
+            by_blob[sha] = [replace(f, kind="history", path=path, commit=_UNKNOWN) for f in found]
+    for sha, data in _cat_blobs(repo, unread):
         scanner.stats.blobs += 1
         path = paths[sha]
         found = scan_blob(scanner, data, path, commit=_UNKNOWN, kind="history", tape_dirs=tape_dirs)
@@ -111,6 +119,8 @@ def _blobs(repo: Path, tape_dirs: tuple[str, ...], scanner: Scanner) -> list[tup
 def _cat_blobs(repo: Path, shas: list[str]) -> Iterator[tuple[str, bytes]]:
     """Yield (sha, content) for each blob. A reader thread drains git's pipe while the caller scans, so git
     inflates the next objects on the other core instead of waiting on a full pipe."""
+    if not shas:
+        return
     with tempfile.TemporaryFile() as request:
         # The request list goes through a file, not a pipe: git never blocks writing while we block writing.
         request.write("\n".join(shas).encode() + b"\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field, replace
 
 from grader.secrets.decode import embedded_bodies
@@ -9,7 +10,7 @@ from grader.secrets.filters import is_placeholder, left_boundary_ok
 from grader.secrets.findings import SecretFinding, make_finding
 from grader.secrets.rules import Rule, load_rules
 
-__all__ = ["ScanStats", "Scanner"]
+__all__ = ["ScanStats", "Scanner", "git_blob_id"]
 
 _MAX_DEPTH = 2  # a gzip body inside a base64 body inside a tape; deeper nesting is not a recording
 
@@ -41,6 +42,9 @@ class Scanner:
     def __init__(self, rules: list[Rule] | None = None) -> None:
         self.rules = load_rules() if rules is None else rules
         self.stats = ScanStats()
+        # Findings of each working-tree file scanned whole, by git blob id: the history pass takes these
+        # instead of unpacking and scanning the same content again.
+        self.tree_blobs: dict[str, list[SecretFinding]] = {}
 
     def scan_text(self, text: str, *, source: str, kind: str = "output") -> list[SecretFinding]:
         """Findings in arbitrary text (e.g. a command's output), located as ``source:line``."""
@@ -54,8 +58,10 @@ class Scanner:
         self, data: bytes, *, source: str, kind: str, commit: str | None = None
     ) -> list[SecretFinding]:
         """Findings in ``data`` (not counted in stats: callers count what they read)."""
-        findings = self._scan(data, source=source, kind=kind, commit=commit, depth=0)
-        return _dedupe(findings)
+        findings = _dedupe(self._scan(data, source=source, kind=kind, commit=commit, depth=0))
+        if commit is None and kind in ("tree", "tape"):
+            self.tree_blobs[git_blob_id(data)] = findings
+        return findings
 
     def _scan(
         self,
@@ -115,6 +121,13 @@ class Scanner:
         # A generic header hit on a key a specific rule already named adds nothing but noise.
         kept = [g for g in generic if not any(s.start < g.end and g.start < s.end for s in specific)]
         return sorted(specific + kept, key=lambda h: h.start)
+
+
+def git_blob_id(data: bytes) -> str:
+    """The id git gives ``data`` as a blob in a SHA-1 repository."""
+    digest = hashlib.sha1(b"blob %d\0" % len(data), usedforsecurity=False)
+    digest.update(data)
+    return digest.hexdigest()
 
 
 class _Haystack:
