@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from grader.manifest import CASSETTE_DIR_CANDIDATES
+
 __all__ = [
     "DISCOVERY_DIRS",
     "MAX_PARSE_BYTES",
@@ -43,14 +45,8 @@ MAX_PARSE_BYTES = 16 * 1024 * 1024
 # Inflated bodies are capped too: a small gzip body can expand to gigabytes.
 _MAX_INFLATED_BYTES = 32 * 1024 * 1024
 TAPE_SUFFIXES = (".json", ".yaml", ".yml")
-DISCOVERY_DIRS = (
-    "cassettes",
-    "tests/cassettes",
-    "fixtures/cassettes",
-    "tests/fixtures/cassettes",
-    "fixtures/vcr_cassettes",
-    "tests/fixtures/vcr_cassettes",
-)
+# Where tapes are looked for when no cassette_dir is known: the manifest's discovery list, one source.
+DISCOVERY_DIRS = CASSETTE_DIR_CANDIDATES
 _OUTSIDE = "outside the repository"
 _SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", ".nox"}
 
