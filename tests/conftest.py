@@ -11,17 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.git import GIT_ENV as _GIT_ENV
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 MakeSubmission = Callable[..., Path]
-
-_GIT_ENV = {
-    "GIT_AUTHOR_NAME": "Candidate",
-    "GIT_AUTHOR_EMAIL": "candidate@example.invalid",
-    "GIT_COMMITTER_NAME": "Candidate",
-    "GIT_COMMITTER_EMAIL": "candidate@example.invalid",
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
 
 
 @pytest.fixture(scope="session")

@@ -20,16 +20,10 @@ import pytest
 
 from grader.batch import read_batch_file
 from grader.errors import BadInput
+from tests.helpers.git import GIT_ENV as _GIT_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_solution"
-_GIT_ENV = {
-    "GIT_AUTHOR_NAME": "Candidate",
-    "GIT_AUTHOR_EMAIL": "candidate@example.invalid",
-    "GIT_COMMITTER_NAME": "Candidate",
-    "GIT_COMMITTER_EMAIL": "candidate@example.invalid",
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
 _IGNORE = shutil.ignore_patterns("__pycache__", ".pytest_cache", ".venv", ".ruff_cache", "*.pyc")
 
 

@@ -23,6 +23,7 @@ import pytest
 
 from grader.report import FORMATS, render
 from grader.secrets.samples import expand
+from tests.helpers.git import GIT_ENV as _GIT_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "sample_solution"
@@ -30,14 +31,6 @@ SARIF_SCHEMA = REPO / "grader" / "schemas" / "vendor" / "sarif-schema-2.1.0.json
 TREE_KEY = expand("sk-proj-{{b64url:74}}T3BlbkFJ{{b64url:74}}", "formats:tree")
 HISTORY_KEY = expand("sk-ant-api03-{{b64url:93}}AA", "formats:history")
 XSS_FILE = "<script>alert(1)</script>.py"  # a folder `<script>alert(1)<` holding `script>.py`
-
-_GIT_ENV = {
-    "GIT_AUTHOR_NAME": "Candidate",
-    "GIT_AUTHOR_EMAIL": "candidate@example.invalid",
-    "GIT_COMMITTER_NAME": "Candidate",
-    "GIT_COMMITTER_EMAIL": "candidate@example.invalid",
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
 
 
 def _git(repo: Path, *args: str) -> None:

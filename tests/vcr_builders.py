@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.helpers.bake import clean_env
+from tests.helpers.git import GIT_ENV as _GIT_ENV
 
 __all__ = ["FLAVOURS", "MESSAGES", "MODEL", "VcrSubmission", "build_vcr_submission"]
 
@@ -34,15 +35,6 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "test_login": ("I cannot log in to my account since yesterday", "account"),
 }
 FLAVOURS = ("recording", "vcr")
-
-_GIT_ENV = {
-    "GIT_AUTHOR_NAME": "Candidate",
-    "GIT_AUTHOR_EMAIL": "candidate@example.invalid",
-    "GIT_COMMITTER_NAME": "Candidate",
-    "GIT_COMMITTER_EMAIL": "candidate@example.invalid",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-}
 
 
 @dataclass(frozen=True)

@@ -14,16 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.selftest.mutations import TAMPER_KINDS, mutations
+from tests.helpers.git import GIT_ENV as _GIT_ENV
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_solution"
-_GIT_ENV = {
-    "GIT_AUTHOR_NAME": "Candidate",
-    "GIT_AUTHOR_EMAIL": "candidate@example.invalid",
-    "GIT_COMMITTER_NAME": "Candidate",
-    "GIT_COMMITTER_EMAIL": "candidate@example.invalid",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-}
 _IGNORE = shutil.ignore_patterns(".venv", "venv", "__pycache__", ".pytest_cache", ".ruff_cache", "*.pyc")
 
 
