@@ -77,7 +77,12 @@ def _grade_parser() -> Parser:
         "--fail-under", type=_percent, metavar="PERCENT", help="exit 3 when the total is below PERCENT"
     )
     parser.add_argument(
-        "--jobs", "-j", type=positive(int, "--jobs"), default=1, help="checks run at once (1)"
+        "--jobs",
+        "-j",
+        type=positive(int, "--jobs"),
+        default=2,
+        help="checks run at once after the replay suite (2: the loud-miss probes overlap the quick checks; "
+        "1 runs them one by one)",
     )
     parser.add_argument("--cache-dir", type=Path, help="where installed environments are cached")
     parser.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors on stderr")
