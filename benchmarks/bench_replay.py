@@ -194,9 +194,8 @@ def _wrong(payloads: list[dict[str, Any]], replies: list[bytes]) -> int:
 _STAGES = (
     "floor: MockTransport.handle_request",
     "cassette: handle_request, whole",
-    "  request headers copied (dict(request.headers))",
     "  Cassette.exchange: parse body, normalize, hash",
-    "  Cassette.replay: read tape, parse it, re-dump body",
+    "  Cassette.replay: read tape, parse its response, dump body",
     "  httpx.Response built from the Reply",
 )
 
@@ -216,7 +215,6 @@ def _breakdown(cassette: ModuleType, folder: Path, floor: Any, payloads: list[di
 
     t_floor, _ = per(lambda r: mock.handle_request(r).read(), requests)
     t_whole, _ = per(lambda r: transport.handle_request(r).read(), requests)
-    t_headers, _ = per(lambda r: dict(r.headers), requests)
     t_exchange, exchanges = per(
         lambda r: tape.exchange(r.method, r.url.raw_path.decode("ascii"), r.url.host, r.content, {}), requests
     )
@@ -227,7 +225,7 @@ def _breakdown(cassette: ModuleType, folder: Path, floor: Any, payloads: list[di
         ).read(),
         list(zip(requests, replies, strict=True)),
     )
-    return [t_floor, t_whole, t_headers, t_exchange, t_replay, t_response]
+    return [t_floor, t_whole, t_exchange, t_replay, t_response]
 
 
 def run(quick: bool = False, runs: int = 5) -> Section:
