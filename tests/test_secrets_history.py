@@ -9,6 +9,7 @@ from pathlib import Path
 from grader.secrets import Scanner, is_git_repo, scan_history, scan_tree
 from grader.secrets.history import scan_history_with
 from grader.secrets.samples import expand
+from grader.secrets.tree import scan_tree_with
 
 KEY = expand("sk-or-v1-{{hex:64}}", "history:openrouter")
 OTHER = expand("hf_{{alpha:34}}", "history:hf")
@@ -108,3 +109,40 @@ def test_a_plain_directory_has_no_history(tmp_path: Path) -> None:
     assert not is_git_repo(tmp_path)
     assert scan_history(tmp_path) == []
     assert len(scan_tree(tmp_path)) == 1
+
+
+def test_tree_then_history_with_one_scanner_matches_a_fresh_history_scan_without_rereading(
+    tmp_path: Path,
+) -> None:
+    repo = _repo(tmp_path)
+    (repo / "cassettes").mkdir()
+    tape = f'{{\n  "request": {{"headers": {{"authorization": "Bearer {KEY}"}}}}\n}}\n'
+    (repo / "cassettes" / "a.json").write_text(tape)
+    old_notes = f"draft\n\ntoken: {OTHER}\n"
+    (repo / "notes.md").write_text(old_notes)
+    (repo / "config.py").write_text(f'MODEL = "m"\nKEY = "{KEY}"\n')
+    _commit(repo, "tapes and notes", 2)
+    new_notes = "draft\n\ntoken: read from the environment\n"
+    (repo / "notes.md").write_text(new_notes)
+    _commit(repo, "scrub notes", 3)
+    # Five blobs; only the first notes.md is not in the working tree.
+    history_only = len(old_notes.encode())
+
+    fresh = Scanner()
+    cold = scan_history_with(fresh, repo)
+
+    shared = Scanner()
+    tree = scan_tree_with(shared, repo)
+    assert {f.path for f in tree} == {"cassettes/a.json", "config.py"}
+    before = shared.stats.bytes
+    warm = scan_history_with(shared, repo)
+
+    def facts(findings: list) -> list[tuple]:
+        return [(f.rule, f.kind, f.commit, f.path, f.line, f.fingerprint, f.encoding) for f in findings]
+
+    assert facts(warm) == facts(cold)
+    assert {(f.path, f.line) for f in cold} >= {("notes.md", 3)}
+    # Every blob is counted either way, but only the history-only one is read from git and scanned again.
+    assert shared.stats.blobs == fresh.stats.blobs == 5
+    assert shared.stats.bytes - before == history_only
+    assert fresh.stats.bytes > history_only
