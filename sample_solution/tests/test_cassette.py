@@ -182,6 +182,38 @@ def test_record_writes_the_tape_format_then_replays_offline(tmp_path: Path) -> N
     assert upstream.calls == 1
 
 
+def _layouts(tape: dict) -> dict[str, str]:
+    """The same tape as a person or another tool might have saved it."""
+    unsorted = {k: tape[k] for k in ("response", "meta", "key", "version", "request")}
+    return {
+        "compact": json.dumps(tape, separators=(",", ":")),
+        "indent 4": json.dumps(tape, indent=4, sort_keys=True) + "\n",
+        "unsorted keys": json.dumps(unsorted, indent=2, ensure_ascii=False) + "\n",
+        "unsorted, indent 4": json.dumps(unsorted, indent=4),
+    }
+
+
+@pytest.mark.parametrize("layout", ["compact", "indent 4", "unsorted keys", "unsorted, indent 4"])
+def test_a_tape_in_another_json_layout_replays_the_same_response(tmp_path: Path, layout: str) -> None:
+    # The request holds "response" keys too (a schema property, a message): only the top-level one counts.
+    schema = {"type": "object", "properties": {"response": {"type": "string"}}}
+    body = {
+        **BODY,
+        "messages": [{"role": "user", "content": '{\n  "response": {"status": 500}}'}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}},
+    }
+    recorded = _record(tmp_path, body, Upstream())
+    [tape_path] = _tapes(tmp_path)
+    stored = json.loads(tape_path.read_text(encoding="utf-8"))
+    tape_path.write_text(_layouts(stored)[layout], encoding="utf-8")
+
+    with httpx.Client(transport=CassetteTransport(tmp_path / "tapes", mode="replay")) as client:
+        replayed = client.post(URL, json=body)
+    assert replayed.status_code == recorded.status_code == 200
+    assert replayed.json() == recorded.json()
+    assert replayed.headers["openai-model"] == "gpt-4o-mini-2024-07-18"
+
+
 def test_credentials_never_reach_the_tape(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SOME_SERVICE_TOKEN", "tok-secret-987654")
     body = {**BODY, "messages": [{"role": "user", "content": "my token is tok-secret-987654"}]}
