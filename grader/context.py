@@ -12,7 +12,8 @@ import shlex
 import shutil
 import threading
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -95,8 +96,38 @@ class Context:
         # Checks may run concurrently (--jobs): log names, scratch copies and the replay memo are shared.
         self._lock = threading.Lock()
         self._replay_lock = threading.Lock()
+        self._probes: dict[str, Future[object]] = {}
         self._logs = workspace.root / "logs"
         self._logs.mkdir(parents=True, exist_ok=True)
+
+    def start_probe(self, name: str, probe: Callable[[], object]) -> None:
+        """Run ``probe`` once in a background thread, alongside the checks; `probe_result` waits for it."""
+        with self._lock:
+            if name in self._probes:
+                return
+            future: Future[object] = Future()
+            self._probes[name] = future
+
+        def work() -> None:
+            try:
+                future.set_result(probe())
+            except BaseException as exc:  # handed to whoever waits: the check that needs the probe
+                future.set_exception(exc)
+
+        threading.Thread(target=work, name=f"probe-{name}", daemon=True).start()
+
+    def probe_result(self, name: str) -> object | None:
+        """What a started probe returned (waits for it, re-raises its error); None if it was never started."""
+        with self._lock:
+            future = self._probes.get(name)
+        return None if future is None else future.result()
+
+    def wait_probes(self) -> None:
+        """Wait for every started probe (errors are left to `probe_result`): none outlives the checks."""
+        with self._lock:
+            futures = list(self._probes.values())
+        for future in futures:
+            future.exception()
 
     def require_env(self) -> Env:
         """The installed environment, or NotAssessable with the install failure's reason."""

@@ -30,11 +30,20 @@ from typing import TYPE_CHECKING
 
 from grader.checks import Finding
 from grader.secrets import redact
+from grader.secrets.findings import fingerprint
 
 if TYPE_CHECKING:
     from grader.context import Context
 
-__all__ = ["CanaryProbe", "find_canary", "make_canary", "probe_canary", "summarize"]
+__all__ = [
+    "CanaryProbe",
+    "canary_result",
+    "find_canary",
+    "make_canary",
+    "probe_canary",
+    "start_canary",
+    "summarize",
+]
 
 _LABEL = "canary record"
 _ALNUM = string.ascii_letters + string.digits
@@ -65,6 +74,20 @@ class CanaryProbe:
     status: str
     leaks: list[Finding] = field(default_factory=list)
     details: list[str] = field(default_factory=list)
+    fingerprint: str = ""  # of the canary key (never the key): its own output holds it and is no other leak
+    output_label: str = ""  # the label of the probe's run in ctx.outputs
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A probe ready to run: its scratch copy is made and the stand-in staged."""
+
+    argv: list[str]
+    scratch: Path
+    env: dict[str, str]
+    canary: str
+    key_env: str
+    shown: str
 
 
 def make_canary(api_key_env: str) -> str:
@@ -160,8 +183,37 @@ def _first(where: str, hits: list[tuple[int, str]]) -> list[tuple[str, str]]:
     return [(f"{where}:{line}", ", ".join(x for x in (how, more) if x))]
 
 
+def start_canary(ctx: Context) -> None:
+    """Start the probe in the background, alongside the other checks (the `secrets` check takes its result).
+
+    The scratch copy is made here, before the caller starts anything else that runs in the checkout.
+    """
+    start = getattr(ctx, "start_probe", None)
+    if start is None:
+        return
+    try:
+        plan = _plan(ctx)
+    except Exception:  # e.g. no room for the scratch copy: `canary_result` runs the probe inside the check
+        return
+    if isinstance(plan, CanaryProbe):
+        start(_LABEL, lambda: plan)
+    else:
+        start(_LABEL, lambda: _execute(ctx, plan))
+
+
+def canary_result(ctx: Context) -> CanaryProbe:
+    """The probe's outcome: the one `start_canary` started (waits for it), else the probe run now."""
+    result = getattr(ctx, "probe_result", lambda name: None)(_LABEL)
+    return result if isinstance(result, CanaryProbe) else probe_canary(ctx)
+
+
 def probe_canary(ctx: Context) -> CanaryProbe:
     """Run the record command with a canary key against the stand-in, in a scratch copy; report leaks."""
+    plan = _plan(ctx)
+    return plan if isinstance(plan, CanaryProbe) else _execute(ctx, plan)
+
+
+def _plan(ctx: Context) -> CanaryProbe | _Plan:
     manifest = getattr(ctx, "manifest", None)
     record = list(getattr(manifest, "record_command", None) or [])
     key_env = getattr(manifest, "api_key_env", None) or ""
@@ -186,10 +238,15 @@ def probe_canary(ctx: Context) -> CanaryProbe:
     canary = make_canary(key_env)
     env = {key_env: canary, "CANARY_TOOLS": str(tools), "CASSETTE_MODE": "record"}
     argv = ["/bin/sh", "-c", _wrapper(base_env, anthropic), "sh", *record]
-    run, _audit = ctx.run(argv, cwd=scratch, env=env, loopback=True, label=_LABEL)
-    shown = shlex.join(record)
+    return _Plan(argv, scratch, env, canary, key_env, shlex.join(record))
+
+
+def _execute(ctx: Context, plan: _Plan) -> CanaryProbe:
+    argv, scratch, canary, key_env, shown = plan.argv, plan.scratch, plan.canary, plan.key_env, plan.shown
+    run, _audit = ctx.run(argv, cwd=scratch, env=plan.env, loopback=True, label=_LABEL)
+    ran = {"fingerprint": fingerprint(canary), "output_label": _LABEL}
     if run.returncode == _NO_STANDIN and "stand-in server did not start" in run.stderr:
-        return CanaryProbe("not available: the stand-in server did not start in the sandbox")
+        return CanaryProbe("not available: the stand-in server did not start in the sandbox", **ran)
 
     places = _scan_tree(scratch, canary)
     for stream, text in (("stdout", run.stdout), ("stderr", run.stderr)):
@@ -212,7 +269,7 @@ def probe_canary(ctx: Context) -> CanaryProbe:
     details += [f"canary leak: {f.location} {f.message}" for f in leaks[:_MAX_LISTED]]
     if len(leaks) > _MAX_LISTED:
         details.append(f"... and {len(leaks) - _MAX_LISTED} more canary leaks")
-    return CanaryProbe("ran", leaks, details)
+    return CanaryProbe("ran", leaks, details, **ran)
 
 
 def summarize(summary: str, probe: CanaryProbe, other_findings: int) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import re
 import secrets as _random
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,7 +14,9 @@ from typing import TYPE_CHECKING
 from grader.checks import CheckResult, Finding, register
 
 if TYPE_CHECKING:
+    from grader.audit import AuditLog
     from grader.context import Context
+    from grader.sandbox import RunResult
 
 __all__ = ["loud_miss", "scan_fallbacks"]
 
@@ -176,6 +180,25 @@ def _withhold_tapes(copy: Path, cassette_dir: Path) -> int:
     return removed
 
 
+def _start_unseen(ctx: Context, command: list[str], cassette_dir: Path) -> Future[tuple[RunResult, AuditLog]]:
+    """The triage command on a message no tape holds, in its own tapes-withheld copy, started in the
+    background so it runs while the withheld-tape suite does."""
+    copy = ctx.scratch_copy("unseen-message")
+    _withhold_tapes(copy, cassette_dir)
+    message = f"Unseen grader probe {_random.token_hex(4)}: my parcel never arrived"
+    env = {"CASSETTE_MODE": "replay", "CASSETTE_MISS_LOG": str(ctx.log_path("unseen", ".misses.jsonl"))}
+    future: Future[tuple[RunResult, AuditLog]] = Future()
+
+    def work() -> None:
+        try:
+            future.set_result(ctx.run([*command, message], cwd=copy, env=env, label="unseen-message"))
+        except BaseException as exc:  # re-raised in the check, as if it had run there
+            future.set_exception(exc)
+
+    threading.Thread(target=work, name="loud-miss-unseen", daemon=True).start()
+    return future
+
+
 @register("loud-miss")
 def loud_miss(ctx: Context) -> CheckResult:
     """A missing tape fails loudly instead of reaching the network or inventing an answer.
@@ -216,7 +239,13 @@ def loud_miss(ctx: Context) -> CheckResult:
 
     copy = ctx.scratch_copy("withheld-tapes")
     facts["withheld"] = _withhold_tapes(copy, cassette_dir)
-    rerun = ctx.run_suite(copy, label="withheld-tapes")
+    command = ctx.manifest.triage_command
+    unseen = _start_unseen(ctx, command, cassette_dir) if command else None
+    try:
+        rerun = ctx.run_suite(copy, label="withheld-tapes")
+    finally:
+        if unseen is not None:
+            unseen.exception()  # the unseen run never outlives the check, whatever the rerun did
     res = rerun.results
     failed = (res.failed + res.errors) if res else 0
     facts["withheld_failed"] = failed
@@ -237,18 +266,8 @@ def loud_miss(ctx: Context) -> CheckResult:
     named = bool(rerun.misses) or bool(_NAMES_TAPE.search(failure_text))
 
     unseen_ok = True
-    command = ctx.manifest.triage_command
-    if command:
-        message = f"Unseen grader probe {_random.token_hex(4)}: my parcel never arrived"
-        run, audit = ctx.run(
-            [*command, message],
-            cwd=copy,
-            env={
-                "CASSETTE_MODE": "replay",
-                "CASSETTE_MISS_LOG": str(ctx.log_path("unseen", ".misses.jsonl")),
-            },
-            label="unseen-message",
-        )
+    if unseen is not None:
+        run, audit = unseen.result()
         facts["unseen_exit"] = run.returncode if run.returncode is not None else -1
         attempts.extend((e.where, e.target) for e in audit.network_attempts)
         unseen_ok = run.returncode == 2 and not audit.network_attempts

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from grader.checks import CheckResult, Finding, register
-from grader.checks.canary import probe_canary, summarize
+from grader.checks.canary import canary_result, summarize
 from grader.secrets import HistoryError, RuleError, Scanner, SecretFinding, is_git_repo
 from grader.secrets.history import scan_history_with
 from grader.secrets.tree import scan_tree_with
@@ -25,9 +25,10 @@ def secrets(ctx: Context) -> CheckResult:
 
     In-repo suppressions (`gitleaks:allow`, `.gitleaksignore`, `pragma: allowlist secret`, `# nosec`) are
     ignored: a submission cannot silence this check. Command output is whatever other checks captured in
-    `ctx.outputs` by the time this check runs. Last, the canary recording probe (grader/checks/canary.py)
-    runs the manifest's record_command against the stand-in with a generated key and counts where that key
-    shows up afterwards.
+    `ctx.outputs` by the time this check runs. The canary recording probe (grader/checks/canary.py) runs
+    the manifest's record_command against the stand-in with a generated key and counts where that key shows
+    up afterwards; it starts alongside the other checks, and its output is scanned with the rest (the
+    canary key itself there is the probe's leak, not another finding).
 
     Facts:
         findings: credentials found, all kinds together (in_tree + in_tapes + in_history + in_output
@@ -57,6 +58,8 @@ def secrets(ctx: Context) -> CheckResult:
     tape_dirs = (cassette_dir.as_posix(),) if cassette_dir is not None else ()
     details: list[str] = []
 
+    # Before any scan: the probe's own output is one of those scanned.
+    canary = canary_result(ctx)
     found = scan_tree_with(scanner, ctx.repo, tape_dirs=tape_dirs)
     if is_git_repo(ctx.repo):
         try:
@@ -66,9 +69,10 @@ def secrets(ctx: Context) -> CheckResult:
     else:
         details.append("no git history: only the working tree was scanned")
     for label, text in list(ctx.outputs):
-        found += scanner.scan_text(text, source=label or "command output")
-    # After the output scan: the probe reports its own output (which holds the canary key it was given).
-    canary = probe_canary(ctx)
+        hits = scanner.scan_text(text, source=label or "command output")
+        if label == canary.output_label:
+            hits = [f for f in hits if f.fingerprint != canary.fingerprint]
+        found += hits
 
     stats = scanner.stats
     counts = {kind: sum(f.kind == kind for f in found) for kind in _KIND_WORDS}
