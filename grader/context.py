@@ -97,6 +97,8 @@ class Context:
         self._lock = threading.Lock()
         self._replay_lock = threading.Lock()
         self._probes: dict[str, Future[object]] = {}
+        # Runs of submission code a check may have going at once (run_checks sets it from --jobs).
+        self.jobs = 1
         self._logs = workspace.root / "logs"
         self._logs.mkdir(parents=True, exist_ok=True)
 

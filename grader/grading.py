@@ -230,7 +230,9 @@ def run_checks(
     head = [c for c in ordered if c in _FIRST]
     tail = [c for c in ordered if c in _LAST]
     middle = [c for c in ordered if c not in head and c not in tail]
-    _start_background(ctx, [c for c in ordered if c in checks])
+    if jobs > 1:  # --jobs 1: every run of submission code one after another, as the checks run
+        ctx.jobs = jobs
+        _start_background(ctx, [c for c in ordered if c in checks])
     try:
         for check_id in head:
             one(check_id)

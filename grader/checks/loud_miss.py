@@ -180,9 +180,11 @@ def _withhold_tapes(copy: Path, cassette_dir: Path) -> int:
     return removed
 
 
-def _start_unseen(ctx: Context, command: list[str], cassette_dir: Path) -> Future[tuple[RunResult, AuditLog]]:
-    """The triage command on a message no tape holds, in its own tapes-withheld copy, started in the
-    background so it runs while the withheld-tape suite does."""
+def _start_unseen(
+    ctx: Context, command: list[str], cassette_dir: Path, background: bool
+) -> Future[tuple[RunResult, AuditLog]]:
+    """The triage command on a message no tape holds, in its own tapes-withheld copy; in the background
+    (``--jobs`` above 1) it runs while the withheld-tape suite does, else it runs now."""
     copy = ctx.scratch_copy("unseen-message")
     _withhold_tapes(copy, cassette_dir)
     message = f"Unseen grader probe {_random.token_hex(4)}: my parcel never arrived"
@@ -195,7 +197,10 @@ def _start_unseen(ctx: Context, command: list[str], cassette_dir: Path) -> Futur
         except BaseException as exc:  # re-raised in the check, as if it had run there
             future.set_exception(exc)
 
-    threading.Thread(target=work, name="loud-miss-unseen", daemon=True).start()
+    if background:
+        threading.Thread(target=work, name="loud-miss-unseen", daemon=True).start()
+    else:
+        work()
     return future
 
 
@@ -240,7 +245,7 @@ def loud_miss(ctx: Context) -> CheckResult:
     copy = ctx.scratch_copy("withheld-tapes")
     facts["withheld"] = _withhold_tapes(copy, cassette_dir)
     command = ctx.manifest.triage_command
-    unseen = _start_unseen(ctx, command, cassette_dir) if command else None
+    unseen = _start_unseen(ctx, command, cassette_dir, getattr(ctx, "jobs", 1) > 1) if command else None
     try:
         rerun = ctx.run_suite(copy, label="withheld-tapes")
     finally:
