@@ -7,9 +7,11 @@ sample_solution with its real installed environment.
 from __future__ import annotations
 
 import base64
+import random
 import re
 import shlex
 import shutil
+import string
 from dataclasses import replace
 from pathlib import Path
 
@@ -124,6 +126,19 @@ def test_a_key_written_to_a_file_or_printed_is_a_leak_named_by_place_and_redacte
     assert "base64-encoded" in places["blob.b64:1"]
     assert "[redacted]" in places["debug.log:2"]
     assert not _FULL_KEY.search(_all_text(probe))
+
+
+def test_a_credential_written_into_the_record_command_is_never_shown(
+    tmp_path: Path, installed: tuple[Path, object]
+) -> None:
+    rng = random.Random(7)  # built at run time from seeded noise: no literal key in this file
+    noise = "".join(rng.choices(string.ascii_letters + string.digits, k=148))
+    written = "sk-proj-" + noise[:74] + "T3BlbkFJ" + noise[74:]
+    ctx = _ctx(tmp_path, installed, record_command=["python", "-c", f"print('{written}'[:3])"])
+    probe = probe_canary(ctx)
+    assert probe.status == "ran", _all_text(probe)
+    assert written not in _all_text(probe)
+    assert "record_command (it holds a credential" in _all_text(probe)
 
 
 def _quoted(script: str) -> str:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grader.checks import Finding
-from grader.secrets import redact
+from grader.secrets import redact, scan_text
 from grader.secrets.findings import fingerprint
 
 if TYPE_CHECKING:
@@ -238,7 +238,15 @@ def _plan(ctx: Context) -> CanaryProbe | _Plan:
     canary = make_canary(key_env)
     env = {key_env: canary, "CANARY_TOOLS": str(tools), "CASSETTE_MODE": "record"}
     argv = ["/bin/sh", "-c", _wrapper(base_env, anthropic), "sh", *record]
-    return _Plan(argv, scratch, env, canary, key_env, shlex.join(record))
+    return _Plan(argv, scratch, env, canary, key_env, _shown(record))
+
+
+def _shown(record: list[str]) -> str:
+    """The record command as reports show it: the submission wrote it, so it may hold a credential."""
+    text = shlex.join(record)
+    if scan_text(text, source="record_command"):
+        return "the manifest's record_command (it holds a credential: see the no-credentials findings)"
+    return text
 
 
 def _execute(ctx: Context, plan: _Plan) -> CanaryProbe:
