@@ -10,6 +10,7 @@ from grader.secrets import Scanner, is_git_repo, scan_history, scan_tree
 from grader.secrets.history import scan_history_with
 from grader.secrets.samples import expand
 from grader.secrets.tree import scan_tree_with
+from tests.helpers.git import GIT_ENV
 
 KEY = expand("sk-or-v1-{{hex:64}}", "history:openrouter")
 OTHER = expand("hf_{{alpha:34}}", "history:hf")
@@ -18,13 +19,9 @@ OTHER = expand("hf_{{alpha:34}}", "history:hf")
 def _git(repo: Path, *args: str, when: int = 0) -> str:
     env = {
         **os.environ,
-        "GIT_AUTHOR_NAME": "Candidate",
-        "GIT_AUTHOR_EMAIL": "candidate@example.invalid",
-        "GIT_COMMITTER_NAME": "Candidate",
-        "GIT_COMMITTER_EMAIL": "candidate@example.invalid",
+        **GIT_ENV,
         "GIT_AUTHOR_DATE": f"2026-01-01T10:00:{when:02d}Z",
         "GIT_COMMITTER_DATE": f"2026-01-01T10:00:{when:02d}Z",
-        "GIT_CONFIG_NOSYSTEM": "1",
         "HOME": str(repo),
     }
     out = subprocess.run(["git", "-C", str(repo), *args], env=env, capture_output=True, text=True, check=True)
