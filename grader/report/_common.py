@@ -5,14 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 
-def score_cell(row: dict[str, Any]) -> str:
-    """``3/3`` for a scored row, ``manual`` or ``n/a`` otherwise."""
+def row_state(row: dict[str, Any]) -> str:
+    """``scored``, ``manual`` or ``na`` (not assessable, or a row without a score)."""
     status = row.get("status", "scored" if row.get("score") is not None else "not-assessable")
     if status == "manual":
         return "manual"
-    if status != "scored" or row.get("score") is None:
-        return "n/a"
-    return f"{row['score']}/{row['max']}"
+    return "scored" if status == "scored" and row.get("score") is not None else "na"
+
+
+def score_cell(row: dict[str, Any]) -> str:
+    """``3/3`` for a scored row, ``manual`` or ``n/a`` otherwise."""
+    state = row_state(row)
+    if state == "scored":
+        return f"{row['score']}/{row['max']}"
+    return "manual" if state == "manual" else "n/a"
 
 
 def number(value: Any) -> str:

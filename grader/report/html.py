@@ -17,7 +17,7 @@ from html import escape
 from typing import Any
 from urllib.parse import quote
 
-from grader.report._common import number, score_cell, short_commit, total_line
+from grader.report._common import number, row_state, score_cell, short_commit, total_line
 from grader.report.sarif import parse_location
 
 __all__ = ["link_target", "render"]
@@ -84,12 +84,8 @@ def _linkify(text: str) -> str:
 
 
 def _score_class(row: dict[str, Any]) -> str:
-    status = row.get("status", "scored")
-    if status == "manual":
-        return "manual"
-    if status != "scored" or row.get("score") is None:
-        return "na"
-    return f"s{row['score']}"
+    state = row_state(row)
+    return f"s{row['score']}" if state == "scored" else state
 
 
 def _anchor(row_id: Any) -> str:
