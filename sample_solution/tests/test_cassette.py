@@ -123,6 +123,17 @@ def test_transport_key_does_not_depend_on_json_whitespace(tmp_path: Path) -> Non
     assert len(_tapes(tmp_path)) == 1
 
 
+def test_transport_drops_cache_hints_however_the_json_spells_them(tmp_path: Path) -> None:
+    # A JSON key may be written with \\u escapes; the hint must still be dropped from the key.
+    hinted = {**BODY, "messages": [{**m, "cache_control": {"type": "ephemeral"}} for m in BODY["messages"]]}
+    escaped = json.dumps(hinted).replace('"cache_control"', '"cache\\u005fcontrol"')
+    transport = CassetteTransport(tmp_path / "tapes", mode="record", inner=httpx.MockTransport(Upstream()))
+    with httpx.Client(transport=transport) as client:
+        for request in ({"json": BODY}, {"json": hinted}, {"content": escaped.encode()}):
+            client.post(URL, **request).raise_for_status()
+    assert [tape.stem for tape in _tapes(tmp_path)] == [key_for(BODY)]
+
+
 def test_replay_miss_is_loud_logged_and_never_forwards(tmp_path: Path) -> None:
     upstream = Upstream()
     transport = CassetteTransport(tmp_path / "tapes", mode="replay", inner=httpx.MockTransport(upstream))
@@ -212,6 +223,18 @@ def test_a_tape_in_another_json_layout_replays_the_same_response(tmp_path: Path,
     assert replayed.status_code == recorded.status_code == 200
     assert replayed.json() == recorded.json()
     assert replayed.headers["openai-model"] == "gpt-4o-mini-2024-07-18"
+
+
+def test_a_reply_with_non_ascii_text_replays_unchanged(tmp_path: Path) -> None:
+    def upstream(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"choices": [{"message": {"content": "Erstattung für 日本 ✓"}}]})
+
+    transport = CassetteTransport(tmp_path / "tapes", mode="record", inner=httpx.MockTransport(upstream))
+    with httpx.Client(transport=transport) as client:
+        recorded = client.post(URL, json=BODY).json()
+    with httpx.Client(transport=CassetteTransport(tmp_path / "tapes", mode="replay")) as client:
+        assert client.post(URL, json=BODY).json() == recorded
+    assert recorded["choices"][0]["message"]["content"] == "Erstattung für 日本 ✓"
 
 
 def test_credentials_never_reach_the_tape(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

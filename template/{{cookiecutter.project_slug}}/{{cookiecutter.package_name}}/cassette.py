@@ -107,6 +107,17 @@ def normalize(body: Any) -> tuple[Any, list[str]]:
     ``cache_control`` (anywhere). Rewritten: content given as one text part hashes like the plain string.
     Everything else, including ``model``, sampling parameters, tools and ``stream``, stays in the key.
     """
+    return _normalize(body, deep=True)
+
+
+def _may_hold_anywhere_fields(raw: bytes) -> bool:
+    """False when the JSON text ``raw`` cannot contain a ``_DROPPED_ANYWHERE`` key: it names none of them,
+    and a key spelled another way would need a ``\\u`` escape. Then the walk over every nested value, the
+    larger part of normalizing, can be skipped."""
+    return b"\\u" in raw or any(name.encode() in raw for name in _DROPPED_ANYWHERE)
+
+
+def _normalize(body: Any, *, deep: bool) -> tuple[Any, list[str]]:
     if not isinstance(body, dict):
         return body, []
     fired: set[str] = set()
@@ -116,7 +127,8 @@ def normalize(body: Any) -> tuple[Any, list[str]]:
             fired.add(k)
         else:
             out[k] = v
-    out = _drop_anywhere(out, _DROPPED_ANYWHERE, fired)
+    if deep:
+        out = _drop_anywhere(out, _DROPPED_ANYWHERE, fired)
     if isinstance(out.get("messages"), list):
         messages = []
         for message in out["messages"]:
@@ -131,8 +143,8 @@ def normalize(body: Any) -> tuple[Any, list[str]]:
     return out, sorted(fired)
 
 
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+# Built once: ``json.dumps`` with options builds a new encoder on every call.
+_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 
 
 # Replay serves a stored JSON body compactly. Tapes are written with sorted keys, so this gives the same bytes
@@ -220,7 +232,7 @@ def _read_file(path: str) -> bytes:
 
 
 # How ``record`` lays a tape out (``indent=2``): a top-level key is a line starting with exactly two spaces.
-_TOP_LEVEL_RESPONSE = '\n  "response": '
+_TOP_LEVEL_RESPONSE = b'\n  "response": '
 _DECODER = json.JSONDecoder()
 
 
@@ -230,15 +242,15 @@ def _stored_response(raw: bytes) -> dict[str, Any]:
     A JSON string cannot hold a raw line break, so in a tape laid out by ``record`` the only line starting
     with two spaces and ``"response":`` is the top-level key. Any other layout is parsed whole.
     """
-    text = raw.decode("utf-8")
-    start = text.rfind(_TOP_LEVEL_RESPONSE) if text.startswith('{\n  "') else -1
+    start = raw.rfind(_TOP_LEVEL_RESPONSE) if raw.startswith(b'{\n  "') else -1
     if start != -1:
         try:
-            response, _ = _DECODER.raw_decode(text, start + len(_TOP_LEVEL_RESPONSE))
+            # Only the response is decoded from UTF-8 too: the request before it is never read.
+            response, _ = _DECODER.raw_decode(raw[start + len(_TOP_LEVEL_RESPONSE) :].decode("utf-8"))
             return response
         except ValueError:
             pass
-    return json.loads(text)["response"]
+    return json.loads(raw.decode("utf-8"))["response"]
 
 
 def _sse_events(text: str) -> list[bytes]:
@@ -318,7 +330,7 @@ class Cassette:
 
     def exchange(self, method: str, path: str, host: str, body: bytes, headers: dict[str, str]) -> Exchange:
         parsed = _parse_body(body)
-        normalized, fired = normalize(parsed)
+        normalized, fired = _normalize(parsed, deep=_may_hold_anywhere_fields(body))
         stored = {"method": method.upper(), "path": path, "body": normalized}
         secrets = []
         if self.mode == "record":  # only a tape being written needs the credentials, to redact them
