@@ -6,10 +6,10 @@ import base64
 import binascii
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
-__all__ = ["MAX_DECODED", "Embedded", "decompress", "embedded_bodies"]
+__all__ = ["MARKERS", "MAX_DECODED", "Embedded", "decompress", "embedded_bodies"]
 
 MAX_DECODED = 64 * 1024 * 1024  # a decompression bomb must not exhaust the grader's memory
 
@@ -20,6 +20,8 @@ _YAML_BINARY = re.compile(
 _YAML_BINARY_INLINE = re.compile(rb"!!binary[ \t]+[\"']?([A-Za-z0-9+/=]{16,})")
 # Base64 of gzip always starts with H4sI; JSON writers may escape "/" as "\/" or wrap lines with "\n".
 _GZIP_B64 = re.compile(rb"H4sI(?:[A-Za-z0-9+/=]|\\[n/])+")
+_BINARY, _GZIP = b"!!binary", b"H4sI"
+MARKERS = (_BINARY, _GZIP)  # no encoded body is looked for in data that holds neither
 
 
 @dataclass(frozen=True)
@@ -59,17 +61,22 @@ def _decode(encoded: bytes) -> tuple[bytes, str] | None:
     return raw, "base64"
 
 
-def embedded_bodies(data: bytes) -> Iterator[Embedded]:
-    """Every decodable encoded body in ``data``: vcrpy binary blocks, then loose gzip+base64 strings."""
+def embedded_bodies(data: bytes, *, markers: Collection[bytes] | None = None) -> Iterator[Embedded]:
+    """Every decodable encoded body in ``data``: vcrpy binary blocks, then loose gzip+base64 strings.
+
+    ``markers``: the MARKERS that occur in ``data``, when the caller has already searched for them.
+    """
     covered: list[tuple[int, int]] = []
-    if b"!!binary" in data:
+    if markers is None:
+        markers = [m for m in MARKERS if m in data]
+    if _BINARY in markers:
         for pattern in (_YAML_BINARY, _YAML_BINARY_INLINE):
             for match in pattern.finditer(data):
                 decoded = _decode(match.group(1))
                 covered.append(match.span(1))
                 if decoded is not None:
                     yield Embedded(match.start(1), *decoded)
-    if b"H4sI" in data:
+    if _GZIP in markers:
         for match in _GZIP_B64.finditer(data):
             if any(lo <= match.start() < hi for lo, hi in covered):
                 continue

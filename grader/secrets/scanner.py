@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import operator
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 
-from grader.secrets.decode import embedded_bodies
+try:
+    import ahocorasick_rs
+except ImportError:  # pragma: no cover - a core dependency; the slower exact search below stands in
+    ahocorasick_rs = None
+
+from grader.secrets.decode import MARKERS, embedded_bodies
 from grader.secrets.filters import is_placeholder, left_boundary_ok
 from grader.secrets.findings import SecretFinding, make_finding
 from grader.secrets.rules import Rule, load_rules
 
-__all__ = ["ScanStats", "Scanner", "git_blob_id"]
+__all__ = ["ScanStats", "Scanner", "git_blob_id", "literal_finder"]
 
 _MAX_DEPTH = 2  # a gzip body inside a base64 body inside a tape; deeper nesting is not a recording
+# The literal search reports every occurrence; chunks bound its result list on a file full of keywords.
+_CHUNK = 256 * 1024
+_FIRST = operator.itemgetter(0)
 
 
 @dataclass
@@ -45,6 +56,9 @@ class Scanner:
         # Findings of each working-tree file scanned whole, by git blob id: the history pass takes these
         # instead of unpacking and scanning the same content again.
         self.tree_blobs: dict[str, list[SecretFinding]] = {}
+        # Every case-sensitive keyword and the encoded-body markers, found in one pass over each file.
+        literals = {k for rule in self.rules if not rule.ignore_case for k in rule.keywords_b}
+        self._find_literals = literal_finder(tuple(sorted(literals | set(MARKERS))))
 
     def scan_text(self, text: str, *, source: str, kind: str = "output") -> list[SecretFinding]:
         """Findings in arbitrary text (e.g. a command's output), located as ``source:line``."""
@@ -75,7 +89,8 @@ class Scanner:
     ) -> list[SecretFinding]:
         found: list[SecretFinding] = []
         line_at = _LineCounter(data)
-        for hit in self._hits(data):
+        present = self._find_literals(data)
+        for hit in self._hits(data, present):
             found.append(
                 make_finding(
                     hit.rule.id,
@@ -89,7 +104,7 @@ class Scanner:
                 )
             )
         if depth < _MAX_DEPTH:
-            for body in embedded_bodies(data):
+            for body in embedded_bodies(data, markers=present):
                 line = line_at(body.start)
                 inner = self._scan(body.data, source=source, kind=kind, commit=commit, depth=depth + 1)
                 for finding in inner:
@@ -97,13 +112,17 @@ class Scanner:
                     found.append(_relocate(finding, line, finding.encoding or body.encoding))
         return found
 
-    def _hits(self, data: bytes) -> list[_Hit]:
+    def _hits(self, data: bytes, present: Collection[bytes]) -> list[_Hit]:
         specific: list[_Hit] = []
         generic: list[_Hit] = []
         text = _Haystack(data)
         for rule in self.rules:
             hay = text.lower() if rule.ignore_case else data
-            if rule.keywords_b and not any(text.has(k, rule.ignore_case) for k in rule.keywords_b):
+            if rule.keywords_b and not (
+                any(text.has_lower(k) for k in rule.keywords_b)
+                if rule.ignore_case
+                else any(k in present for k in rule.keywords_b)
+            ):
                 continue
             # Offsets in the lowercased copy equal offsets in data (ASCII-only lowering), so the secret
             # itself is always read from the original bytes.
@@ -130,19 +149,52 @@ def git_blob_id(data: bytes) -> str:
     return digest.hexdigest()
 
 
+def literal_finder(literals: tuple[bytes, ...]) -> Callable[[bytes], frozenset[bytes]]:
+    """A function(data) -> the ``literals`` that occur in ``data``, exactly (case-sensitive)."""
+    if ahocorasick_rs is None or not literals:
+        return functools.partial(_find_each, literals)
+    return functools.partial(_find_together, literals, _automaton(literals), max(map(len, literals)) - 1)
+
+
+@functools.lru_cache(maxsize=8)
+def _automaton(literals: tuple[bytes, ...]) -> ahocorasick_rs.BytesAhoCorasick:
+    # Standard semantics with overlapping matches: a literal that starts inside another one's match
+    # (``ghp_live_``) is still reported. Leftmost semantics would skip it.
+    return ahocorasick_rs.BytesAhoCorasick(list(literals))
+
+
+def _find_together(
+    literals: tuple[bytes, ...], automaton: ahocorasick_rs.BytesAhoCorasick, overlap: int, data: bytes
+) -> frozenset[bytes]:
+    # One pass for all literals instead of one memchr-based `in` pass each (5x less CPU on the bench
+    # corpus). Chunks overlap by the longest literal less one byte, so no occurrence is cut in two.
+    view = memoryview(data)
+    seen: set[int] = set()
+    for start in range(0, len(data), _CHUNK):
+        matches = automaton.find_matches_as_indexes(view[start : start + _CHUNK + overlap], overlapping=True)
+        seen.update(map(_FIRST, matches))  # C-level: a busy file has ~1 match per 200 bytes
+        if len(seen) == len(literals):
+            break
+    return frozenset(literals[i] for i in seen)
+
+
+def _find_each(literals: tuple[bytes, ...], data: bytes) -> frozenset[bytes]:
+    return frozenset(k for k in literals if k in data)
+
+
 class _Haystack:
-    """One file's bytes with memoized keyword lookups: each distinct keyword is searched once per file
-    however many rules share it; the lowercased copy is made only when a rule ignores case."""
+    """One file's bytes with memoized case-insensitive keyword lookups: each distinct keyword is searched
+    once per file however many rules share it; the lowercased copy is made only when a rule ignores case."""
 
     def __init__(self, data: bytes) -> None:
         self.data = data
         self._lower: bytes | None = None
-        self._seen: dict[tuple[bytes, bool], bool] = {}
+        self._seen: dict[bytes, bool] = {}
 
-    def has(self, keyword: bytes, lowered: bool = False) -> bool:
-        found = self._seen.get((keyword, lowered))
+    def has_lower(self, keyword: bytes) -> bool:
+        found = self._seen.get(keyword)
         if found is None:
-            found = self._seen[keyword, lowered] = keyword in (self.lower() if lowered else self.data)
+            found = self._seen[keyword] = keyword in self.lower()
         return found
 
     def lower(self) -> bytes:

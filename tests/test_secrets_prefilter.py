@@ -1,0 +1,135 @@
+"""The keyword prefilter: one multi-literal pass decides which rules run, and must never hide a key.
+
+The fast path (one Aho-Corasick pass over all keywords, in chunks) and the slow path (one ``in`` per
+keyword, used when the extension is missing) must give the same findings for any input.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import random
+import zlib
+
+import pytest
+
+from grader.secrets import Scanner, load_rules
+from grader.secrets import scanner as scanner_module
+from grader.secrets.decode import MARKERS
+from grader.secrets.rules import base62
+from grader.secrets.samples import expand
+
+RULES = load_rules()
+TRUE = [(r.id, i, expand(t, f"{r.id}:true:{i}")) for r in RULES for i, t in enumerate(r.true_samples)]
+GROQ_KEY = expand("gsk_{{alnum:52}}", "prefilter:groq")
+CHUNK = scanner_module._CHUNK
+
+
+@pytest.fixture(params=["fast", "slow"])
+def scanner(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Scanner:
+    if request.param == "slow":
+        monkeypatch.setattr(scanner_module, "ahocorasick_rs", None)
+    return Scanner(RULES)
+
+
+def _found(scanner: Scanner, text: str) -> list[tuple[str, int, str]]:
+    return [(f.rule, f.line, f.fingerprint) for f in scanner.scan_text(text, source="t")]
+
+
+def test_the_fast_path_is_the_one_in_use() -> None:
+    assert scanner_module.ahocorasick_rs is not None, "ahocorasick-rs is a core dependency"
+    finder = scanner_module.literal_finder((b"a",))
+    assert finder.func is scanner_module._find_together  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("rule_id", "index", "sample"), TRUE, ids=[f"{r}-{i}" for r, i, _ in TRUE])
+def test_every_true_sample_is_found_on_both_paths(
+    scanner: Scanner, rule_id: str, index: int, sample: str
+) -> None:
+    assert rule_id in [f.rule for f in scanner.scan_text(sample, source="sample")]
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.id for r in RULES])
+def test_every_match_of_a_true_sample_holds_one_of_its_rules_keywords(rule: object) -> None:
+    # A rule runs only where one of its keywords occurs: a keyword that its regex can match without
+    # would hide keys. Checked on every true sample (lowercased first for ignore_case rules).
+    assert rule.keywords_b, f"{rule.id}: without keywords the rule's regex runs over every byte"  # type: ignore[attr-defined]
+    for i, template in enumerate(rule.true_samples):  # type: ignore[attr-defined]
+        data = expand(template, f"{rule.id}:true:{i}").encode()  # type: ignore[attr-defined]
+        hay = data.lower() if rule.ignore_case else data  # type: ignore[attr-defined]
+        matches = [m.group(0) for m in rule.compiled.finditer(hay)]  # type: ignore[attr-defined]
+        assert matches
+        for text in matches:
+            assert any(k in text for k in rule.keywords_b), (rule.id, text)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("prefix", ["AKIA", "ASIA"])
+def test_both_aws_key_prefixes_are_found(scanner: Scanner, prefix: str) -> None:
+    key = prefix + expand("{{upper32:16}}", f"prefilter:aws:{prefix}")
+    assert [f.rule for f in scanner.scan_text(f"id = {key}", source="t")] == ["aws-access-key-id"]
+
+
+@pytest.mark.parametrize("kind", ["o", "u", "s", "r"])
+def test_every_github_token_prefix_is_found(scanner: Scanner, kind: str) -> None:
+    body = expand("{{alnum:30}}", f"prefilter:gh:{kind}")
+    token = f"gh{kind}_{body}{base62(zlib.crc32(body.encode()), 6)}"
+    assert [f.rule for f in scanner.scan_text(f"token: {token}", source="t")] == ["github-token"]
+
+
+@pytest.mark.parametrize(
+    "name", ["authorization", "Authorization", "AUTHORIZATION", "aUtHoRiZaTiOn", "AuthorizatioN"]
+)
+def test_the_authorization_header_is_found_in_any_casing(scanner: Scanner, name: str) -> None:
+    token = expand("{{alnum:40}}", "prefilter:header")
+    for text in (f"{name}: Bearer {token}", f'{{"{name}": "Bearer {token}"}}', f"  {name}:\n  - {token}\n"):
+        assert [f.rule for f in scanner.scan_text(text, source="t")] == ["authorization-header"], text
+
+
+@pytest.mark.parametrize("name", ["x-api-key", "X-Api-Key", "X-API-KEY", "x-aPi-KeY", "Api-Key"])
+def test_the_api_key_header_is_found_in_any_casing(scanner: Scanner, name: str) -> None:
+    token = expand("{{alnum:40}}", "prefilter:api-key")
+    assert [f.rule for f in scanner.scan_text(f"{name}: {token}", source="t")] == ["api-key-header"]
+
+
+@pytest.mark.parametrize("shift", [-60, -5, -4, -3, -2, -1, 0, 1])
+def test_a_key_across_a_chunk_boundary_is_found(scanner: Scanner, shift: int) -> None:
+    # The keyword "gsk_" starts `shift` bytes from the boundary: cut in two for -3..-1.
+    filler = ("lorem ipsum dolor sit amet " * (CHUNK // 20))[: CHUNK + shift - 1] + "\n"
+    text = filler + GROQ_KEY + "\n" + "tail " * 100
+    assert _found(scanner, text) == [("groq-api-key", 2, _found(scanner, GROQ_KEY)[0][2])]
+
+
+@pytest.mark.parametrize("shift", [-3, -2, -1, 0])
+def test_a_gzip_body_across_a_chunk_boundary_is_found(scanner: Scanner, shift: int) -> None:
+    blob = base64.b64encode(gzip.compress(f"token {GROQ_KEY}".encode(), mtime=0)).decode()
+    assert blob.startswith("H4sI")
+    filler = ("x" * 70 + "\n") * (CHUNK // 71 + 1)
+    text = filler[: CHUNK + shift - 1] + "\n" + blob + "\n"
+    assert [(f.rule, f.encoding) for f in scanner.scan_text(text, source="t")] == [
+        ("groq-api-key", "gzip+base64")
+    ]
+
+
+def test_the_literal_search_agrees_with_one_search_per_literal() -> None:
+    # Overlapping literals (one starting inside another's occurrence, one inside another) and occurrences
+    # cut by chunk boundaries: the one-pass search reports exactly what separate searches report.
+    literals = tuple(sorted({b"ghp_", b"_live_", b"xox", b"xai-", b"sk-ant-", b"ant-", b"hf_", *MARKERS}))
+    fast = scanner_module.literal_finder(literals)
+    rng = random.Random(5)
+    alphabet = b"abghiklnopstvx_-!H4sIyA"
+    for trial in range(300):
+        size = rng.choice([0, 1, 7, 100, CHUNK - 1, CHUNK + 5, 2 * CHUNK + 3])
+        data = bytearray(rng.choice(alphabet) for _ in range(min(size, 400)))
+        data.extend(b"." * (size - len(data)))
+        for _ in range(rng.randint(0, 3)):
+            word = rng.choice([*literals, b"ghp_live_", b"xoxai-", b"sk-ant-"])
+            at = rng.choice([0, size, CHUNK - rng.randint(0, 8), 2 * CHUNK - rng.randint(0, 8)])
+            data[min(at, len(data)) : min(at, len(data))] = word
+        blob = bytes(data)
+        assert fast(blob) == scanner_module._find_each(literals, blob), trial
+
+
+def test_a_key_in_a_file_made_of_keywords_is_found(scanner: Scanner) -> None:
+    # Every third byte starts a keyword (the chunked search reports each occurrence): the key is found.
+    text = "hf_r8_xox" * (3 * CHUNK // 9) + "\n" + GROQ_KEY + "\n"
+    assert [f.rule for f in scanner.scan_text(text, source="t")] == ["groq-api-key"]
