@@ -147,9 +147,9 @@ def _normalize(body: Any, *, deep: bool) -> tuple[Any, list[str]]:
 _canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 
 
-# Replay serves a stored JSON body compactly. Tapes are written with sorted keys, so this gives the same bytes
-# as ``_canonical`` without sorting every reply again.
-_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+# Replay serves a stored JSON body as ``record`` lays it out in the tape, whatever the tape's own layout: the
+# same bytes for the same reply, and a tape laid out by ``record`` serves its body without parsing it.
+_pretty = json.JSONEncoder(indent=2, sort_keys=True, ensure_ascii=False).encode
 
 
 def _hash(request: dict[str, Any]) -> str:
@@ -253,6 +253,47 @@ def _stored_response(raw: bytes) -> dict[str, Any]:
     return json.loads(raw.decode("utf-8"))["response"]
 
 
+# In that layout a JSON reply is ``"response": {"body": ..., "headers": ..., "status": ...}`` (sorted keys),
+# the body two levels deep: each of its lines carries four more spaces than ``json.dumps(body, indent=2)``.
+_RESPONSE_BODY = _TOP_LEVEL_RESPONSE + b'{\n    "body": '
+_AFTER_BODY = b',\n    "headers": '
+_BODY_INDENT = b"\n    "
+
+
+def _stored_json_reply(raw: bytes) -> Reply | None:
+    """A JSON reply cut from a tape laid out by ``record``, its body served as the tape holds it (indent 2,
+    sorted keys) instead of being parsed and encoded again; None for any other tape or reply.
+
+    The markers are safe for the reason given in ``_stored_response``: only the top-level ``response`` and
+    its own ``headers`` key can start a line that way.
+    """
+    start = raw.rfind(_RESPONSE_BODY) if raw.startswith(b'{\n  "') else -1
+    if start == -1:
+        return None
+    start += len(_RESPONSE_BODY)
+    end = raw.find(_AFTER_BODY, start)
+    if end == -1 or raw[start : start + 1] not in (b"{", b"["):
+        return None
+    try:
+        rest, _ = _DECODER.raw_decode("{" + raw[end + 2 :].decode("utf-8"))
+    except ValueError:
+        return None
+    status, headers = rest.get("status"), rest.get("headers")
+    if set(rest) != {"headers", "status"} or not isinstance(status, int) or not isinstance(headers, dict):
+        return None
+    return Reply(status, headers, content=raw[start:end].replace(_BODY_INDENT, b"\n"))
+
+
+def _reply_from(response: dict[str, Any]) -> Reply:
+    headers = response.get("headers") or {}
+    if "text" in response:
+        if headers.get("content-type", "").startswith("text/event-stream"):
+            return Reply(response["status"], headers, events=_sse_events(response["text"]))
+        return Reply(response["status"], headers, content=response["text"].encode("utf-8"))
+    content = b"" if response.get("body") is None else _pretty(response["body"]).encode("utf-8")
+    return Reply(response["status"], headers, content=content)
+
+
 def _sse_events(text: str) -> list[bytes]:
     events = [e for e in text.replace("\r\n", "\n").split("\n\n") if e.strip()]
     return [(e + "\n\n").encode("utf-8") for e in events]
@@ -350,18 +391,13 @@ class Cassette:
 
     def replay(self, exchange: Exchange) -> Reply:
         try:
-            response = _stored_response(_read_file(f"{self.dir}/{exchange.key}.json"))
+            raw = _read_file(f"{self.dir}/{exchange.key}.json")
         except FileNotFoundError:
             self._log_miss(exchange)
             raise CassetteMiss(exchange.key, exchange.method, exchange.path, self.dir) from None
+        reply = _stored_json_reply(raw) or _reply_from(_stored_response(raw))
         self._log_used(exchange.key)
-        headers = response.get("headers") or {}
-        if "text" in response:
-            if headers.get("content-type", "").startswith("text/event-stream"):
-                return Reply(response["status"], headers, events=_sse_events(response["text"]))
-            return Reply(response["status"], headers, content=response["text"].encode("utf-8"))
-        content = b"" if response.get("body") is None else _compact(response["body"]).encode("utf-8")
-        return Reply(response["status"], headers, content=content)
+        return reply
 
     def record(self, exchange: Exchange, status: int, headers: dict[str, str], content: bytes) -> Reply:
         """Store a forwarded reply (2xx only) and return it for the caller, streamed again if it was SSE."""
