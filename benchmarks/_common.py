@@ -59,7 +59,13 @@ class Section:
 
 
 def ratio(numerator: Series, denominator: Series) -> float:
-    """The ratio of the medians: both series were measured in the same run, interleaved."""
+    """The median of the round-by-round ratios; the ratio of the medians if the series are not paired.
+
+    Value ``i`` of both series was measured in round ``i``, side by side: a burst of load elsewhere on the
+    machine then inflates both halves of that round's ratio, where it would move only one median.
+    """
+    if len(numerator.values) == len(denominator.values):
+        return statistics.median(n / d for n, d in zip(numerator.values, denominator.values, strict=True))
     return numerator.median / denominator.median
 
 
