@@ -1,4 +1,7 @@
-"""The grader guard (-p _grader_guard): raw vs reported outcomes, via an inherited fd."""
+"""The grader guard (-p _grader_guard): raw vs reported outcomes, via an inherited fd.
+
+It also makes failure reports cheaper without changing a byte of them (``_share_source_trees``).
+"""
 
 import json
 import os
@@ -124,6 +127,85 @@ def pytest_collection_modifyitems(session, config, items):
         for item in items:
             for node in item.listchain():
                 _strip(node)
+
+
+class _SourceTrees(dict):
+    """pytest's per-report cache of parsed source files, shared by every report of the session.
+
+    An entry is trusted only while its file is unchanged on disk (same mtime and size); sources without a
+    file (exec'd strings) are never shared.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self._stamps = {}
+
+    def _fresh(self, key):
+        if dict.__contains__(self, key) and self._stamps.get(key) != _stamp(key):
+            dict.pop(self, key, None)
+
+    def get(self, key, default=None):
+        self._fresh(key)
+        return dict.get(self, key, default)
+
+    def __getitem__(self, key):
+        self._fresh(key)
+        return dict.__getitem__(self, key)
+
+    def __contains__(self, key):
+        self._fresh(key)
+        return dict.__contains__(self, key)
+
+    def __setitem__(self, key, tree):
+        stamp = _stamp(key)
+        if stamp is not None:
+            self._stamps[key] = stamp
+            dict.__setitem__(self, key, tree)
+
+
+def _stamp(path):
+    try:
+        st = os.stat(path)
+    except (OSError, TypeError, ValueError):
+        return None
+    return (st.st_mtime_ns, st.st_size)
+
+
+def _share_source_trees():
+    """Parse each source file once per session for failure reports, instead of once per failing test.
+
+    pytest's traceback formatter caches the AST of every file a traceback shows, but only for one report:
+    when many tests fail through the same large modules (every test that needs a tape, with the tapes
+    withheld), each failure parses and walks them all again (~25 ms a failure through httpx's client).
+    The reports come out identical. Any pytest without that formatter field is left as it is.
+    """
+    try:
+        import dataclasses
+
+        from _pytest._code import code
+    except Exception:
+        return
+    shared = _SourceTrees()
+    for cls in list(vars(code).values()):
+        try:
+            if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+                continue
+            field = next((f for f in dataclasses.fields(cls) if f.name == "astcache"), None)
+            if field is None or field.init:
+                continue
+        except Exception:  # noqa: S112 - an unexpected pytest: its own per-report cache stays
+            continue
+        original = cls.__init__
+
+        def __init__(self, *args, _original=original, **kwargs):
+            _original(self, *args, **kwargs)
+            if type(getattr(self, "astcache", None)) is dict and not self.astcache:
+                object.__setattr__(self, "astcache", shared)
+
+        cls.__init__ = __init__
+
+
+_share_source_trees()
 
 
 def pytest_sessionstart(session):
