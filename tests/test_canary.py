@@ -167,6 +167,30 @@ def test_the_submissions_own_yaml_module_cannot_shadow_the_standins(
     assert "(exit 0)" in probe.details[0]
 
 
+def test_the_record_commands_tls_libraries_load_a_one_certificate_trust_store(
+    tmp_path: Path, installed: tuple[Path, object]
+) -> None:
+    # httpx (and OpenSSL's defaults) read SSL_CERT_FILE: a client still builds, from one certificate
+    # instead of the whole CA bundle, and the recorder reaches the stand-in as before.
+    script = (
+        "import os, ssl\n"
+        "import httpx\n"
+        "pem = open(os.environ['SSL_CERT_FILE']).read()\n"
+        "print('certificates:', pem.count('BEGIN CERTIFICATE'))\n"
+        "print('contexts:', ssl.create_default_context().cert_store_stats()['x509_ca'])\n"
+        "with httpx.Client() as client:\n"
+        "    reply = client.get(os.environ['OPENAI_BASE_URL'] + '/models')\n"
+        "print('stand-in:', reply.status_code)\n"
+    )
+    ctx = _ctx(tmp_path, installed, record_command=["python", "-c", script])
+    probe = probe_canary(ctx)
+    assert probe.status == "ran", _all_text(probe)
+    output = dict(ctx.outputs)["canary record"]
+    assert "certificates: 1" in output, output
+    assert "contexts: 1" in output, output
+    assert re.search(r"^stand-in: \d{3}$", output, re.MULTILINE), output
+
+
 def test_the_record_command_sees_a_loopback_standin_url_and_no_route_out(
     tmp_path: Path, installed: tuple[Path, object]
 ) -> None:

@@ -10,6 +10,11 @@ URL in `base_url_env`. Any occurrence of the canary afterwards in the copy's fil
 base64-encoded too) or in what the command printed is a latent leak: with a real key, it would have been
 committed or logged.
 
+The command's TLS libraries get a trust store of one CA certificate (``SSL_CERT_FILE``): the stand-in speaks
+plain HTTP on loopback and nothing else is reachable, so no certificate is ever checked, while loading the
+full CA bundle costs ~20 ms for every HTTP client a recorder builds (httpx builds one per client; a
+recorder that makes a client per call spends more on that than on the calls).
+
 The stand-in runs under the submission's interpreter (the only one the sandbox user is sure to reach), which
 need not have PyYAML: the probe copies `standin.py`, its rules file and PyYAML's pure-Python modules into a
 read-only folder beside the checkout and starts the stand-in from there with `python -E -s`, so neither the
@@ -151,6 +156,24 @@ def _stage_standin(dest: Path) -> Path | None:
     return dest
 
 
+def _one_certificate(dest: Path) -> Path | None:
+    """A trust store of one CA certificate (the first in certifi's bundle) for the probe's TLS libraries."""
+    try:
+        import certifi
+
+        bundle = Path(certifi.where()).read_text(encoding="ascii", errors="replace")
+    except (ImportError, OSError):
+        return None
+    begin, end = "-----BEGIN CERTIFICATE-----", "-----END CERTIFICATE-----"
+    start = bundle.find(begin)
+    stop = bundle.find(end, start)
+    if start < 0 or stop < 0:
+        return None
+    dest.write_text(bundle[start : stop + len(end)] + "\n", encoding="ascii")
+    dest.chmod(0o644)
+    return dest
+
+
 def _wrapper(base_env: str, anthropic: bool) -> str:
     # Anthropic's SDKs and the template append /v1/messages to the base URL; OpenAI's expect it to end in /v1.
     strip = 'url="${url%/v1}"' if anthropic else ":"
@@ -237,6 +260,9 @@ def _plan(ctx: Context) -> CanaryProbe | _Plan:
     scratch = ctx.scratch_copy("canary-record")
     canary = make_canary(key_env)
     env = {key_env: canary, "CANARY_TOOLS": str(tools), "CASSETTE_MODE": "record"}
+    trust = _one_certificate(tools / "ca.pem")
+    if trust is not None:
+        env["SSL_CERT_FILE"] = str(trust)
     argv = ["/bin/sh", "-c", _wrapper(base_env, anthropic), "sh", *record]
     return _Plan(argv, scratch, env, canary, key_env, _shown(record))
 
