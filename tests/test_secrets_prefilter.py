@@ -12,6 +12,8 @@ import random
 import zlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from grader.secrets import Scanner, load_rules
 from grader.secrets import scanner as scanner_module
@@ -51,9 +53,9 @@ def test_every_true_sample_is_found_on_both_paths(
 
 @pytest.mark.parametrize("rule", RULES, ids=[r.id for r in RULES])
 def test_every_match_of_a_true_sample_holds_one_of_its_rules_keywords(rule: object) -> None:
-    # A rule runs only where one of its keywords occurs: a keyword that its regex can match without
-    # would hide keys. Checked on every true sample (lowercased first for ignore_case rules).
-    assert rule.keywords_b, f"{rule.id}: without keywords the rule's regex runs over every byte"  # type: ignore[attr-defined]
+    # Without the one-pass search a rule runs only where one of its keywords occurs: a keyword that its
+    # regex can match without would hide keys. Checked on every true sample (lowercased for ignore_case).
+    assert rule.keywords_b, f"{rule.id}: without keywords the slow path runs its regex over every byte"  # type: ignore[attr-defined]
     for i, template in enumerate(rule.true_samples):  # type: ignore[attr-defined]
         data = expand(template, f"{rule.id}:true:{i}").encode()  # type: ignore[attr-defined]
         hay = data.lower() if rule.ignore_case else data  # type: ignore[attr-defined]
@@ -133,3 +135,47 @@ def test_a_key_in_a_file_made_of_keywords_is_found(scanner: Scanner) -> None:
     # Every third byte starts a keyword (the chunked search reports each occurrence): the key is found.
     text = "hf_r8_xox" * (3 * CHUNK // 9) + "\n" + GROQ_KEY + "\n"
     assert [f.rule for f in scanner.scan_text(text, source="t")] == ["groq-api-key"]
+
+
+def _ungated() -> Scanner:
+    # Every rule's regex over every byte: what the gates must never change.
+    scanner = Scanner(RULES)
+    scanner._gates = [frozenset()] * len(scanner.rules)
+    return scanner
+
+
+def _flip_case(rng: random.Random, word: str) -> str:
+    return "".join(c.upper() if rng.random() < 0.5 else c for c in word)
+
+
+_PIECES = [sample for _, _, sample in TRUE] + [
+    "hf_", "hf_hub_download", "r8_", "sk-", "task-runner", "gsk", "AIza", "xox", "ghp_", "sk_live_",
+    "authorization", "api-key", "Bearer ", ": ", "=", "\\n", "%3D", '\\"', "\n", " ", "\t", "-", "_",
+    expand("{{alnum:40}}", "prefilter:piece"), expand("{{b64url:34}}", "prefilter:piece"), "T3BlbkFJ",
+]  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(picks=st.lists(st.integers(0, len(_PIECES) - 1), max_size=14), seed=st.integers(0, 2**16))
+def test_the_gates_never_change_a_finding(picks: list[int], seed: int) -> None:
+    rng = random.Random(seed)
+    text = "".join(_PIECES[i] if rng.random() < 0.7 else _flip_case(rng, _PIECES[i]) for i in picks)
+    fast = [(f.rule, f.line, f.fingerprint, f.encoding) for f in Scanner(RULES).scan_text(text, source="t")]
+    assert fast == [
+        (f.rule, f.line, f.fingerprint, f.encoding) for f in _ungated().scan_text(text, source="t")
+    ]
+
+
+def test_the_gates_never_change_a_finding_in_a_mixed_document() -> None:
+    rng = random.Random(11)
+    parts = []
+    for n in range(400):
+        piece = _PIECES[rng.randrange(len(_PIECES))]
+        parts.append(_flip_case(rng, piece) if n % 3 == 0 else piece)
+        parts.append(rng.choice([" ", "\n", ": ", "=", '"', "'"]))
+    text = "".join(parts)
+    fast = Scanner(RULES).scan_text(text, source="t")
+    assert len({f.rule for f in fast}) >= len(RULES) - 2  # nearly every rule fires somewhere
+    assert [(f.rule, f.line, f.fingerprint) for f in fast] == [
+        (f.rule, f.line, f.fingerprint) for f in _ungated().scan_text(text, source="t")
+    ]

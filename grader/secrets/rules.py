@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.secrets.literals import match_prefixes
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
@@ -70,6 +72,9 @@ class Rule:
     false_samples: tuple[str, ...] = ()
     compiled: re.Pattern[bytes] = field(init=False, repr=False, compare=False)
     keywords_b: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
+    # Literals one of which occurs wherever the regex matches (in the lowercased text for ignore_case);
+    # empty: the regex must run everywhere. See ``_anchors``.
+    anchors: frozenset[bytes] = field(init=False, repr=False, compare=False)
     prefix: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -78,10 +83,21 @@ class Rule:
         words = (k.lower() if self.ignore_case else k for k in self.keywords)
         object.__setattr__(self, "keywords_b", tuple(k.encode("ascii") for k in words))
         object.__setattr__(self, "prefix", _literal_prefix(self.regex))
+        object.__setattr__(self, "anchors", _anchors(self.compiled.pattern, self.keywords_b))
 
     def check_validator(self, secret: str) -> bool:
         """True when the rule has no validator or the secret passes it."""
         return self.validator is None or _VALIDATORS[self.validator](secret)
+
+
+def _anchors(regex: bytes, keywords: tuple[bytes, ...]) -> frozenset[bytes]:
+    # The regex's own literal prefixes when each of them holds a keyword: ``hf_A`` .. ``hf_z`` are sharper
+    # than the keyword ``hf_`` alone (not followed by a space, a quote, a digit...). Otherwise the keywords:
+    # ``T3BlbkFJ`` inside an OpenAI key is rarer than any ``sk-`` prefix (``task-runner`` holds ``sk-r``).
+    prefixes = match_prefixes(regex)
+    if prefixes and all(any(k in p for k in keywords) for p in prefixes):
+        return prefixes
+    return frozenset(keywords) if keywords else prefixes
 
 
 def _literal_prefix(regex: str) -> str:

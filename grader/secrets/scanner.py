@@ -56,9 +56,17 @@ class Scanner:
         # Findings of each working-tree file scanned whole, by git blob id: the history pass takes these
         # instead of unpacking and scanning the same content again.
         self.tree_blobs: dict[str, list[SecretFinding]] = {}
-        # Every case-sensitive keyword and the encoded-body markers, found in one pass over each file.
-        literals = {k for rule in self.rules if not rule.ignore_case for k in rule.keywords_b}
-        self._find_literals = literal_finder(tuple(sorted(literals | set(MARKERS))))
+        # A rule's regex runs only on data holding one of its gate literals. With the one-pass search these
+        # are its anchors (hundreds of literals cost no more than a few); without it, its keywords.
+        fast = ahocorasick_rs is not None
+        self._gates = [frozenset(r.anchors if fast else r.keywords_b) for r in self.rules]
+        gated = list(zip(self.rules, self._gates, strict=True))
+        exact = {literal for rule, gate in gated if not rule.ignore_case for literal in gate}
+        folded = {literal for rule, gate in gated if rule.ignore_case for literal in gate}
+        # Case-sensitive literals and the encoded-body markers in one pass over the data; the ignore_case
+        # rules' literals in one pass over its lowercased copy, made only when such a rule exists.
+        self._find_literals = literal_finder(tuple(sorted(exact | set(MARKERS))))
+        self._find_folded = literal_finder(tuple(sorted(folded)))
 
     def scan_text(self, text: str, *, source: str, kind: str = "output") -> list[SecretFinding]:
         """Findings in arbitrary text (e.g. a command's output), located as ``source:line``."""
@@ -115,15 +123,11 @@ class Scanner:
     def _hits(self, data: bytes, present: Collection[bytes]) -> list[_Hit]:
         specific: list[_Hit] = []
         generic: list[_Hit] = []
-        text = _Haystack(data)
-        for rule in self.rules:
-            hay = text.lower() if rule.ignore_case else data
-            if rule.keywords_b and not (
-                any(text.has_lower(k) for k in rule.keywords_b)
-                if rule.ignore_case
-                else any(k in present for k in rule.keywords_b)
-            ):
+        text = _Haystack(data, self._find_folded)
+        for rule, gate in zip(self.rules, self._gates, strict=True):
+            if gate and gate.isdisjoint(text.folded() if rule.ignore_case else present):
                 continue
+            hay = text.lower() if rule.ignore_case else data
             # Offsets in the lowercased copy equal offsets in data (ASCII-only lowering), so the secret
             # itself is always read from the original bytes.
             for match in rule.compiled.finditer(hay):
@@ -160,7 +164,8 @@ def literal_finder(literals: tuple[bytes, ...]) -> Callable[[bytes], frozenset[b
 def _automaton(literals: tuple[bytes, ...]) -> ahocorasick_rs.BytesAhoCorasick:
     # Standard semantics with overlapping matches: a literal that starts inside another one's match
     # (``ghp_live_``) is still reported. Leftmost semantics would skip it.
-    return ahocorasick_rs.BytesAhoCorasick(list(literals))
+    # The DFA: 3-4x faster than the default NFA on a thousand-odd literals, ~1 MB.
+    return ahocorasick_rs.BytesAhoCorasick(list(literals), implementation=ahocorasick_rs.Implementation.DFA)
 
 
 def _find_together(
@@ -183,19 +188,19 @@ def _find_each(literals: tuple[bytes, ...], data: bytes) -> frozenset[bytes]:
 
 
 class _Haystack:
-    """One file's bytes with memoized case-insensitive keyword lookups: each distinct keyword is searched
-    once per file however many rules share it; the lowercased copy is made only when a rule ignores case."""
+    """One file's bytes, with its lowercased copy and the ignore_case literals in it, each made at most
+    once and only when a rule ignores case."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, find_folded: Callable[[bytes], frozenset[bytes]]) -> None:
         self.data = data
+        self._find_folded = find_folded
         self._lower: bytes | None = None
-        self._seen: dict[bytes, bool] = {}
+        self._folded: frozenset[bytes] | None = None
 
-    def has_lower(self, keyword: bytes) -> bool:
-        found = self._seen.get(keyword)
-        if found is None:
-            found = self._seen[keyword] = keyword in self.lower()
-        return found
+    def folded(self) -> frozenset[bytes]:
+        if self._folded is None:
+            self._folded = self._find_folded(self.lower())
+        return self._folded
 
     def lower(self) -> bytes:
         if self._lower is None:
