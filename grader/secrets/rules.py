@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 import zlib
@@ -90,6 +91,7 @@ class Rule:
         return self.validator is None or _VALIDATORS[self.validator](secret)
 
 
+@functools.lru_cache(maxsize=256)  # every Scanner loads the rules again
 def _anchors(regex: bytes, keywords: tuple[bytes, ...]) -> frozenset[bytes]:
     # The regex's own literal prefixes when each of them holds a keyword: ``hf_A`` .. ``hf_z`` are sharper
     # than the keyword ``hf_`` alone (not followed by a space, a quote, a digit...). Otherwise the keywords:
