@@ -33,7 +33,8 @@ else:  # pragma: no cover - exercised on 3.10 only
 __all__ = ["Env", "default_cache_root", "ensure_env", "read_requirements"]
 
 # Bump when the venv layout or the grader's own additions change, so old cached venvs are not reused.
-ENV_FORMAT = "1"
+# 2: the venv holds compiled bytecode (the sandbox user cannot write it, so every run compiled everything).
+ENV_FORMAT = "2"
 GRADER_REQUIREMENTS = ("pytest", "pytest-socket")
 _MARKER = ".grader-env-complete"
 _EXTRA_GROUPS = ("test", "tests", "testing", "dev")
@@ -281,14 +282,18 @@ def _build(target: Path, requirements: list[str], cache_root: Path, timeout: flo
             if result.returncode != 0:
                 raise _failure("venv", tool, result, requirements, cache_root)
         python = target / "bin" / "python"
+        # Bytecode is compiled here, once: the sandbox user cannot write the venv, so without it every run
+        # would compile pytest and the dependencies again (pip compiles by default; uv only when asked).
         if tool == "uv":
-            argv = [uv, "pip", "install", "--quiet", "--python", str(python), "-r", str(req_file)]
+            argv = [uv, "pip", "install", "--quiet", "--compile-bytecode", "--python", str(python)]
+            argv += ["-r", str(req_file)]
         else:
             argv = [str(python), "-m", "pip", "install", "--quiet", "-r", str(req_file)]
         result = step(argv)
         if result.returncode != 0:
             raise _failure("install", tool, result, requirements, cache_root)
-        audit.install_into(target)
+        # The hook is imported at every start-up; a failed compile only costs speed.
+        step([str(python), "-m", "compileall", "-q", *map(str, audit.install_into(target))])
         (target / _MARKER).write_text(json.dumps({"requirements": requirements, "tool": tool}) + "\n")
         return tool
     finally:

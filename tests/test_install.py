@@ -69,6 +69,33 @@ def test_cached_venv_is_not_writable_by_submission_code(area):
     assert "evil" not in (env.bin / "pytest").read_text()
 
 
+def test_sandboxed_runs_load_compiled_bytecode_from_the_cached_venv(area):
+    # The sandbox user cannot write the venv: without bytecode compiled at install, every run of the
+    # submission's code would compile pytest, the dependencies and the audit hook again.
+    from grader import sandbox
+
+    repo = area / "repo"
+    _pyproject(repo, ["iniconfig"])
+    env = install.ensure_env(repo, cache_root=area / "cache", timeout=300)
+    res = sandbox.run(
+        ["python", "-v", "-c", "import iniconfig, pytest, _grader_pytest"],
+        cwd=repo,
+        home=area / "home",
+        timeout=60,
+        venv=env.venv,
+        audit_log=area / "logs" / "audit.jsonl",
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    venv_lines = [line for line in res.stderr.splitlines() if str(env.venv) in line]
+    # `python -v`: "# <pyc> matches <source>" when the bytecode is used, "# code object from <source>.py"
+    # when the source had to be compiled.
+    compiled = [x for x in venv_lines if x.startswith("# code object from ") and x.endswith(".py")]
+    assert compiled == []
+    used = {line.rsplit(" matches ", 1)[1] for line in venv_lines if " matches " in line}
+    for module in ("iniconfig/__init__.py", "pytest/__init__.py", "_grader_audit.py", "_grader_pytest.py"):
+        assert any(path.endswith(f"site-packages/{module}") for path in used), module
+
+
 def test_missing_dependency_is_not_assessable_with_a_clear_reason(area):
     repo = area / "repo"
     _pyproject(repo, ["cassette-grader-no-such-package-4f2a9"])

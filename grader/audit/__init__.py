@@ -68,12 +68,18 @@ def _site_packages(venv: Path) -> list[Path]:
     return found
 
 
-def install_into(venv: Path) -> None:
-    """Drop the audit hook, its .pth loader and the pytest plugin into ``venv``'s site-packages."""
+def install_into(venv: Path) -> list[Path]:
+    """Drop the audit hook, its .pth loader and the pytest plugin into ``venv``'s site-packages.
+
+    Returns the modules written (to compile with the venv's interpreter).
+    """
+    written: list[Path] = []
     for site in _site_packages(Path(venv)):
         for name in _MODULES:
             shutil.copyfile(_HERE / name, site / name)
+            written.append(site / name)
         (site / _PTH).write_text("import _grader_audit\n", encoding="utf-8")
+    return written
 
 
 def _records(path: Path | None) -> Iterator[dict]:
