@@ -254,13 +254,19 @@ def run_checks(
 def _start_background(ctx: Context, check_ids: list[str]) -> None:
     """Start, before the first check, the probes a listed check takes from the background.
 
-    The canary record probe (a run of the record command of its own) overlaps the replay suite and the
-    middle checks; `secrets` waits for it, then scans every output, the probe's included.
+    The canary record probe (a run of the record command of its own) and loud-miss's two probes (the suite
+    rerun with the tapes withheld, the triage command on an unseen message) overlap the replay suite and
+    the middle checks, each in a scratch copy made here, before anything runs in the checkout. `secrets`
+    waits for the canary, then scans every output, the probe's included; `loud-miss` waits for its two.
     """
     if "secrets" in check_ids:
         from grader.checks.canary import start_canary
 
         start_canary(ctx)
+    if "loud-miss" in check_ids:
+        from grader.checks.loud_miss import start_loud_miss
+
+        start_loud_miss(ctx)
 
 
 def _run_one(check: Check | None, check_id: str, ctx: Context) -> CheckResult:

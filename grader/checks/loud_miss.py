@@ -6,6 +6,7 @@ import ast
 import re
 import secrets as _random
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,10 +16,14 @@ from grader.checks import CheckResult, Finding, register
 
 if TYPE_CHECKING:
     from grader.audit import AuditLog
-    from grader.context import Context
+    from grader.context import Context, ReplayRun
     from grader.sandbox import RunResult
 
-__all__ = ["loud_miss", "scan_fallbacks"]
+__all__ = ["loud_miss", "scan_fallbacks", "start_loud_miss"]
+
+# Names of the two probes when `start_loud_miss` runs them in the background (Context.start_probe).
+_RERUN = "loud-miss withheld-tapes"
+_UNSEEN = "loud-miss unseen-message"
 
 # A failure or a stderr line "names the missing tape" when it says one of these: the kit's CassetteMiss,
 # vcrpy's CannotOverwriteExistingCassetteException, or any wording about a cassette/tape that is missing.
@@ -180,20 +185,56 @@ def _withhold_tapes(copy: Path, cassette_dir: Path) -> int:
     return removed
 
 
-def _start_unseen(
-    ctx: Context, command: list[str], cassette_dir: Path, background: bool
-) -> Future[tuple[RunResult, AuditLog]]:
-    """The triage command on a message no tape holds, in its own tapes-withheld copy; in the background
-    (``--jobs`` above 1) it runs while the withheld-tape suite does, else it runs now."""
+def _prepare_unseen(
+    ctx: Context, command: list[str], cassette_dir: Path
+) -> Callable[[], tuple[RunResult, AuditLog]]:
+    """The triage command on a message no tape holds, ready to run in its own tapes-withheld copy."""
     copy = ctx.scratch_copy("unseen-message")
     _withhold_tapes(copy, cassette_dir)
     message = f"Unseen grader probe {_random.token_hex(4)}: my parcel never arrived"
     env = {"CASSETTE_MODE": "replay", "CASSETTE_MISS_LOG": str(ctx.log_path("unseen", ".misses.jsonl"))}
+    return lambda: ctx.run([*command, message], cwd=copy, env=env, label="unseen-message")
+
+
+def _prepare_rerun(ctx: Context, cassette_dir: Path) -> tuple[int, Callable[[], ReplayRun]]:
+    """(tapes withheld, the suite rerun in a copy without them), ready to run."""
+    copy = ctx.scratch_copy("withheld-tapes")
+    withheld = _withhold_tapes(copy, cassette_dir)
+    return withheld, lambda: ctx.run_suite(copy, label="withheld-tapes")
+
+
+def start_loud_miss(ctx: Context) -> None:
+    """Start both probes in the background before the first check (``--jobs`` above 1), like the canary.
+
+    Their tapes-withheld copies are made here, before anything runs in the checkout; the rerun and the
+    unseen-message run then overlap the replay suite and the other checks. The check takes their results.
+    """
+    start = getattr(ctx, "start_probe", None)
+    cassette_dir = ctx.manifest.cassette_dir
+    if start is None or cassette_dir is None or ctx.env is None:
+        return
+    command = ctx.manifest.triage_command
+    try:
+        withheld, rerun = _prepare_rerun(ctx, cassette_dir)
+        unseen = _prepare_unseen(ctx, command, cassette_dir) if command else None
+    except Exception:  # e.g. no room for a copy: the check makes its own and says why
+        return
+    start(_RERUN, lambda: (withheld, rerun()))
+    if unseen is not None:
+        start(_UNSEEN, unseen)
+
+
+def _start_unseen(
+    ctx: Context, command: list[str], cassette_dir: Path, background: bool
+) -> Future[tuple[RunResult, AuditLog]]:
+    """The unseen-message probe; in the background (``--jobs`` above 1) it runs while the withheld-tape
+    suite does, else it runs now."""
+    probe = _prepare_unseen(ctx, command, cassette_dir)
     future: Future[tuple[RunResult, AuditLog]] = Future()
 
     def work() -> None:
         try:
-            future.set_result(ctx.run([*command, message], cwd=copy, env=env, label="unseen-message"))
+            future.set_result(probe())
         except BaseException as exc:  # re-raised in the check, as if it had run there
             future.set_exception(exc)
 
@@ -202,6 +243,26 @@ def _start_unseen(
     else:
         work()
     return future
+
+
+def _probes(
+    ctx: Context, command: list[str] | None, cassette_dir: Path, facts: dict[str, object]
+) -> tuple[ReplayRun, tuple[RunResult, AuditLog] | None]:
+    """The withheld-tape rerun and the unseen-message run (None without a triage_command): the ones
+    `start_loud_miss` started (waits for them), else both run now."""
+    started = getattr(ctx, "probe_result", lambda name: None)(_RERUN)
+    if started is not None:
+        facts["withheld"], rerun = started  # type: ignore[misc]
+        return rerun, ctx.probe_result(_UNSEEN) if command else None  # type: ignore[return-value]
+    withheld, run_rerun = _prepare_rerun(ctx, cassette_dir)
+    facts["withheld"] = withheld
+    unseen = _start_unseen(ctx, command, cassette_dir, getattr(ctx, "jobs", 1) > 1) if command else None
+    try:
+        rerun = run_rerun()
+    finally:
+        if unseen is not None:
+            unseen.exception()  # the unseen run never outlives the check, whatever the rerun did
+    return rerun, unseen.result() if unseen is not None else None
 
 
 @register("loud-miss")
@@ -242,15 +303,8 @@ def loud_miss(ctx: Context) -> CheckResult:
         facts["summary"] = "no cassette folder found: nothing to withhold, a miss cannot be provoked"
         return CheckResult(facts, findings, details)
 
-    copy = ctx.scratch_copy("withheld-tapes")
-    facts["withheld"] = _withhold_tapes(copy, cassette_dir)
     command = ctx.manifest.triage_command
-    unseen = _start_unseen(ctx, command, cassette_dir, getattr(ctx, "jobs", 1) > 1) if command else None
-    try:
-        rerun = ctx.run_suite(copy, label="withheld-tapes")
-    finally:
-        if unseen is not None:
-            unseen.exception()  # the unseen run never outlives the check, whatever the rerun did
+    rerun, unseen_run = _probes(ctx, command, cassette_dir, facts)
     res = rerun.results
     failed = (res.failed + res.errors) if res else 0
     facts["withheld_failed"] = failed
@@ -271,8 +325,8 @@ def loud_miss(ctx: Context) -> CheckResult:
     named = bool(rerun.misses) or bool(_NAMES_TAPE.search(failure_text))
 
     unseen_ok = True
-    if unseen is not None:
-        run, audit = unseen.result()
+    if unseen_run is not None:
+        run, audit = unseen_run
         facts["unseen_exit"] = run.returncode if run.returncode is not None else -1
         attempts.extend((e.where, e.target) for e in audit.network_attempts)
         unseen_ok = run.returncode == 2 and not audit.network_attempts

@@ -1,0 +1,61 @@
+"""The loud-miss probes at `--jobs 2` (started before the first check, beside the replay suite) judge a
+submission exactly as at `--jobs 1` (run inside the check, one after another)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grader.grading import grade
+from grader.rubric import load_rubric
+from grader.selftest import load_corpus
+from grader.selftest.runner import build_case
+
+pytestmark = pytest.mark.slow
+
+
+def _case(case_id: str, dest: Path) -> tuple[str, dict[str, str]]:
+    (case,) = [c for c in load_corpus() if c.id == case_id]
+    return build_case(case, dest)
+
+
+def _loud_miss(report: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+    row = next(r for r in report["rows"] if r["id"] == "loud-miss")
+    findings = [f for f in report["findings"] if f["check"] == "loud-miss"]
+    return report["facts"]["loud-miss"], findings, row
+
+
+def test_a_silent_fallback_is_judged_the_same_at_both_jobs(tmp_path: Path, grade_cache: Path) -> None:
+    target, planted = _case("silent-fallback", tmp_path)
+    reports = {
+        jobs: grade(target, rubric=load_rubric(), timeout=120, cache_root=grade_cache, jobs=jobs)
+        for jobs in (2, 1)
+    }
+    (facts, findings, row), again = (_loud_miss(reports[2]), _loud_miss(reports[1]))
+    # The made-up answer hides the miss: an unseen message gets an answer instead of exit 2.
+    assert facts["loud"] is False and facts["withheld"] > 0
+    assert facts["unseen_exit"] == 0
+    assert facts["silent_fallbacks"] == 1
+    assert [f["location"] for f in findings] == [f"{planted['file']}:{planted['line']}"]
+    assert row["score"] <= 1
+    assert (facts, findings, row["score"], row["evidence"]) == (
+        again[0],
+        again[1],
+        again[2]["score"],
+        again[2]["evidence"],
+    )
+
+
+def test_the_sample_fails_loudly_at_both_jobs(tmp_path: Path, grade_cache: Path) -> None:
+    target, _ = _case("clean-copy", tmp_path)
+    reports = {
+        jobs: grade(target, rubric=load_rubric(), timeout=120, cache_root=grade_cache, jobs=jobs)
+        for jobs in (2, 1)
+    }
+    (facts, findings, row), again = (_loud_miss(reports[2]), _loud_miss(reports[1]))
+    assert facts["loud"] is True and facts["named_miss"] is True and facts["unseen_exit"] == 2
+    assert facts["withheld_failed"] == facts["withheld"] > 0 and facts["network_attempts"] == 0
+    assert findings == [] and row["score"] == 3
+    assert (facts, row["evidence"]) == (again[0], again[2]["evidence"])
