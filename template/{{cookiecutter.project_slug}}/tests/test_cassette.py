@@ -131,7 +131,7 @@ def test_transport_drops_cache_hints_however_the_json_spells_them(tmp_path: Path
     with httpx.Client(transport=transport) as client:
         for request in ({"json": BODY}, {"json": hinted}, {"content": escaped.encode()}):
             client.post(URL, **request).raise_for_status()
-    assert [tape.stem for tape in _tapes(tmp_path)] == [key_for(BODY)]
+    assert [tape.stem for tape in _tapes(tmp_path)] == [key_for(BODY, path="/v1/chat/completions")]
 
 
 def test_replay_miss_is_loud_logged_and_never_forwards(tmp_path: Path) -> None:
