@@ -258,7 +258,18 @@ def _check_output(path: Path) -> Path:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file in the same folder + rename, so a reader never sees half a report."""
+    """Write via a temp file in the same folder + rename, so a reader never sees half a report.
+
+    Only a regular file is replaced: ``/dev/null``, a FIFO or a terminal is written to as it is (renaming
+    over a device as root would put a plain file in its place), and a symlink keeps pointing where it did.
+    """
+    if path.exists() and not path.is_file():
+        if path.is_dir():
+            _check_output(path)
+        with path.open("w", encoding="utf-8") as handle:
+            handle.write(text)
+        return
+    path = path.resolve() if path.is_symlink() else path
     folder = _check_output(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     try:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -120,6 +123,21 @@ def test_fail_under_exit_codes_and_atomic_output(
     for step in ("acquire", "install", "replay"):
         assert any(line.startswith(f"[{step}] ") and "s " in line for line in done.stderr.splitlines()), step
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".report.json")] == []
+
+    # A FIFO (like /dev/null: not a regular file) is written to, never replaced; a symlink keeps its target.
+    fifo, link = tmp_path / "report.fifo", tmp_path / "latest.json"
+    os.mkfifo(fifo)
+    link.symlink_to(out)
+    read: list[str] = []
+    reader = threading.Thread(target=lambda: read.append(fifo.read_text(encoding="utf-8")), daemon=True)
+    reader.start()
+    assert grade_cli(["--output", str(fifo), *common], cwd=tmp_path).returncode == 0
+    reader.join(timeout=30)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert json.loads(read[0])["schema"] == "grade-report/1"
+    out.unlink()
+    assert grade_cli(["--output", str(link), *common], cwd=tmp_path).returncode == 0
+    assert link.is_symlink() and json.loads(out.read_text(encoding="utf-8"))["schema"] == "grade-report/1"
 
     # Placeholder rows are manual and count toward neither side, but make-targets scores 0 here.
     assert report["total"]["percent"] < 100
