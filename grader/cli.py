@@ -81,8 +81,8 @@ def _grade_parser() -> Parser:
         "-j",
         type=positive(int, "--jobs"),
         default=2,
-        help="checks run at once after the replay suite (2: the canary and loud-miss probes overlap the "
-        "other checks; 1 runs everything one after another)",
+        help="checks run at once after the replay suite (2: the canary and loud-miss probes start with the "
+        "replay suite and overlap it and the other checks; 1 runs everything one after another)",
     )
     parser.add_argument("--cache-dir", type=Path, help="where installed environments are cached")
     parser.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors on stderr")
