@@ -11,9 +11,9 @@ import hashlib
 import re
 import zlib
 
-from grader.secrets.rules import base62
+from grader.secrets.rules import Rule, base62
 
-__all__ = ["ALPHABETS", "expand"]
+__all__ = ["ALPHABETS", "expand", "true_sample_matches"]
 
 ALPHABETS = {
     "alnum": "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz",
@@ -66,3 +66,13 @@ def expand(template: str, seed: str) -> str:
         return last
 
     return _SLOT.sub(fill, template)
+
+
+def true_sample_matches(rule: Rule) -> list[bytes]:
+    """Every match of ``rule``'s regex in its expanded true samples (lowercased for ``ignore_case``), for
+    checks that a rule's gate literals can never hide one of its keys."""
+    matches = []
+    for i, template in enumerate(rule.true_samples):
+        data = expand(template, f"{rule.id}:true:{i}").encode()
+        matches += [m.group(0) for m in rule.compiled.finditer(data.lower() if rule.ignore_case else data)]
+    return matches
