@@ -105,3 +105,41 @@ def test_a_source_file_changed_during_the_run_is_reported_as_it_is_now(tmp_path:
     assert "2 failed" in plain
     assert 'f"no tape for {message}"' in plain  # the second failure shows the whole new statement
     assert guarded.replace("guarded", "plain") == plain
+
+
+# Frames without a file (exec'd source: pytest's own fallbacks), a lambda, and two functions of one module
+# at different lines: each report must show the right lines although the module's source is built once.
+MIXED_TESTS = """
+import pytest
+
+import lib
+
+GENERATED = compile("def generated(message):\\n    raise KeyError(message)\\n", "<generated>", "exec")
+namespace = {}
+exec(GENERATED, namespace)
+
+late = lambda message: lib.call(message)
+
+
+@pytest.mark.parametrize("n", range(3))
+def test_through_the_module(n):
+    assert late(n)
+
+
+def test_through_generated_code():
+    namespace["generated"]("no file for this frame")
+
+
+def test_the_module_directly():
+    lib._send("direct")
+"""
+
+
+def test_reports_through_shared_and_fileless_sources_are_the_same_with_the_guard(tmp_path: Path) -> None:
+    guard = tamper.write_guard(tmp_path / "guard").parent
+    plain = _pytest(_suite(tmp_path / "plain", MIXED_TESTS), None)
+    guarded = _pytest(_suite(tmp_path / "guarded", MIXED_TESTS), guard)
+    assert "5 failed" in plain
+    assert "KeyError: 'no file for this frame'" in plain
+    assert plain.count("E       LookupError: no tape for") == 4
+    assert guarded.replace("guarded", "plain") == plain

@@ -1,6 +1,7 @@
 """The grader guard (-p _grader_guard): raw vs reported outcomes, via an inherited fd.
 
-It also makes failure reports cheaper without changing a byte of them (``_share_source_trees``).
+It also makes failure reports cheaper without changing a byte of them (``_share_source_trees``,
+``_share_full_sources``).
 """
 
 import json
@@ -206,6 +207,46 @@ def _share_source_trees():
 
 
 _share_source_trees()
+
+
+def _share_full_sources():
+    """Build pytest's whole-file ``Source`` of a module once per version of its lines, not once per frame.
+
+    Every traceback entry of a failure report asks for the full source of its file (``Code.fullsource``),
+    and pytest builds it anew each time: a right-stripped copy of every line of the module (~2,000 lines of
+    httpx's client, for each failing test that passes through it). ``inspect.findsource`` hands back
+    linecache's list of the file's lines, the same list object until the file changes on disk; the Source
+    pytest made from that very list is reused, with the line number of the object asked about. A pytest
+    whose ``findsource`` is not built that way (no ``raw_lines`` holding linecache's list) is left as it is.
+    """
+    try:
+        import inspect
+
+        from _pytest._code import code, source
+    except Exception:
+        return
+    original = getattr(code, "findsource", None)
+    if original is None or original is not getattr(source, "findsource", None):
+        return
+    built = {}  # id(linecache's list) -> (that list, the Source pytest built from it)
+
+    def findsource(obj):
+        try:
+            lines, lineno = inspect.findsource(obj)
+        except Exception:
+            return original(obj)  # pytest's own fallbacks
+        hit = built.get(id(lines))
+        if hit is not None and hit[0] is lines:
+            return hit[1], lineno
+        full, own_lineno = original(obj)
+        if full is not None and own_lineno == lineno and getattr(full, "raw_lines", None) is lines:
+            built[id(lines)] = (lines, full)  # holding the list keeps its id from being reused
+        return full, own_lineno
+
+    code.findsource = findsource
+
+
+_share_full_sources()
 
 
 def pytest_sessionstart(session):
