@@ -218,6 +218,27 @@ def _commit_snapshot(repo: Path, root: Path) -> None:
     _harden(repo, home)
 
 
+def _drop_bytecode(repo: Path) -> None:
+    """Delete committed Python bytecode from the checkout before anything runs.
+
+    Python loads a module's ``__pycache__`` entry instead of its source when the entry says it is current,
+    and an *unchecked* hash-based .pyc (PEP 552) always says so; a lone ``x.pyc`` imports with no ``x.py``
+    at all. Either way the code that ran would not be the code the checks read and the reviewer sees. The
+    history scan still reads the committed blobs.
+    """
+    for dirpath, dirnames, filenames in os.walk(repo, followlinks=False):
+        if Path(dirpath) == repo:
+            dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in dirnames:
+            path = os.path.join(dirpath, name)
+            if name == "__pycache__":  # a link too: it could point the lookup at bytecode planted elsewhere
+                os.unlink(path) if os.path.islink(path) else shutil.rmtree(path)
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        for name in filenames:
+            if name.endswith((".pyc", ".pyo")):
+                os.unlink(os.path.join(dirpath, name))
+
+
 def _copy_tree(src: Path, dest: Path) -> None:
     """Copy without following links: symlinks stay symlinks, special files are skipped."""
     files = total = 0
@@ -403,4 +424,5 @@ def _acquire(target: str, root: Path) -> Workspace:
     head = _git(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], cwd=repo, home=root / ".git-home")
     if head.returncode != 0:
         raise BadInput(f"{source}: the repository has no commits")
+    _drop_bytecode(repo)
     return Workspace(root=root, repo=repo, commit=head.stdout.strip(), source=source)

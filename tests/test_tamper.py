@@ -16,6 +16,7 @@ import pytest
 from grader import tamper
 from tests.adversarial import CASES, build
 from tests.adversarial.builders import SAMPLE
+from tests.helpers.git import GIT_ENV
 
 FORGING_CONFTEST = """
 import pytest
@@ -282,3 +283,48 @@ def test_guard_ignores_an_inner_in_process_pytest(tmp_path: Path) -> None:
     )
     assert log.outcomes == {"test_outer.py::test_outer": "passed"}, log.outcomes
     assert log.exitstatus == 0
+
+
+def test_committed_bytecode_never_runs_in_place_of_the_source(
+    make_submission, grade_cache: Path, tmp_path: Path
+) -> None:
+    # An unchecked hash-based .pyc (PEP 552) is loaded whatever the source says; a lone .pyc imports with
+    # no source at all. Committed, either would run code that no check and no reviewer ever reads.
+    import py_compile
+
+    from grader.grading import grade
+    from grader.rubric import load_rubric
+
+    repo = make_submission(
+        {
+            "pkg/__init__.py": "",
+            "pkg/answer.py": "VALUE = 1\n",
+            "tests/test_answer.py": """
+                from pkg import answer
+
+
+                def test_the_source_runs():
+                    assert answer.VALUE == 1
+
+
+                def test_no_sourceless_module_imports():
+                    import importlib.util
+
+                    assert importlib.util.find_spec("pkg.ghost") is None
+                """,
+        }
+    )
+    forged = tmp_path / "forged.py"
+    forged.write_text("VALUE = 2\n", encoding="utf-8")
+    unchecked = py_compile.PycInvalidationMode.UNCHECKED_HASH
+    tag = sys.implementation.cache_tag
+    cached = repo / f"pkg/__pycache__/answer.{tag}.pyc"
+    py_compile.compile(str(forged), str(cached), invalidation_mode=unchecked)
+    py_compile.compile(str(forged), str(repo / "pkg/ghost.pyc"))
+    env = {**os.environ, **GIT_ENV, "HOME": str(tmp_path)}
+    for argv in (["git", "add", "-f", "-A"], ["git", "commit", "-qm", "bytecode"]):
+        subprocess.run(argv, cwd=repo, env=env, check=True, capture_output=True)
+
+    report = grade(str(repo), rubric=load_rubric(), timeout=120, cache_root=grade_cache, jobs=1)
+    replay = report["facts"]["replay"]
+    assert (replay["passed"], replay["failed"]) == (2, 0), replay
