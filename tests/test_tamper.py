@@ -105,11 +105,24 @@ def test_exit_status_and_internals_patching_are_flagged(tmp_path: Path) -> None:
 
                 TestReport.outcome = property(lambda self: "passed")
                 """,
+            # Python folds identifiers by NFKC: a fullwidth letter still names TestReport.
+            "pkg/wide.py": """
+                from elsewhere import \uff34estReport
+
+                \uff34estReport.outcome = "passed"
+                """,
+            "pkg/aliased.py": """
+                from pytest import CallInfo as C
+
+                C.excinfo = None
+                """,
         },
     )
     kinds = _kinds(tamper.scan(tmp_path))
     assert ("pytest_sessionfinish", "conftest.py:2") in kinds
     assert ("monkeypatch", "pkg/__init__.py:3") in kinds
+    assert ("monkeypatch", "pkg/wide.py:3") in kinds
+    assert ("monkeypatch", "pkg/aliased.py:3") in kinds
 
 
 def test_plugins_named_by_config_or_conftest_are_scanned(tmp_path: Path) -> None:
