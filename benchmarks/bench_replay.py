@@ -277,7 +277,7 @@ def run(quick: bool = False, runs: int = 5) -> Section:
         for round_ in range(runs):
             for n in sizes:
                 folder, yaml_path = build[n]
-                # 1,000 calls at every N (each key N/1,000 times below N=1,000): a mean over 100 calls is
+                # 1,000 calls at every N (each key 1,000/N times below N=1,000): a mean over 100 calls is
                 # too short a measurement to compare with the floor on a shared machine.
                 sample = payloads[:n] * max(1, 1000 // n)
                 sample = rng.sample(sample, min(len(sample), 1000))

@@ -231,8 +231,12 @@ def _drop_bytecode(repo: Path) -> None:
             dirnames[:] = [d for d in dirnames if d != ".git"]
         for name in dirnames:
             path = os.path.join(dirpath, name)
-            if name == "__pycache__":  # a link too: it could point the lookup at bytecode planted elsewhere
-                os.unlink(path) if os.path.islink(path) else shutil.rmtree(path)
+            if name != "__pycache__":
+                continue
+            if os.path.islink(path):  # a link too: it could point the lookup at bytecode planted elsewhere
+                os.unlink(path)
+            else:
+                shutil.rmtree(path)
         dirnames[:] = [d for d in dirnames if d != "__pycache__"]
         for name in filenames:
             if name.endswith((".pyc", ".pyo")):

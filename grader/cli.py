@@ -263,14 +263,12 @@ def _write_atomic(path: Path, text: str) -> None:
     Only a regular file is replaced: ``/dev/null``, a FIFO or a terminal is written to as it is (renaming
     over a device as root would put a plain file in its place), and a symlink keeps pointing where it did.
     """
+    path = path.resolve() if path.is_symlink() else path
+    folder = _check_output(path)
     if path.exists() and not path.is_file():
-        if path.is_dir():
-            _check_output(path)
         with path.open("w", encoding="utf-8") as handle:
             handle.write(text)
         return
-    path = path.resolve() if path.is_symlink() else path
-    folder = _check_output(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
