@@ -184,6 +184,7 @@ def _base_python() -> Path:
 def _cache_key(requirements: list[str], python: Path) -> str:
     payload = {
         "format": ENV_FORMAT,
+        "grader_modules": audit.installed_digest(),
         "requirements": requirements,
         "python": list(sys.version_info[:3]) if python == Path(sys.executable) else str(python),
         "implementation": sys.implementation.name,

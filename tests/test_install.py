@@ -159,3 +159,20 @@ def test_reads_test_extras_and_dependency_groups(tmp_path):
 def test_default_cache_root_follows_xdg(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert install.default_cache_root() == tmp_path / "cassette-grader"
+
+
+def test_changing_the_grader_modules_a_venv_holds_changes_its_cache_key(monkeypatch, tmp_path):
+    # A cached venv holds copies of the audit hook and the result-log plugin: a grader whose copies changed
+    # must build its own venv rather than run submissions against an older grader's modules.
+    from grader import audit
+
+    python = Path("/usr/bin/python3")
+    before = install._cache_key(["httpx"], python)
+    assert install._cache_key(["httpx"], python) == before
+    for name in audit._MODULES:
+        (tmp_path / name).write_bytes((audit._HERE / name).read_bytes())
+    monkeypatch.setattr(audit, "_HERE", tmp_path)
+    assert install._cache_key(["httpx"], python) == before
+    with (tmp_path / "_grader_pytest.py").open("a") as handle:
+        handle.write("# changed\n")
+    assert install._cache_key(["httpx"], python) != before

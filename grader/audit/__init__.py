@@ -11,13 +11,22 @@ file descriptor, which is what makes forged results evident (docs/security.md).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["AuditLog", "Event", "Results", "install_into", "read_audit_log", "read_result_log"]
+__all__ = [
+    "AuditLog",
+    "Event",
+    "Results",
+    "install_into",
+    "installed_digest",
+    "read_audit_log",
+    "read_result_log",
+]
 
 _HERE = Path(__file__).parent
 _MODULES = ("_grader_audit.py", "_grader_pytest.py")
@@ -66,6 +75,15 @@ def _site_packages(venv: Path) -> list[Path]:
     if not found:
         raise FileNotFoundError(f"no site-packages folder in {venv}")
     return found
+
+
+def installed_digest() -> str:
+    """A digest of what ``install_into`` writes: part of a cached venv's key, so a grader whose hook or plugin
+    changed never runs a submission against the copies an older grader left in the cache."""
+    digest = hashlib.sha256()
+    for name in _MODULES:
+        digest.update(name.encode() + b"\0" + (_HERE / name).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 def install_into(venv: Path) -> list[Path]:
