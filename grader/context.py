@@ -99,6 +99,7 @@ class Context:
         self._probes: dict[str, Future[object]] = {}
         # Runs of submission code a check may have going at once (run_checks sets it from --jobs).
         self.jobs = 1
+        self._pristine: Path | None = None  # see keep_pristine
         self._logs = workspace.root / "logs"
         self._logs.mkdir(parents=True, exist_ok=True)
 
@@ -325,8 +326,27 @@ class Context:
             log_mismatch=mismatch,
         )
 
+    def keep_pristine(self) -> bool:
+        """Copy the checkout, as acquired, to a folder no sandboxed run is ever given; call before any run.
+
+        Every `scratch_copy` is then made from this copy: a probe sees the submission as it was submitted,
+        not as an earlier run left the checkout, and copies can be made while runs go on in the checkout.
+        False when the copy could not be made (e.g. no room): copies then come from the checkout.
+        """
+        pristine = self.workspace.root / "pristine"
+        try:
+            shutil.copytree(self.repo, pristine, symlinks=True)
+        except OSError:
+            shutil.rmtree(pristine, ignore_errors=True)
+            return False
+        self._pristine = pristine
+        return True
+
     def scratch_copy(self, name: str) -> Path:
-        """A throwaway copy of the repo (history included) for probes that mutate files."""
+        """A throwaway copy of the repo (history included) for probes that mutate files.
+
+        Made from the copy `keep_pristine` kept, else (nothing kept) from the checkout itself.
+        """
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "scratch"
         base = self.workspace.root / "scratch"
         with self._lock:
@@ -338,7 +358,7 @@ class Context:
             with self._disk(f"copying the repo for {name!r}"):
                 dest.mkdir(parents=True)
         with self._disk(f"copying the repo for {name!r}"):
-            shutil.copytree(self.repo, dest, symlinks=True, dirs_exist_ok=True)
+            shutil.copytree(self._pristine or self.repo, dest, symlinks=True, dirs_exist_ok=True)
         return dest
 
 

@@ -230,9 +230,11 @@ def run_checks(
     head = [c for c in ordered if c in _FIRST]
     tail = [c for c in ordered if c in _LAST]
     middle = [c for c in ordered if c not in head and c not in tail]
+    pristine = ctx.keep_pristine()
     if jobs > 1:  # --jobs 1: every run of submission code one after another, as the checks run
         ctx.jobs = jobs
-        _start_background(ctx, [c for c in ordered if c in checks])
+        if pristine:  # a background probe copies the checkout while the replay suite runs in it
+            _start_background(ctx, [c for c in ordered if c in checks])
         # A check whose probes run in the background mostly waits for them: taken last, it leaves the
         # workers to the checks that still have work to do meanwhile (results keep the rubric's order).
         middle.sort(key=lambda c: c in _BACKGROUND)
@@ -263,8 +265,9 @@ def _start_background(ctx: Context, check_ids: list[str]) -> None:
 
     The canary record probe (a run of the record command of its own) and loud-miss's two probes (the suite
     rerun with the tapes withheld, the triage command on an unseen message) overlap the replay suite and
-    the middle checks, each in a scratch copy made here, before anything runs in the checkout. `secrets`
-    waits for the canary, then scans every output, the probe's included; `loud-miss` waits for its two.
+    the middle checks, each in a scratch copy it makes from the pristine copy of the checkout
+    (`Context.keep_pristine`). `secrets` waits for the canary, then scans every output, the probe's
+    included; `loud-miss` waits for its two.
     """
     if "secrets" in check_ids:
         from grader.checks.canary import start_canary

@@ -190,6 +190,37 @@ def test_make_test_is_the_replay_command_and_demo_runs(make_submission, grade_ca
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_probes_run_on_the_submission_as_submitted_not_on_what_the_suite_left(
+    make_submission, grade_cache: Path, jobs: int
+) -> None:
+    # The replay suite runs in the checkout and may write there; every probe's copy (here the record
+    # target's no-key run, which comes after the suite at any --jobs) is made from the checkout as acquired.
+    repo = make_submission(
+        {
+            "tests/test_writes.py": """
+                from pathlib import Path
+
+
+                def test_leaves_a_file():
+                    Path("leftover.txt").write_text("written by the replay suite")
+                """,
+            "Makefile": "test:\n\tpython -m pytest -q\n\n"
+            "record:\n\t@if [ -e leftover.txt ]; then echo 'leftover.txt from an earlier run'; sleep 30; fi\n"
+            "\t@echo 'set OPENAI_API_KEY to record' >&2; exit 1\n",
+        }
+    )
+
+    report = grade(str(repo), rubric=load_rubric(), timeout=20, cache_root=grade_cache, jobs=jobs)
+
+    assert report["facts"]["make-targets"]["test_passed"] is True
+    assert report["facts"]["make-targets"]["record_refuses_without_key"] is True, report["facts"][
+        "make-targets"
+    ]
+    assert not (repo / "leftover.txt").exists()  # nothing ran in the submitter's own folder
+
+
+@pytest.mark.slow
 def test_counts_come_from_the_grader_not_the_suite_output(make_submission, grade_cache: Path) -> None:
     repo = make_submission(
         {

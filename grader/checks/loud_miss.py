@@ -206,21 +206,32 @@ def _prepare_rerun(ctx: Context, cassette_dir: Path) -> tuple[int, Callable[[], 
 def start_loud_miss(ctx: Context) -> None:
     """Start both probes in the background before the first check (``--jobs`` above 1), like the canary.
 
-    Their tapes-withheld copies are made here, before anything runs in the checkout; the rerun and the
-    unseen-message run then overlap the replay suite and the other checks. The check takes their results.
+    Each makes its tapes-withheld copy from the checkout's pristine copy (`Context.keep_pristine`), then
+    runs alongside the replay suite and the other checks. The check takes their results; a probe that
+    could not make its copy (e.g. no room) returns None and the check runs it itself and says why.
     """
     start = getattr(ctx, "start_probe", None)
     cassette_dir = ctx.manifest.cassette_dir
     if start is None or cassette_dir is None or ctx.env is None:
         return
     command = ctx.manifest.triage_command
-    try:
-        withheld, rerun = _prepare_rerun(ctx, cassette_dir)
-        unseen = _prepare_unseen(ctx, command, cassette_dir) if command else None
-    except Exception:  # e.g. no room for a copy: the check makes its own and says why
-        return
-    start(_RERUN, lambda: (withheld, rerun()))
-    if unseen is not None:
+
+    def rerun() -> tuple[int, ReplayRun] | None:
+        try:
+            withheld, run = _prepare_rerun(ctx, cassette_dir)
+        except Exception:
+            return None
+        return withheld, run()
+
+    def unseen() -> tuple[RunResult, AuditLog] | None:
+        try:
+            run = _prepare_unseen(ctx, command, cassette_dir)
+        except Exception:
+            return None
+        return run()
+
+    start(_RERUN, rerun)
+    if command:
         start(_UNSEEN, unseen)
 
 
@@ -249,20 +260,29 @@ def _probes(
     ctx: Context, command: list[str] | None, cassette_dir: Path, facts: dict[str, object]
 ) -> tuple[ReplayRun, tuple[RunResult, AuditLog] | None]:
     """The withheld-tape rerun and the unseen-message run (None without a triage_command): the ones
-    `start_loud_miss` started (waits for them), else both run now."""
-    started = getattr(ctx, "probe_result", lambda name: None)(_RERUN)
+    `start_loud_miss` started (waits for them), else (never started, or its copy could not be made in the
+    background) each runs now."""
+    result = getattr(ctx, "probe_result", lambda name: None)
+    started = result(_RERUN)
+    background_unseen = result(_UNSEEN) if command else None
     if started is not None:
-        facts["withheld"], rerun = started  # type: ignore[misc]
-        return rerun, ctx.probe_result(_UNSEEN) if command else None  # type: ignore[return-value]
-    withheld, run_rerun = _prepare_rerun(ctx, cassette_dir)
-    facts["withheld"] = withheld
-    unseen = _start_unseen(ctx, command, cassette_dir, getattr(ctx, "jobs", 1) > 1) if command else None
-    try:
-        rerun = run_rerun()
-    finally:
-        if unseen is not None:
-            unseen.exception()  # the unseen run never outlives the check, whatever the rerun did
-    return rerun, unseen.result() if unseen is not None else None
+        facts["withheld"], rerun = started
+    else:
+        withheld, run_rerun = _prepare_rerun(ctx, cassette_dir)
+        facts["withheld"] = withheld
+    unseen = None
+    if command and background_unseen is None:
+        parallel = started is None and getattr(ctx, "jobs", 1) > 1
+        unseen = _start_unseen(ctx, command, cassette_dir, parallel)
+    if started is None:
+        try:
+            rerun = run_rerun()
+        finally:
+            if unseen is not None:
+                unseen.exception()  # the unseen run never outlives the check, whatever the rerun did
+    if unseen is not None:
+        background_unseen = unseen.result()
+    return rerun, background_unseen
 
 
 @register("loud-miss")
