@@ -1,10 +1,11 @@
 """Loopback stand-in model server speaking the OpenAI chat-completions and Anthropic messages wire formats.
 
-It answers every request deterministically from `grader/rules/standin.yaml`: the last user message is
+It answers every request deterministically from `grader/rules/standin.yaml` (or the YAML or JSON file given
+with `--rules`): the last user message is
 classified into `{"intent": ..., "needs_human": ...}`. Ids, `created` and every other body field derive from
 a hash of the request, so recording the same request twice yields byte-identical tapes.
 
-    python -m grader.standin [--port N] [--host 127.0.0.1] [--quiet]
+    python -m grader.standin [--port N] [--host 127.0.0.1] [--quiet] [--rules FILE]
 
 prints its base URL (`http://127.0.0.1:PORT/v1`) as the first stdout line and serves until SIGTERM/SIGINT.
 From Python: `with running() as base_url: ...`, or `server, base_url = serve()` then `server.shutdown()`.
@@ -30,8 +31,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
-
-import yaml
 
 __all__ = [
     "Rules",
@@ -83,15 +82,16 @@ def _keywords(value: object, where: str) -> tuple[str, ...]:
 
 
 def load_rules(path: Path = RULES_PATH) -> Rules:
-    """Read and validate the answering rules; raises RulesError with one clear line."""
+    """Read and validate the answering rules (YAML, or JSON when the name ends in .json); raises RulesError
+    with one clear line."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise RulesError(f"{path}: cannot read the stand-in rules: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise RulesError(f"{path}{line}: invalid YAML in the stand-in rules; fix the syntax") from None
+    except UnicodeDecodeError:
+        raise RulesError(f"{path}: the stand-in rules are not UTF-8 text") from None
+    # JSON needs no PyYAML: the canary probe starts the stand-in under a submission's interpreter.
+    data = _parse_json(path, text) if path.suffix.lower() == ".json" else _parse_yaml(path, text)
     if not isinstance(data, dict) or data.get("version") != 1:
         raise RulesError(f"{path}: expected a mapping with 'version: 1'")
     raw_intents = data.get("intents")
@@ -126,6 +126,24 @@ def load_rules(path: Path = RULES_PATH) -> Rules:
         fallback_suffix=fallback,
         listed_models={p: tuple(str(m) for m in listed.get(p, ())) for p in ("openai", "anthropic")},
     )
+
+
+def _parse_json(path: Path, text: str) -> object:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RulesError(f"{path}:{exc.lineno}: invalid JSON in the stand-in rules; fix the syntax") from None
+
+
+def _parse_yaml(path: Path, text: str) -> object:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise RulesError(f"{path}{line}: invalid YAML in the stand-in rules; fix the syntax") from None
 
 
 @lru_cache(maxsize=1)
@@ -733,13 +751,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=_port, default=0, help="port to listen on (default 0 = any free port)")
     parser.add_argument("--quiet", action="store_true", help="do not log one line per request to stderr")
+    parser.add_argument(
+        "--rules",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="answering rules, YAML or .json (default: the bundled rules/standin.yaml)",
+    )
     args = parser.parse_args(argv)
 
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
     try:
-        server, base_url = make_server(args.host, args.port, log=None if args.quiet else log)
+        rules = load_rules(args.rules) if args.rules is not None else None
+        server, base_url = make_server(args.host, args.port, rules=rules, log=None if args.quiet else log)
     except RulesError as exc:
         print(f"standin: error: {exc}", file=sys.stderr)
         return 2

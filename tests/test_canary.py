@@ -155,13 +155,15 @@ def test_without_record_command_or_key_variable_the_probe_is_not_available(
     assert no_record.leaks == no_key.leaks == []
 
 
-def test_the_submissions_own_yaml_module_cannot_shadow_the_standins(
+def test_the_submissions_own_modules_cannot_shadow_the_standins(
     tmp_path: Path, installed: tuple[Path, object]
 ) -> None:
     ctx = _ctx(tmp_path, installed, record_command=["sh", "-c", 'test -n "$OPENAI_BASE_URL"'])
-    # A submission folder named yaml on PYTHONPATH (the checkout) would break a stand-in importing from it.
-    (ctx.repo / "yaml").mkdir()
-    (ctx.repo / "yaml" / "__init__.py").write_text("raise SystemExit('shadowed')\n")
+    # Packages named like what the stand-in imports, in the checkout (on the command's PYTHONPATH), would
+    # break a stand-in that imported from there.
+    for name in ("yaml", "json", "http"):
+        (ctx.repo / name).mkdir()
+        (ctx.repo / name / "__init__.py").write_text("raise SystemExit('shadowed')\n")
     probe = probe_canary(ctx)
     assert probe.status == "ran", _all_text(probe)
     assert "(exit 0)" in probe.details[0]

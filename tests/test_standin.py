@@ -21,7 +21,7 @@ import httpx
 import openai
 import pytest
 
-from grader.standin import RulesError, classify, load_rules, running, served_model
+from grader.standin import RULES_PATH, RulesError, classify, load_rules, running, served_model
 
 # Real loopback HTTP is the point of these tests, even where a conftest turns pytest-socket on.
 pytestmark = pytest.mark.enable_socket
@@ -109,6 +109,52 @@ def test_malformed_rules_file_names_the_file_and_line(tmp_path: Path) -> None:
     bad.write_text("version: 1\nintents:\n  - intent: refund\n    keywords: []\n")
     with pytest.raises(RulesError, match=r"intents\[0\]\.keywords: expected a non-empty list"):
         load_rules(bad)
+
+
+def test_rules_given_as_json_answer_as_the_yaml_they_came_from(tmp_path: Path) -> None:
+    yaml = pytest.importorskip("yaml")
+    as_json = tmp_path / "rules.json"
+    as_json.write_text(json.dumps(yaml.safe_load(RULES_PATH.read_text(encoding="utf-8"))))
+    assert load_rules(as_json) == load_rules(RULES_PATH)
+    as_json.write_text('{"version": 1,\n "intents": [\n')
+    with pytest.raises(RulesError, match=rf"{re.escape(str(as_json))}:3: invalid JSON"):
+        load_rules(as_json)
+
+
+def test_rules_option_serves_from_that_file_and_refuses_a_bad_one_in_one_line(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.json"
+    rules.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "intents": [{"intent": "billing", "keywords": ["parcel"]}],
+                "default_intent": "other",
+                "needs_human": ["lawyer"],
+                "served_models": {
+                    p: {"fallback_suffix": "-x", "aliases": {}} for p in ("openai", "anthropic")
+                },
+            }
+        )
+    )
+    proc, url = _start("--rules", str(rules))
+    try:
+        r = httpx.post(f"{url}/chat/completions", json=_chat("where is my parcel"), headers=OPENAI_KEY)
+        assert json.loads(r.json()["choices"][0]["message"]["content"])["intent"] == "billing"
+    finally:
+        proc.kill()
+        proc.communicate(timeout=10)
+    rules.write_text("{")
+    bad = subprocess.run(
+        [sys.executable, "-m", "grader.standin", "--rules", str(rules)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.strip().splitlines() == [
+        f"standin: error: {rules}:1: invalid JSON in the stand-in rules; fix the syntax"
+    ]
 
 
 # --- plain HTTP -----------------------------------------------------------------------------------

@@ -16,9 +16,9 @@ full CA bundle costs ~20 ms for every HTTP client a recorder builds (httpx build
 recorder that makes a client per call spends more on that than on the calls).
 
 The stand-in runs under the submission's interpreter (the only one the sandbox user is sure to reach), which
-need not have PyYAML: the probe copies `standin.py`, its rules file and PyYAML's pure-Python modules into a
-read-only folder beside the checkout and starts the stand-in from there with `python -E -s`, so neither the
-submission's `PYTHONPATH` nor its files can shadow them.
+need not have PyYAML: the probe copies `standin.py` and its rules, converted to JSON by the grader, into a
+read-only folder beside the checkout and starts the stand-in from there with `python -E -s` (standard
+library only), so neither the submission's `PYTHONPATH` nor its files can shadow what it imports.
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ _MAX_LISTED = 10
 _NO_STANDIN = 97
 _WRAPPER = """\
 url_file="$HOME/.canary-standin-url"
-python -E -s "$CANARY_TOOLS/standin.py" --port 0 --quiet >"$url_file" 2>/dev/null &
+python -E -s "$CANARY_TOOLS/standin.py" --port 0 --quiet --rules "$CANARY_TOOLS/rules/standin.json" \
+  >"$url_file" 2>/dev/null &
 i=0
 while [ ! -s "$url_file" ] && [ "$i" -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
 if [ ! -s "$url_file" ]; then echo "canary probe: the stand-in server did not start" >&2; exit {code}; fi
@@ -134,21 +135,18 @@ def find_canary(data: bytes, canary: str) -> list[tuple[int, str]]:
     return sorted(set(hits))
 
 
-def _stage_standin(dest: Path) -> Path | None:
-    """Copy the stand-in, its rules and PyYAML's pure-Python modules where the sandbox user can read them."""
-    try:
-        import yaml
-    except ImportError:  # pragma: no cover - the grader depends on PyYAML
-        return None
+def _stage_standin(dest: Path) -> Path:
+    """Copy the stand-in and its rules (as JSON: no PyYAML needed) where the sandbox user can read them."""
+    import json
+
+    import yaml
+
     here = Path(__file__).resolve().parent.parent
-    yaml_dir = Path(yaml.__file__).resolve().parent
+    rules = yaml.safe_load((here / "rules" / "standin.yaml").read_text(encoding="utf-8"))
     (dest / "rules").mkdir(parents=True, exist_ok=True)
-    (dest / "yaml").mkdir(exist_ok=True)
     shutil.copyfile(here / "standin.py", dest / "standin.py")
-    shutil.copyfile(here / "rules" / "standin.yaml", dest / "rules" / "standin.yaml")
-    for module in yaml_dir.glob("*.py"):
-        shutil.copyfile(module, dest / "yaml" / module.name)
-    for folder in (dest, dest / "rules", dest / "yaml"):
+    (dest / "rules" / "standin.json").write_text(json.dumps(rules), encoding="utf-8")
+    for folder in (dest, dest / "rules"):
         folder.chmod(0o755)
         for item in folder.iterdir():
             if item.is_file():
@@ -209,19 +207,21 @@ def _first(where: str, hits: list[tuple[int, str]]) -> list[tuple[str, str]]:
 def start_canary(ctx: Context) -> None:
     """Start the probe in the background, alongside the other checks (the `secrets` check takes its result).
 
-    The scratch copy is made here, before the caller starts anything else that runs in the checkout.
+    Its scratch copy comes from the checkout's pristine copy (`Context.keep_pristine`), so it is made in
+    the background too, while the replay suite runs in the checkout.
     """
     start = getattr(ctx, "start_probe", None)
     if start is None:
         return
-    try:
-        plan = _plan(ctx)
-    except Exception:  # e.g. no room for the scratch copy: `canary_result` runs the probe inside the check
-        return
-    if isinstance(plan, CanaryProbe):
-        start(_LABEL, lambda: plan)
-    else:
-        start(_LABEL, lambda: _execute(ctx, plan))
+
+    def probe() -> CanaryProbe | None:
+        try:
+            plan = _plan(ctx)
+        except Exception:  # e.g. no room for the scratch copy: `canary_result` runs it inside the check
+            return None
+        return plan if isinstance(plan, CanaryProbe) else _execute(ctx, plan)
+
+    start(_LABEL, probe)
 
 
 def canary_result(ctx: Context) -> CanaryProbe:
@@ -255,8 +255,6 @@ def _plan(ctx: Context) -> CanaryProbe | _Plan:
         return CanaryProbe(f"not available: base_url_env {base_env!r} is not a variable name")
 
     tools = _stage_standin(ctx.workspace.root / "canary-standin")
-    if tools is None:  # pragma: no cover
-        return CanaryProbe("not available: PyYAML is missing, the stand-in cannot run")
     scratch = ctx.scratch_copy("canary-record")
     canary = make_canary(key_env)
     env = {key_env: canary, "CANARY_TOOLS": str(tools), "CASSETTE_MODE": "record"}
