@@ -34,7 +34,8 @@ __all__ = ["Env", "default_cache_root", "ensure_env", "read_requirements"]
 
 # Bump when the venv layout or the grader's own additions change, so old cached venvs are not reused.
 # 2: the venv holds compiled bytecode (the sandbox user cannot write it, so every run compiled everything).
-ENV_FORMAT = "2"
+# 3: it also holds pytest's rewritten plugin modules (`_rewrite_warmup`).
+ENV_FORMAT = "3"
 GRADER_REQUIREMENTS = ("pytest", "pytest-socket")
 _MARKER = ".grader-env-complete"
 _EXTRA_GROUPS = ("test", "tests", "testing", "dev")
@@ -263,9 +264,15 @@ def _build(target: Path, requirements: list[str], cache_root: Path, timeout: flo
         # venv and the shared caches are not writable by later submissions.
         writable = [target, uv_cache, pip_cache]
 
-        def step(argv: list[str]) -> sandbox.RunResult:
+        def step(argv: list[str], **more: str) -> sandbox.RunResult:
             return sandbox.run(
-                argv, cwd=home, home=home, timeout=timeout, network=True, env=env, writable=writable
+                argv,
+                cwd=home,
+                home=home,
+                timeout=timeout,
+                network=True,
+                env={**env, **more},
+                writable=writable,
             )
 
         tool = "uv"
@@ -295,10 +302,28 @@ def _build(target: Path, requirements: list[str], cache_root: Path, timeout: flo
             raise _failure("install", tool, result, requirements, cache_root)
         # The hook is imported at every start-up; a failed compile only costs speed.
         step([str(python), "-m", "compileall", "-q", *map(str, audit.install_into(target))])
+        step(_rewrite_warmup(python, home), PYTHONDONTWRITEBYTECODE="")  # the sandbox's default is "1"
         (target / _MARKER).write_text(json.dumps({"requirements": requirements, "tool": tool}) + "\n")
         return tool
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def _rewrite_warmup(python: Path, home: Path) -> list[str]:
+    """A pytest start-up in an empty folder, so pytest caches its rewritten plugin modules in the venv.
+
+    pytest rewrites the asserts of every plugin module it loads (a whole distribution's when the plugin
+    comes from an entry point) and caches the result beside the module, but the sandbox user cannot write
+    the venv: without this, every suite run (the canary's record run too) rewrote anyio's and pytest-socket's
+    modules again. It loads what a run loads: the entry-point plugins and ``-p _grader_pytest``. It collects
+    nothing (exit 5), reads nothing from the checkout, and its outcome is ignored: a failure only costs speed.
+    """
+    ini = home / "warmup.ini"
+    ini.write_text("[pytest]\n", encoding="utf-8")
+    return [
+        str(python), "-m", "pytest", "--collect-only", "-q", "-c", str(ini), "--rootdir", str(home),
+        "-p", "no:cacheprovider", "-p", "_grader_pytest", str(home),
+    ]  # fmt: skip
 
 
 def ensure_env(repo: Path, *, cache_root: Path, timeout: float) -> Env:

@@ -176,3 +176,29 @@ def test_changing_the_grader_modules_a_venv_holds_changes_its_cache_key(monkeypa
     with (tmp_path / "_grader_pytest.py").open("a") as handle:
         handle.write("# changed\n")
     assert install._cache_key(["httpx"], python) != before
+
+
+def test_suite_runs_use_plugin_modules_pytest_rewrote_at_install(area):
+    # pytest rewrites every plugin module it loads; the sandbox user cannot cache that in the venv, so the
+    # install does it once and each run reads the cached result ("found cached rewritten pyc").
+    from grader import sandbox
+
+    repo = area / "repo"
+    _pyproject(repo, ["iniconfig"])
+    (repo / "test_one.py").write_text("def test_one():\n    assert 1\n")
+    env = install.ensure_env(repo, cache_root=area / "cache", timeout=300)
+    res = sandbox.run(
+        ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "_grader_pytest"],
+        cwd=repo,
+        home=area / "home",
+        timeout=60,
+        venv=env.venv,
+        env={"PYTEST_DEBUG": "1"},
+    )
+    assert res.returncode == 0, res.stdout[-2000:]
+    # PYTEST_DEBUG trace lines: "  found cached rewritten pyc for <path> [assertion]"
+    traced = [line for line in res.stderr.splitlines() if "found cached rewritten pyc for " in line]
+    cached = {line.split(" for ", 1)[1].removesuffix("[assertion]").strip() for line in traced}
+    for module in ("_grader_pytest.py", "pytest_socket/__init__.py"):
+        assert any(path.endswith(f"site-packages/{module}") for path in cached), (module, sorted(cached))
+    assert not any(path.endswith("test_one.py") for path in cached)  # never the checkout's own files
