@@ -52,6 +52,29 @@ def test_pytest_plugins_come_from_dist_info_entry_points(tmp_path: Path) -> None
     assert pytest_plugin_modules(tmp_path) == ["pytest_recording.plugin", "pytest_socket"]
 
 
+@pytest.mark.parametrize("with_cp", [True, False])
+def test_a_scratch_copy_keeps_links_as_links_with_or_without_cp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, with_cp: bool
+) -> None:
+    from grader.context import _copy_tree
+
+    source = tmp_path / "source"
+    (source / "pkg").mkdir(parents=True)
+    (source / "pkg" / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (source / "pkg" / "run.sh").chmod(0o755)
+    (source / "outside").symlink_to("/etc/passwd")
+    if not with_cp:
+        monkeypatch.setenv("PATH", str(tmp_path / "no-tools-here"))
+    dest = tmp_path / "dest"
+    dest.mkdir()
+
+    _copy_tree(source, dest)
+
+    assert (dest / "pkg" / "run.sh").read_text() == "#!/bin/sh\necho hi\n"
+    assert (dest / "pkg" / "run.sh").stat().st_mode & 0o777 == 0o755
+    assert (dest / "outside").is_symlink() and str((dest / "outside").readlink()) == "/etc/passwd"
+
+
 def test_junit_fallback_counts_outcomes(tmp_path: Path) -> None:
     (tmp_path / "test_mix.py").write_text(
         "import pytest\n"
