@@ -437,6 +437,8 @@ class GuardLog:
     records: int = 0
     messages: dict[str, str] = field(default_factory=dict)  # nodeid -> first line of its failure
     foreign: int = 0  # lines without the run's nonce: written to the descriptor by the suite, not the guard
+    # vcrpy cassettes the suite closed: absolute path -> (interactions in the file, indexes ever played)
+    vcr_plays: dict[str, tuple[int, set[int]]] = field(default_factory=dict)
 
     def count(self, outcome: str) -> int:
         return sum(1 for value in self.outcomes.values() if value == outcome)
@@ -469,6 +471,9 @@ def read_guard(path: Path, nonce: str = "") -> GuardLog:
             log.foreign += 1
             continue
         log.records += 1
+        if "vcr" in rec:
+            _add_vcr_play(log, rec)
+            continue
         if rec.get("session") is True:
             status = rec.get("exitstatus")
             log.exitstatus = status if isinstance(status, int) else None
@@ -499,6 +504,15 @@ def read_guard(path: Path, nonce: str = "") -> GuardLog:
         if previous is None or _RANK[value] > _RANK[previous]:
             log.outcomes[nodeid] = value
     return log
+
+
+def _add_vcr_play(log: GuardLog, rec: dict) -> None:
+    """One closing of a cassette; a cassette used by several tests is loaded afresh each time (same file)."""
+    path, total, played = rec.get("vcr"), rec.get("interactions"), rec.get("played")
+    if not isinstance(path, str) or not isinstance(total, int) or not isinstance(played, list):
+        return
+    _, before = log.vcr_plays.get(path, (total, set()))
+    log.vcr_plays[path] = (total, before | {i for i in played if isinstance(i, int) and 0 <= i < total})
 
 
 def write_guard(folder: Path) -> Path:

@@ -214,6 +214,39 @@ def test_unplayed_cassette_is_unused(built, grade_json, tmp_path: Path) -> None:
     assert "tests/cassettes/test_triage/test_removed_feature.yaml" in _said(_row(report, "cassette-hygiene"))
 
 
+@pytest.mark.parametrize("name", ["recording", "vcr"])
+def test_interactions_no_test_plays_are_unplayed(name: str, built, grade_json, tmp_path: Path) -> None:
+    """An opened cassette that still holds an interaction from an earlier run is not pruned: vcrpy's play
+    counts, logged by the guard plugin, say which interaction no test played, by file and line."""
+    source = built[name]
+    repo = tmp_path / "repo"
+    shutil.copytree(source.repo, repo)
+    stale_from, keep = repo / source.cassettes[1], repo / source.cassettes[0]
+    cassette = yaml.safe_load(keep.read_text(encoding="utf-8"))
+    # Appended: vcrpy matches on method and URI by default and plays the first unplayed match.
+    cassette["interactions"] += yaml.safe_load(stale_from.read_text(encoding="utf-8"))["interactions"]
+    keep.write_text(yaml.safe_dump(cassette, sort_keys=False), encoding="utf-8")
+    stale_line = [n for n, line in enumerate(keep.read_text().splitlines(), 1) if line == "- request:"][1]
+    _commit(repo)
+
+    report = grade_json(repo)
+
+    hygiene, row = report["facts"]["hygiene"], _row(report, "cassette-hygiene")
+    assert report["facts"]["replay"]["failed"] == 0
+    assert hygiene["unplayed"] == 1 and hygiene["unused"] == 0, hygiene
+    assert (
+        f"{source.cassettes[0].as_posix()}:{stale_line} 1 of 2 recorded interactions never played"
+        in _said(row)
+    )
+    assert row["score"] == 2, _said(row)
+
+
+def test_every_interaction_played_is_no_unplayed(built, grade_json) -> None:
+    report = grade_json(built["recording"].repo)
+    assert report["facts"]["hygiene"]["unplayed"] == 0
+    assert _row(report, "cassette-hygiene")["score"] == 3
+
+
 def _commit(repo: Path) -> None:
     env = {
         "GIT_AUTHOR_NAME": "Candidate",

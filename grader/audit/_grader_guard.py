@@ -1,11 +1,12 @@
 """The grader guard (-p _grader_guard): raw vs reported outcomes, via an inherited fd.
 
 It also makes failure reports cheaper without changing a byte of them (``_share_source_trees``,
-``_share_full_sources``).
+``_share_full_sources``), and logs which interactions of each vcrpy cassette were played (``_watch_vcr``).
 """
 
 import json
 import os
+import sys
 
 import pytest
 
@@ -247,6 +248,55 @@ def _share_full_sources():
 
 
 _share_full_sources()
+
+
+def _watch_vcr():
+    """Log which of a vcrpy cassette's interactions were played, each time vcrpy closes a cassette.
+
+    Only once the suite itself imported vcrpy (pytest-recording, pytest-vcr or a conftest): the guard never
+    imports it. The grader's hygiene check counts recorded interactions no test played (unpruned tapes).
+    """
+    cassette = getattr(sys.modules.get("vcr.cassette"), "Cassette", None)
+    save = getattr(cassette, "_save", None)
+    if save is None or getattr(save, "_grader_watched", False):
+        return
+
+    def watched_save(self, *args, **kwargs):
+        try:
+            counts = getattr(self, "play_counts", None) or {}
+            _write(
+                {
+                    "vcr": os.path.abspath(str(self._path)),
+                    "interactions": len(self.data),
+                    "played": sorted(i for i, n in counts.items() if isinstance(i, int) and n),
+                }
+            )
+        except Exception:  # noqa: S110 - a vcrpy without these attributes: nothing to log
+            pass
+        return save(self, *args, **kwargs)
+
+    watched_save._grader_watched = True
+    cassette._save = watched_save
+
+
+# Before each phase: pytest-recording imports vcrpy inside its fixture, so the first test's cassette exists
+# before vcrpy does; `_save` is looked up at closing time, so watching by teardown still sees it.
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if _ACTIVE:
+        _watch_vcr()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item):
+    if _ACTIVE:
+        _watch_vcr()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item, nextitem):
+    if _ACTIVE:
+        _watch_vcr()
 
 
 def pytest_sessionstart(session):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -43,11 +44,13 @@ _MIN_SECRET_LEN = 16
 def hygiene(ctx: Context) -> CheckResult:
     """Tapes are pruned, small and free of credential headers.
 
-    Unused means never opened during the replay run (the audit hook's record of opened files). For vcrpy
-    cassettes an opened file counts as used even if some of its interactions were never played; finding
-    unplayed interactions is a later refinement. When the replay run is not available, ``unused`` cannot be
-    decided: it is reported as 0 with a detail line, and ``manual`` is set so the row goes to a reviewer
-    instead of scoring a guess; every other fact is static and still reported.
+    Unused means never opened during the replay run (the audit hook's record of opened files). Inside a
+    vcrpy cassette that was opened, an interaction no test played is unplayed: the guard plugin logs which
+    interactions vcrpy played each time it closes a cassette (a cassette used by several tests counts what
+    any of them played). Other multi-interaction formats have no such record: an opened file counts as used.
+    When the replay run is not available, ``unused`` cannot be decided: it is reported as 0 with a detail
+    line, and ``manual`` is set so the row goes to a reviewer instead of scoring a guess; every other fact is
+    static and still reported.
     Duplicates: kit tapes whose stored requests re-hash to the same canonical request (across all files; the
     format is one file per request); vcrpy/JSON interactions with the same method, URI and body inside one
     file (vcrpy keeps one cassette per test, so the same request in two tests' cassettes is by design).
@@ -57,6 +60,7 @@ def hygiene(ctx: Context) -> CheckResult:
     Facts:
         tapes: tape files found, invalid ones included
         unused: tapes never opened during the replay run
+        unplayed: interactions in opened vcrpy cassettes that no test of the replay run played
         duplicates: extra copies of an already stored request
         conversation_blobs: files holding too many interactions to review as one tape
         credential_headers: stored credential headers (Authorization, x-api-key, api-key...) with a real value
@@ -70,7 +74,7 @@ def hygiene(ctx: Context) -> CheckResult:
     findings: list[Finding] = []
     details: list[str] = []
 
-    opened, why_unknown = _opened(ctx)
+    opened, plays, why_unknown = _replayed(ctx)
     # An invalid tape is reported as invalid only: it cannot be replayed whether opened or not.
     unused = [
         t for t in tapes if opened is not None and t.format != "invalid" and _norm(t.path) not in opened
@@ -80,6 +84,12 @@ def hygiene(ctx: Context) -> CheckResult:
     for tape in unused[:_MAX_LISTED]:
         findings.append(Finding("cassette-hygiene", "tape never opened by the replay run", f"{tape.path}:1"))
     _more(details, unused, "unused tapes", "never opened by the replay run")
+
+    unplayed = _unplayed(tapes, plays)
+    for tape, missing, total, line in unplayed[:_MAX_LISTED]:
+        message = f"{missing} of {total} recorded interactions never played by the replay run"
+        findings.append(Finding("cassette-hygiene", message, f"{tape.path}:{line}"))
+    _more(details, unplayed, "cassettes", "with unplayed interactions")
 
     invalid = [t for t in tapes if t.format == "invalid"]
     for tape in invalid:
@@ -116,6 +126,7 @@ def hygiene(ctx: Context) -> CheckResult:
     facts: dict[str, Any] = {
         "tapes": len(tapes),
         "unused": len(unused),
+        "unplayed": sum(missing for _, missing, _, _ in unplayed),
         "duplicates": len(duplicates),
         "conversation_blobs": len(blobs),
         "credential_headers": len(credentials),
@@ -131,15 +142,43 @@ def hygiene(ctx: Context) -> CheckResult:
     return CheckResult(facts=facts, findings=findings, details=details, manual=manual)
 
 
-def _opened(ctx: Context) -> tuple[set[str] | None, str | None]:
-    """Repo-relative paths opened in the replay run, or (None, reason) when there was no run."""
+def _replayed(
+    ctx: Context,
+) -> tuple[set[str] | None, dict[str, tuple[int, set[int]]], str | None]:
+    """(repo-relative paths the replay run opened, vcrpy plays by repo-relative path, None), or
+    (None, {}, reason) when there was no run."""
     if getattr(ctx, "env", None) is None:
-        return None, getattr(ctx, "install_error", None) or "no installed environment"
+        return None, {}, getattr(ctx, "install_error", None) or "no installed environment"
     try:
         run = ctx.replay_run()
     except Exception as exc:  # NotAssessable and anything else: the static facts still stand
-        return None, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return {_norm(p) for p in run.audit.opened}, None
+        return None, {}, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    plays: dict[str, tuple[int, set[int]]] = {}
+    guard = getattr(run, "guard", None)
+    roots = {os.path.join(os.path.abspath(ctx.repo), ""), os.path.join(os.path.realpath(ctx.repo), "")}
+    for path, play in (getattr(guard, "vcr_plays", None) or {}).items():
+        for root in roots:
+            if path.startswith(root):
+                plays[_norm(path[len(root) :])] = play
+                break
+    return {_norm(p) for p in run.audit.opened}, plays, None
+
+
+def _unplayed(tapes: list[Tape], plays: dict[str, tuple[int, set[int]]]) -> list[tuple[Tape, int, int, int]]:
+    """(tape, unplayed interactions, interactions, line of the first unplayed one) per vcrpy cassette."""
+    out = []
+    for tape in tapes:
+        play = plays.get(_norm(tape.path)) if tape.format != "invalid" else None
+        if play is None:
+            continue
+        total, played = play
+        missing = [i for i in range(total) if i not in played]
+        if not missing:
+            continue
+        # vcrpy's indexes are the file's order: the line is known when both read the same interactions.
+        first = tape.interactions[missing[0]].line if len(tape.interactions) == total else None
+        out.append((tape, len(missing), total, first or 1))
+    return out
 
 
 def _norm(path: str) -> str:
@@ -204,6 +243,8 @@ def _summary(facts: dict[str, Any], *, unknown: bool) -> str:
     if not facts["tapes"]:
         return "no tapes found"
     unused = "unused not decided" if unknown else f"{facts['unused']} unused"
+    if facts["unplayed"]:
+        unused += f" ({facts['unplayed']} unplayed interactions in opened cassettes)"
     return (
         f"{facts['tapes']} tapes, {facts['total_mb']} MB (largest {facts['largest_mb']} MB); {unused}, "
         f"{facts['duplicates']} duplicates, {facts['invalid']} invalid, "
