@@ -334,6 +334,8 @@ class Context:
         not as an earlier run left the checkout, and copies can be made while runs go on in the checkout.
         False when the copy could not be made (e.g. no room): copies then come from the checkout.
         """
+        if self._pristine is not None:
+            return True
         pristine = self.workspace.root / "pristine"
         try:
             pristine.mkdir()
