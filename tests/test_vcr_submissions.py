@@ -239,6 +239,7 @@ def test_interactions_no_test_plays_are_unplayed(name: str, built, grade_json, t
         in _said(row)
     )
     assert row["score"] == 2, _said(row)
+    assert "0 unused (1 unplayed interaction in opened cassettes)" in row["evidence"]
 
 
 def test_every_interaction_played_is_no_unplayed(built, grade_json) -> None:

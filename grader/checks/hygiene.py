@@ -244,7 +244,8 @@ def _summary(facts: dict[str, Any], *, unknown: bool) -> str:
         return "no tapes found"
     unused = "unused not decided" if unknown else f"{facts['unused']} unused"
     if facts["unplayed"]:
-        unused += f" ({facts['unplayed']} unplayed interactions in opened cassettes)"
+        n = facts["unplayed"]
+        unused += f" ({n} unplayed interaction{'s' if n != 1 else ''} in opened cassettes)"
     return (
         f"{facts['tapes']} tapes, {facts['total_mb']} MB (largest {facts['largest_mb']} MB); {unused}, "
         f"{facts['duplicates']} duplicates, {facts['invalid']} invalid, "
