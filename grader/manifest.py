@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -147,10 +148,20 @@ def _cassette_dir(repo: Path, declared: object, notes: list[str]) -> tuple[Path 
             )
         else:
             notes.append("pyproject.toml: [tool.takehome] cassette_dir must be a string; ignored")
-    for rel in CASSETTE_DIR_CANDIDATES:
-        found = _inside(repo, rel)
-        if found is not None:
-            return found, "discovered"
+    found_all = [f for f in (_inside(repo, rel) for rel in CASSETTE_DIR_CANDIDATES) if f is not None]
+    if found_all:
+        # Folders nested in the chosen one are part of it; others are not graded: say so, once.
+        others = [
+            f.as_posix()
+            for f in found_all[1:]
+            if not f.is_relative_to(found_all[0]) and _holds_files(repo / f)
+        ]
+        if others:
+            notes.append(
+                f"cassette folders found: {', '.join([found_all[0].as_posix(), *others])}; graded as tapes: "
+                f"{found_all[0].as_posix()} only (declare [tool.takehome] cassette_dir to choose another)"
+            )
+        return found_all[0], "discovered"
     # Last resort: a folder named `cassettes` or `vcr_cassettes` anywhere shallow (e.g. src/pkg/cassettes).
     for path in sorted(_walk_dirs(repo, depth=4)):
         if path.name in _CASSETTE_DIR_NAMES:
@@ -158,6 +169,16 @@ def _cassette_dir(repo: Path, declared: object, notes: list[str]) -> tuple[Path 
             if found is not None:
                 return found, "discovered"
     return None, "none"
+
+
+def _holds_files(folder: Path) -> bool:
+    """Any regular file below ``folder`` (links are not followed)."""
+    for dirpath, _dirnames, filenames in os.walk(folder, followlinks=False):
+        if any(
+            os.path.isfile(p) and not os.path.islink(p) for p in (os.path.join(dirpath, f) for f in filenames)
+        ):
+            return True
+    return False
 
 
 def _walk_dirs(repo: Path, depth: int) -> list[Path]:

@@ -120,3 +120,22 @@ def test_default_model_from_cookiecutter_then_source(tmp_path: Path) -> None:
 def test_default_model_ignores_unparseable_source(tmp_path: Path) -> None:
     _write(tmp_path, "broken.py", "def (:\n")
     assert read_manifest(tmp_path).default_model is None
+
+
+def test_other_cassette_folders_are_named_in_a_note(tmp_path: Path) -> None:
+    # Discovery grades one folder: a reviewer is told which, and which others hold files.
+    _write(tmp_path, "pyproject.toml", '[project]\nname = "x"\n')
+    _write(tmp_path, "cassettes/abc.json", "{}")
+    _write(tmp_path, "tests/cassettes/test_triage/test_one.yaml", "interactions: []\n")
+    (tmp_path / "fixtures" / "cassettes").mkdir(parents=True)  # empty: not worth a word
+
+    m = read_manifest(tmp_path)
+
+    assert m.cassette_dir == Path("cassettes")
+    notes = [n for n in m.notes if n.startswith("cassette folders found")]
+    assert notes == [
+        "cassette folders found: cassettes, tests/cassettes; graded as tapes: cassettes only "
+        "(declare [tool.takehome] cassette_dir to choose another)"
+    ]
+    _write(tmp_path, "pyproject.toml", '[project]\nname = "x"\n[tool.takehome]\ncassette_dir = "cassettes"\n')
+    assert not [n for n in read_manifest(tmp_path).notes if n.startswith("cassette folders found")]
