@@ -1,9 +1,9 @@
 """Loopback stand-in model server speaking the OpenAI chat-completions and Anthropic messages wire formats.
 
 It answers every request deterministically from `grader/rules/standin.yaml` (or the YAML or JSON file given
-with `--rules`): the last user message is
-classified into `{"intent": ..., "needs_human": ...}`. Ids, `created` and every other body field derive from
-a hash of the request, so recording the same request twice yields byte-identical tapes.
+with `--rules`): the last user message is classified into `{"intent": ..., "needs_human": ...}`. Ids,
+`created` and every other body field derive from a hash of the request, so recording the same request twice
+yields byte-identical tapes.
 
     python -m grader.standin [--port N] [--host 127.0.0.1] [--quiet] [--rules FILE]
 
