@@ -413,3 +413,18 @@ def test_boundary_two_client_modules_and_agent_importing_the_cassette(tmp_path):
 def test_boundary_recognises_other_clients(tmp_path, source):
     repo = _package(tmp_path, {"app.py": source})
     assert boundary(SimpleNamespace(repo=repo)).facts["client_modules"] == 1
+
+
+def test_unplayed_counts_only_cassettes_vcrpy_loaded_alone() -> None:
+    from grader.checks.hygiene import _unplayed
+    from grader.tapes import Interaction, Tape
+
+    tape = Tape(
+        path="tests/cassettes/t.yaml", format="vcr", interactions=[Interaction(line=2), Interaction(line=30)]
+    )
+    assert [(m, t, line) for _, m, t, line in _unplayed([tape], {"tests/cassettes/t.yaml": (2, {0})})] == [
+        (1, 2, 30)
+    ]
+    assert _unplayed([tape], {"tests/cassettes/t.yaml": (2, {0, 1})}) == []
+    # Merged with a shared cassette by pytest-recording (4 interactions in vcrpy's view): not judged.
+    assert _unplayed([tape], {"tests/cassettes/t.yaml": (4, {0})}) == []

@@ -47,7 +47,8 @@ def hygiene(ctx: Context) -> CheckResult:
     Unused means never opened during the replay run (the audit hook's record of opened files). Inside a
     vcrpy cassette that was opened, an interaction no test played is unplayed: the guard plugin logs which
     interactions vcrpy played each time it closes a cassette (a cassette used by several tests counts what
-    any of them played). Other multi-interaction formats have no such record: an opened file counts as used.
+    any of them played; one that vcrpy loaded merged with others is not judged). Other multi-interaction
+    formats have no such record: an opened file counts as used.
     When the replay run is not available, ``unused`` cannot be decided: it is reported as 0 with a detail
     line, and ``manual`` is set so the row goes to a reviewer instead of scoring a guess; every other fact is
     static and still reported.
@@ -172,12 +173,13 @@ def _unplayed(tapes: list[Tape], plays: dict[str, tuple[int, set[int]]]) -> list
         if play is None:
             continue
         total, played = play
-        missing = [i for i in range(total) if i not in played]
-        if not missing:
+        # vcrpy's cassette must be this file and only it: pytest-recording merges a test's shared cassettes
+        # (@pytest.mark.vcr("shared.yaml")) into the one named after the test, whose count then differs.
+        if total != len(tape.interactions):
             continue
-        # vcrpy's indexes are the file's order: the line is known when both read the same interactions.
-        first = tape.interactions[missing[0]].line if len(tape.interactions) == total else None
-        out.append((tape, len(missing), total, first or 1))
+        missing = [i for i in range(total) if i not in played]
+        if missing:
+            out.append((tape, len(missing), total, tape.interactions[missing[0]].line or 1))
     return out
 
 
