@@ -6,9 +6,10 @@ A client module calls a known client constructor or request function (httpx/http
 ``AsyncClient`` and the module-level ``get``/``post``/``request``/``stream``, ``requests.Session`` and
 friends, ``openai.OpenAI``/``AsyncOpenAI``/``AzureOpenAI``, ``anthropic.Anthropic``/``AsyncAnthropic``,
 ``urllib.request.urlopen``, ``aiohttp.ClientSession``), with import aliases resolved.
-A cassette module is named ``*cassette*`` or imports ``vcr``. Entry points (``__main__.py``, ``cli.py``) wire
-the layers together and turn a cassette miss into exit code 2, so they may import it. Agent logic is every
-other module that is not a client module, and it must not import a cassette module.
+A cassette module is named ``*cassette*`` or imports ``vcr``. Entry points (``__main__.py``, ``cli.py``, and
+``serve.py``, a replay server) wire the layers together and turn a cassette miss into exit code 2 (or HTTP
+422), so they may import it. Agent logic is every other module that is not a client module, and it must not
+import a cassette module.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ _SKIP_DIRS = {
     "test",
     "docs",
 }
-_ENTRY_POINTS = {"__main__.py", "cli.py"}
+# A replay server (the template's ``serve.py``) is an entry point too: it wires the tapes to HTTP.
+_ENTRY_POINTS = {"__main__.py", "cli.py", "serve.py"}
 _MAX_FILES = 2000
 _MAX_BYTES = 1_000_000
 

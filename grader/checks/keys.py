@@ -6,6 +6,11 @@ the sandbox on pairs of payloads; the probe script prints the keys it computed a
 That output is the one place the submission's own printout is read: it answers the probe's questions (two
 keys per pair), it is never taken as a score or a claim about the submission.
 
+When the cassette folder holds the kit's tape chain (``CHAIN.jsonl``, see grader/chain.py), the chain is
+walked and every tape held to its last entry: a broken link or a tape whose content no longer matches its
+entry proves an edit made after recording (``chain_tampered``); a tape missing from the chain or an entry
+without its tape is reported too. Without a chain nothing changes: it is evidence, never a requirement.
+
 Payload pairs come from a seeded ``random.Random`` rather than hypothesis at grading time: hypothesis is a
 test-only dependency, and a report must be the same each time the same commit is graded.
 """
@@ -18,6 +23,7 @@ import random
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from grader.chain import read_chain
 from grader.checks import CheckResult, Finding, register
 from grader.tapes import canonical_key, tapes_of
 
@@ -68,6 +74,12 @@ def keys(ctx: Context) -> CheckResult:
         probes_run: key_function probe pairs answered
         probes_failed: wrong probe answers, plus a key_function that cannot be imported or crashes
         key_function: the manifest's key_function ("" when not declared)
+        chain: true when the cassette folder holds a tape chain (CHAIN.jsonl)
+        chain_entries: lines in the chain (0 without one)
+        chain_tampered: proven edits after recording: broken chain links, lines that are not entries, tapes
+            whose content no longer matches their chain entry (0 without a chain)
+        chain_unlisted: tapes the chain does not hold (written outside recording, or their line removed)
+        chain_missing: chain entries whose tape is not in the folder
         summary: one line with the counts
     """
     findings: list[Finding] = []
@@ -80,6 +92,12 @@ def keys(ctx: Context) -> CheckResult:
             mismatched += 1
             line = tape.find_line('"key"') or 1
             findings.append(Finding("canonical-keys", problem, f"{tape.path}:{line}"))
+
+    chain = read_chain(ctx.repo, getattr(ctx.manifest, "cassette_dir", None), tapes_of(ctx))
+    if chain is not None:
+        if chain.error:
+            findings.append(Finding("tape-chain", f"tape chain {chain.error}", f"{chain.path}:1"))
+        findings += [Finding("tape-chain", p.message, p.location) for p in chain.problems]
 
     key_function = getattr(ctx.manifest, "key_function", None) or ""
     probes_run, probes_failed, note = _probe(ctx, key_function, findings)
@@ -95,6 +113,11 @@ def keys(ctx: Context) -> CheckResult:
         "probes_run": probes_run,
         "probes_failed": probes_failed,
         "key_function": key_function,
+        "chain": chain is not None,
+        "chain_entries": chain.entries if chain else 0,
+        "chain_tampered": chain.tampered if chain else 0,
+        "chain_unlisted": chain.count("unlisted-tape") if chain else 0,
+        "chain_missing": chain.count("missing-tape") if chain else 0,
     }
     parts = [
         f"{len(kit) - mismatched}/{len(kit)} kit tapes re-hash to their own name" if kit else "no kit tapes"
@@ -102,6 +125,8 @@ def keys(ctx: Context) -> CheckResult:
     parts.append(
         f"{probes_run} probes, {probes_failed} failed" if probes_run or probes_failed else note or ""
     )
+    if chain is not None:
+        parts.append(_chain_summary(chain))
     facts["summary"] = "; ".join(p for p in parts if p)
     if key_function and note.startswith(_NOT_RUN):
         # The grader's environment failed, not the submission: a declared key_function is never scored
@@ -114,6 +139,15 @@ def keys(ctx: Context) -> CheckResult:
             "ignores the body by default) must be read in the code"
         )
     return CheckResult(facts=facts, findings=findings, details=details, manual=manual)
+
+
+def _chain_summary(chain: Any) -> str:
+    if chain.error:
+        return f"tape chain {chain.error}"
+    if not chain.problems:
+        return f"tape chain intact ({chain.entries} entries, head {chain.head[:16]})"
+    tampered = f", {chain.tampered} proving an edit after recording" if chain.tampered else ""
+    return f"tape chain: {len(chain.problems)} problems{tampered} (first at {chain.problems[0].location})"
 
 
 def _key_problem(path: str, key: str | None, inter: Any) -> str | None:

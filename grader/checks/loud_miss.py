@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grader.checks import CheckResult, Finding, register
+from grader.checks.serve_probe import probe_serve
 
 if TYPE_CHECKING:
     from grader.audit import AuditLog
@@ -292,6 +293,9 @@ def loud_miss(ctx: Context) -> CheckResult:
     Three probes: a static scan for exception handlers that hide a miss; the replay suite rerun in a scratch
     copy with every tape withheld (it must fail, name the missing tape, and connect nowhere); and, when the
     manifest has a triage_command, that command on a message no tape holds (it must exit 2, connect nowhere).
+    When the Makefile has a ``serve`` target, a fourth (grader/checks/serve_probe.py): the replay server,
+    loopback only, must answer a recorded request with its recorded answer and an unseen one with 422 naming
+    a key; a 2xx for the unseen request is one more silent fallback. No server is needed for full marks.
 
     Facts:
         loud: the withheld-tape rerun failed naming a missing tape, and an unseen message (if probed) exited 2
@@ -302,6 +306,10 @@ def loud_miss(ctx: Context) -> CheckResult:
         withheld_passed: tests that still passed with the tapes withheld
         named_miss: a failure message, output line or the miss ledger named the missing tape (paths excluded)
         unseen_exit: exit code of triage_command on an unseen message (-1 when not available)
+        serve_probed: a `make serve` replay server was started and answered the probe
+        serve_replayed: it answered the recorded request with HTTP 200 and the recorded answer
+        serve_unseen_status: its HTTP status for a request no tape holds (-1 when not probed)
+        serve_names_key: that answer was HTTP 422 with a key (16+ hex characters) in its body
         summary: one line
     """
     fallbacks = scan_fallbacks(ctx.repo)
@@ -316,6 +324,10 @@ def loud_miss(ctx: Context) -> CheckResult:
         "named_miss": False,
         "unseen_exit": -1,
         "loud": False,
+        "serve_probed": False,
+        "serve_replayed": False,
+        "serve_unseen_status": -1,
+        "serve_names_key": False,
     }
     ctx.require_env()
     cassette_dir = ctx.manifest.cassette_dir
@@ -352,6 +364,16 @@ def loud_miss(ctx: Context) -> CheckResult:
         unseen_ok = run.returncode == 2 and not audit.network_attempts
         if run.returncode != 2:
             details.append(f"triage_command on an unseen message exited {run.returncode}, expected 2")
+    serve = probe_serve(ctx)
+    facts["serve_probed"], facts["serve_replayed"] = serve.ran, serve.replayed
+    facts["serve_unseen_status"], facts["serve_names_key"] = serve.unseen_status, serve.names_key
+    details += serve.details if serve.ran else [f"serve probe {serve.status}"]
+    attempts += [
+        (where.split(" ", 1)[0], "from `make serve`: " + where.split(" ", 1)[-1]) for where in serve.outbound
+    ]
+    if serve.fallback is not None:
+        findings.append(serve.fallback)
+        facts["silent_fallbacks"] = len(fallbacks) + 1
     facts["network_attempts"] = len(attempts)
     facts["named_miss"] = named
     for where, what in list(dict.fromkeys(attempts))[:5]:
@@ -387,4 +409,8 @@ def loud_miss(ctx: Context) -> CheckResult:
         facts["summary"] = f"an unseen message exited {facts['unseen_exit']} instead of 2"
     if fallbacks:
         facts["summary"] += f"; {len(fallbacks)} handlers hide a miss (first: {fallbacks[0].location})"
+    if serve.fallback is not None:
+        facts["summary"] += f"; `make serve` answers an unseen request with HTTP {serve.unseen_status}"
+    elif serve.ran and serve.names_key:
+        facts["summary"] += "; `make serve` replays and answers an unseen request with 422 naming its key"
     return CheckResult(facts, findings, details)
