@@ -12,6 +12,10 @@ Modes (``CASSETTE_MODE`` when ``mode`` is not given):
   passthrough  forward without reading or writing tapes
 
 Prune unused tapes: ``python -m <package>.cassette prune --used FILE [--dir cassettes]``.
+
+Every tape written or pruned appends one line to ``<dir>/CHAIN.jsonl``: the tape's key, the sha256 of its
+canonical content, the time and the sha256 of the previous line. ``python -m <package>.cassette verify``
+walks the chain and checks every tape against it, so an answer edited after it was recorded is named.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -29,7 +34,16 @@ from typing import Any
 
 # The four transports are module attributes built on first access (see __getattr__ at the end), so they
 # are importable by name but not listed here.
-__all__ = ["Cassette", "CassetteMiss", "key_for", "normalize", "prune"]
+__all__ = [
+    "Cassette",
+    "CassetteMiss",
+    "key_for",
+    "nearest_tape",
+    "normalize",
+    "prune",
+    "tape_digest",
+    "verify",
+]
 
 TAPE_VERSION = 1
 MODES = ("replay", "record", "passthrough")
@@ -439,6 +453,7 @@ class Cassette:
         self.tape_path(exchange.key).write_text(
             json.dumps(tape, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8"
         )
+        chain_written(self.dir, exchange.key, tape_digest(tape))
         self._log_used(exchange.key)
         return reply
 
@@ -601,9 +616,193 @@ def prune(cassette_dir: Path, used_log: Path) -> list[tuple[Path, str]]:
             reason = "unused"
         else:
             continue
+        digest = _file_digest(path)
         path.unlink()
+        chain_removed(cassette_dir, path.stem, digest, reason)
         removed.append((path, reason))
     return removed
+
+
+# ---------------------------------------------------------------------------------------------- chain
+
+CHAIN_FILE = "CHAIN.jsonl"
+_GENESIS = "0" * 64
+_CHAIN_OPS = ("record", "rerecord", "prune")
+
+
+def tape_digest(tape: Any) -> str:
+    """sha256 of a tape's canonical JSON (sorted keys, compact): the same for any layout of the same tape."""
+    return hashlib.sha256(_canonical(tape).encode("utf-8")).hexdigest()
+
+
+def _file_digest(path: Path) -> str | None:
+    try:
+        return tape_digest(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return None
+
+
+def _line_hash(line: str) -> str:
+    return hashlib.sha256(line.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class _ChainState:
+    """The chain as read: its head, every tape it holds now (key -> (digest, line)) and the broken lines."""
+
+    head: str = _GENESIS
+    lines: int = 0
+    tapes: dict[str, tuple[str, int]] = field(default_factory=dict)
+    broken: list[tuple[int, str]] = field(default_factory=list)  # (line, message)
+
+
+def _read_chain(path: Path) -> _ChainState:
+    state = _ChainState()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return state
+    for number, line in enumerate(text.splitlines(), 1):
+        state.lines = number
+        try:
+            entry = json.loads(line)
+            op, tape, prev = entry["op"], entry["tape"], entry["prev"]
+            if op not in _CHAIN_OPS or not isinstance(tape, str) or (op != "prune" and not entry["sha256"]):
+                raise ValueError
+        except (ValueError, KeyError, TypeError):
+            state.broken.append((number, "not a chain entry (a JSON object with op, tape, prev, sha256)"))
+            state.head = _line_hash(line)
+            continue
+        if prev != state.head:
+            state.broken.append(
+                (
+                    number,
+                    f"does not follow the line before it (a line edited, removed or inserted); tape {tape}",
+                )
+            )
+        state.head = _line_hash(line)
+        if op == "prune":
+            state.tapes.pop(tape, None)
+        else:
+            state.tapes[tape] = (entry["sha256"], number)
+    return state
+
+
+def _chain_append(cassette_dir: Path, entry: dict[str, Any], *, unless_same: bool = False) -> None:
+    """Append ``entry`` linked to the chain's last line, locked so concurrent recorders stay in order."""
+    path = cassette_dir / CHAIN_FILE
+    cassette_dir.mkdir(parents=True, exist_ok=True)
+    with path.open("a+", encoding="utf-8") as fh:
+        try:
+            import fcntl
+
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        except ImportError:  # Windows: one recorder at a time
+            pass
+        state = _read_chain(path)
+        current = state.tapes.get(entry["tape"])
+        if unless_same and current is not None and current[0] == entry.get("sha256"):
+            return  # the same tape written again: nothing changed, nothing to chain
+        if entry["op"] == "record" and current is not None:
+            entry = {**entry, "op": "rerecord", "replaced": current[0]}
+        line = _canonical({**entry, "at": _now(), "prev": state.head})
+        fh.seek(0, os.SEEK_END)
+        fh.write(line + "\n")
+
+
+def chain_written(cassette_dir: Path, key: str, digest: str) -> None:
+    """Chain a tape just written: ``record``, or ``rerecord`` naming the digest it replaced."""
+    _chain_append(Path(cassette_dir), {"op": "record", "tape": key, "sha256": digest}, unless_same=True)
+
+
+def chain_removed(cassette_dir: Path, key: str, digest: str | None, reason: str) -> None:
+    """Chain a tape just deleted, with why and what it held."""
+    _chain_append(Path(cassette_dir), {"op": "prune", "tape": key, "removed": digest, "reason": reason})
+
+
+@dataclass
+class Verdict:
+    """What ``verify`` found: ``problems`` are ``file:line: message`` lines, the first broken line first."""
+
+    tapes: int
+    head: str
+    problems: list[str]
+
+
+def verify(cassette_dir: str | os.PathLike[str]) -> Verdict:
+    """Walk the chain end to end, then hold every tape in ``cassette_dir`` to its last chain entry."""
+    folder = Path(cassette_dir)
+    chain = folder / CHAIN_FILE
+    state = _read_chain(chain)
+    problems = [f"{chain}:{number}: {message}" for number, message in state.broken]
+    on_disk = {p.stem: p for p in sorted(folder.glob("*.json")) if p.is_file() and not p.is_symlink()}
+    if on_disk and not chain.is_file():
+        problems.append(f"{chain}: missing, so no tape is covered; re-record with `make record` to start it")
+        return Verdict(len(on_disk), "none", problems)
+    for key, path in on_disk.items():
+        if key not in state.tapes:
+            problems.append(
+                f"{path}:1: tape {key} is not in the chain ({chain}): written outside `make record`, "
+                "or its chain line was removed"
+            )
+            continue
+        digest, number = state.tapes[key]
+        if _file_digest(path) != digest:
+            problems.append(
+                f"{path}:1: tape {key} was edited after it was recorded: its content does not match "
+                f"{chain}:{number}"
+            )
+    for key, (_digest, number) in sorted(state.tapes.items(), key=lambda item: item[1][1]):
+        if key not in on_disk:
+            missing = folder / f"{key}.json"
+            problems.append(f"{chain}:{number}: names tape {key}, which is missing ({missing})")
+    head = state.head[:KEY_LENGTH] if state.lines else "none"
+    return Verdict(len(on_disk), head, problems)
+
+
+# -------------------------------------------------------------------------------------------- nearest
+
+
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
+def _words(value: Any) -> list[str]:
+    return _TOKEN.findall(_canonical(value))
+
+
+def nearest_tape(cassette_dir: str | os.PathLike[str], request: dict[str, Any]) -> tuple[str, str] | None:
+    """The recorded request most like ``request`` (``{"method", "path", "body"}``, normalized), as
+    ``(key, what differs)``; None when the folder holds no readable tape.
+
+    Closeness is the word overlap of the canonical JSON (difflib), enough to point a reviewer at the tape a
+    prompt or parameter change broke; "what differs" names the top-level body fields that differ.
+    """
+    import difflib
+
+    folder = Path(cassette_dir)
+    wanted = _words(request)
+    best: tuple[float, str, dict[str, Any]] | None = None
+    for path in sorted(folder.glob("*.json")):
+        try:
+            stored = json.loads(path.read_text(encoding="utf-8"))["request"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        score = difflib.SequenceMatcher(None, wanted, _words(stored), autojunk=False).ratio()
+        if best is None or score > best[0]:
+            best = (score, path.stem, stored)
+    if best is None:
+        return None
+    return best[1], _differs(request, best[2])
+
+
+def _differs(a: dict[str, Any], b: dict[str, Any]) -> str:
+    fields = [k for k in ("method", "path") if a.get(k) != b.get(k)]
+    body_a, body_b = a.get("body"), b.get("body")
+    if isinstance(body_a, dict) and isinstance(body_b, dict):
+        fields += [f"body.{k}" for k in sorted(set(body_a) | set(body_b)) if body_a.get(k) != body_b.get(k)]
+    elif body_a != body_b:
+        fields.append("body")
+    return "differs in " + ", ".join(fields) if fields else "identical"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -612,7 +811,17 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("prune", help="delete tapes not in the used log, and duplicates")
     p.add_argument("--used", required=True, type=Path, help="the used log written under CASSETTE_USED_LOG")
     p.add_argument("--dir", default=Path("cassettes"), type=Path, help="the cassette directory")
+    v = sub.add_parser("verify", help=f"check {CHAIN_FILE} end to end and every tape against it")
+    v.add_argument("--dir", default=Path("cassettes"), type=Path, help="the cassette directory")
     args = parser.parse_args(argv)
+    if args.command == "verify":
+        verdict = verify(args.dir)
+        for problem in verdict.problems:
+            print(f"verify: {problem}", file=sys.stderr)
+        if verdict.problems:
+            return 1
+        print(f"ok ({verdict.tapes} tapes, head {verdict.head})")
+        return 0
     try:
         removed = prune(args.dir, args.used)
     except SystemExit as exc:

@@ -1,10 +1,12 @@
 """`make check`: find the mistakes a reviewer would find, before you submit.
 
-Four checks, one line each (`ok: ...`, or one `FAIL: <what> (<file:line>)` line per problem):
+Five checks, one line each (`ok: ...`, or one `FAIL: <what> (<file:line>)` line per problem):
 
 - offline replay: the suite passes in replay with sockets blocked and no credential variables set;
 - no credentials: no API key in the files you would submit, nor anywhere in git history;
 - tape metadata: every tape records `meta.model`, `meta.endpoint` and `meta.recorded_at`;
+- tape chain: `python -m <package>.cassette verify` (`make verify`) passes: no tape edited after it was
+  recorded, none missing from the chain (run only when the Makefile names the package);
 - REPLAY.md: its four sections exist and no `TODO` is left in them.
 
 Uses only the standard library, pytest and pytest-socket. Exits 1 when any check fails, 2 on a bad argument.
@@ -204,6 +206,26 @@ def _iso_time(value: str) -> bool:
     return True
 
 
+def check_chain(cassette_dir: Path, package: str) -> tuple[str, list[str]]:
+    """The package's own verifier: the chain is whole and every tape matches its last chain entry."""
+    folder = str(cassette_dir.relative_to(ROOT))
+    argv = [sys.executable, "-m", f"{package}.cassette", "verify", "--dir", folder]
+    try:
+        result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)  # noqa: S603
+    except subprocess.TimeoutExpired:
+        return "", ["`verify` did not finish within 5 minutes"]
+    if result.returncode == 0:
+        return result.stdout.strip().removeprefix("ok (").removesuffix(")"), []
+    lines = [line.removeprefix("verify: ") for line in result.stderr.strip().splitlines()]
+    return "", [_where_last(line) for line in lines] or [f"verify exited {result.returncode}"]
+
+
+def _where_last(line: str) -> str:
+    """``path:line: message`` -> ``message (path:line)``, the way every other check names a place."""
+    match = re.match(r"(\S+?:\d+): (.*)", line)
+    return f"{match.group(2)} ({match.group(1)})" if match else line
+
+
 def check_replay_doc() -> tuple[str, list[str]]:
     """REPLAY.md has its four sections, with every TODO filled in."""
     path = ROOT / "REPLAY.md"
@@ -234,8 +256,10 @@ def main(argv: list[str]) -> int:
         "offline replay": check_offline_replay,
         "no credentials": check_credentials,
         "tape metadata": lambda: check_tape_metadata(cassette_dir),
-        "REPLAY.md sections": check_replay_doc,
     }
+    if len(argv) > 1:
+        checks["tape chain"] = lambda: check_chain(cassette_dir, argv[1])
+    checks["REPLAY.md sections"] = check_replay_doc
     failed = False
     for label, check in checks.items():
         summary, problems = check()
