@@ -25,9 +25,9 @@ from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
 from ._settings import PROVIDER
-from .agent import triage
+from .agent import TriageError, triage
 from .cassette import Cassette, CassetteMiss, Reply, nearest_tape
-from .client import API_KEY_ENV, BASE_URL_ENV, CASSETTE_DIR, build_client
+from .client import API_KEY_ENV, BASE_URL_ENV, CASSETTE_DIR, ModelError, build_client
 
 __all__ = ["Replayer", "main"]
 
@@ -74,19 +74,24 @@ class Replayer:
         try:
             with client:
                 result = triage(message, client=client)
+        except (TriageError, ModelError) as exc:  # a recorded answer the agent rejects: shown as such
+            return {"status": 200, "error": f"{type(exc).__name__}: {exc}"}
         except Exception as exc:
             miss = _miss_in_chain(exc)
             if miss is None:
-                return {"status": 200, "error": f"{type(exc).__name__}: {exc}"}
-            request = {"method": miss.method, "path": miss.path, "body": None}
-            if sent:
-                request = self.cassette.exchange(
-                    sent[-1].method, miss.path, HOST, sent[-1].content, {}
-                ).stored_request
-            nearest = nearest_tape(self.cassette.dir, request)
-            return {"status": 422, "key": miss.key, "nearest": nearest}
+                raise
+            return self._missed(miss, sent)
         keys = [self._key(r) for r in sent]
         return {"status": 200, "result": result, "keys": keys}
+
+    def _missed(self, miss: CassetteMiss, sent: list[Any]) -> dict[str, Any]:
+        """The 422 outcome of a miss: its key and the recorded request nearest to what was sent."""
+        request = {"method": miss.method, "path": miss.path, "body": None}
+        if sent:
+            request = self.cassette.exchange(
+                sent[-1].method, miss.path, HOST, sent[-1].content, {}
+            ).stored_request
+        return {"status": 422, "key": miss.key, "nearest": nearest_tape(self.cassette.dir, request)}
 
     def _key(self, request: Any) -> str:
         path = request.url.raw_path.decode("ascii")
