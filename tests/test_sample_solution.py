@@ -136,3 +136,8 @@ def test_grading_the_sample_scores_full_marks(tmp_path: Path, grade_cache: Path,
     scores = {row["id"]: (row["status"], row["score"], row["evidence"]) for row in report["rows"]}
     assert all(status == "scored" and score == 3 for status, score, _ in scores.values()), scores
     assert report["total"]["percent"] == 100.0
+    # Its tape chain is read and intact; its `make serve` replays and answers an unseen request with 422.
+    assert report["facts"]["keys"]["chain"] and report["facts"]["keys"]["chain_tampered"] == 0
+    assert report["facts"]["keys"]["chain_entries"] == len(_tapes(SAMPLE / "cassettes"))
+    serve = report["facts"]["loud-miss"]
+    assert serve["serve_replayed"] and serve["serve_unseen_status"] == 422 and serve["serve_names_key"]

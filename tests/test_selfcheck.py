@@ -85,11 +85,13 @@ def test_passes_on_a_clean_recorded_repo(recorded: Path) -> None:
         "ok: offline replay",
         "ok: no credentials",
         "ok: tape metadata",
+        "ok: tape chain",
         "ok: REPLAY.md sections",
     ], output
     tapes = len(list((recorded / "cassettes").glob("*.json")))
     assert f"ok: tape metadata ({tapes} tapes)" in lines
     assert "ok: no credentials (tree and history)" in lines
+    assert f"ok: tape chain ({tapes} tapes, head " in "\n".join(lines)
     assert re.fullmatch(r"ok: offline replay \(\d+ passed in [\d.]+s\)", lines[0]), lines[0]
 
 

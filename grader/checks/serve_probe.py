@@ -35,20 +35,24 @@ _MARKER = "@@GRADER-SERVE-PROBE@@"
 _LOOPBACK = ("127.", "::1", "localhost")
 _NO_SERVER = 97
 
+# The server runs in the wrapper's own process group (the sandbox starts each command in a new session):
+# `kill 0` stops make and the server it started, and the trap keeps the wrapper's exit status.
 _WRAPPER = """\
-set -m
 out="$HOME/.serve-out"
 : >"$out"
 make serve >"$out" 2>"$HOME/.serve-err" </dev/null &
-server=$!
 i=0
 while ! grep -q "http://" "$out" && [ "$i" -lt 400 ]; do sleep 0.05; i=$((i + 1)); done
-if ! grep -q "http://" "$out"; then
-  echo "serve probe: make serve printed no URL" >&2; kill -- -"$server" 2>/dev/null; exit {code}
+if grep -q "http://" "$out"; then
+  python -E -s "$SERVE_PROBE_TOOLS/client.py" "$out" "$SERVE_PROBE_TOOLS/requests.json"
+  status=$?
+else
+  echo "serve probe: make serve printed no URL" >&2
+  status={code}
 fi
-python -E -s "$SERVE_PROBE_TOOLS/client.py" "$out" "$SERVE_PROBE_TOOLS/requests.json"
-status=$?
-kill -- -"$server" 2>/dev/null
+trap 'exit "$status"' TERM
+kill -TERM 0
+wait
 exit "$status"
 """
 
