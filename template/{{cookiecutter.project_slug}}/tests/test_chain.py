@@ -68,85 +68,62 @@ def tapes(tmp_path: Path) -> Path:
     return folder
 
 
-def test_record_prune_and_rerecord_append_to_the_chain_and_it_verifies(tapes: Path) -> None:
+def test_record_prune_and_rerecord_append_to_the_chain_and_it_verifies(
+    tapes: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     entries = _chain(tapes)
     assert [e["op"] for e in entries] == ["record"] * 3 + ["prune"] + ["rerecord"] * 2
     recorded, pruned = {e["tape"]: e for e in entries[:3]}, entries[3]
     assert pruned["reason"] == "unused" and pruned["removed"] == recorded[pruned["tape"]]["sha256"]
     assert all(e["replaced"] for e in entries[4:]) and all(e["at"].endswith("Z") for e in entries)
-    verdict = verify(tapes)
-    assert verdict.problems == [] and verdict.tapes == 2
-
-
-def test_the_same_tape_written_again_adds_no_entry(tmp_path: Path) -> None:
-    folder = tmp_path / "tapes"
-    _record(folder, Upstream(), "alpha")
-    [entry] = _chain(folder)
-    chain_written(folder, entry["tape"], entry["sha256"])
-    assert _chain(folder) == [entry]
-    chain_written(folder, entry["tape"], "f" * 64)
-    assert [e["op"] for e in _chain(folder)] == ["record", "rerecord"]
-
-
-def test_verify_prints_ok_with_the_count_and_head(tapes: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["verify", "--dir", str(tapes)]) == 0
     out = capsys.readouterr().out.strip()
     assert out.startswith("ok (2 tapes, head ") and len(out.split("head ")[1].rstrip(")")) == 16
 
+    # The same tape written again adds nothing.
+    last = entries[-1]
+    chain_written(tapes, last["tape"], last["sha256"])
+    assert _chain(tapes) == entries
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert verify(empty).problems == [] and verify(empty).head == "none"
 
-def test_a_one_character_edit_of_an_answer_is_named(
-    tapes: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+
+def test_a_vandalised_tape_is_named(tapes: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     copy = tmp_path / "vandalised"
     shutil.copytree(tapes, copy)
-    victim = sorted(copy.glob("*.json"))[0]
+    victim, other = sorted(copy.glob("*.json"))
     text = victim.read_text(encoding="utf-8")
     assert text.count('"second"') == 1
-    victim.write_text(text.replace('"second"', '"secund"'), encoding="utf-8")
+    victim.write_text(text.replace('"second"', '"secund"'), encoding="utf-8")  # one character of the answer
     assert main(["verify", "--dir", str(copy)]) == 1
     err = capsys.readouterr().err
     assert f"{victim}:1: tape {victim.stem} was edited after it was recorded" in err
     assert verify(tapes).problems == []  # the original is untouched
 
+    stray = copy / "0123456789abcdef.json"
+    stray.write_bytes(other.read_bytes())
+    other.unlink()
+    problems = verify(copy).problems
+    assert any(p.startswith(f"{stray}:1: tape {stray.stem} is not in the chain") for p in problems), problems
+    assert any(f"names tape {other.stem}, which is missing" in p for p in problems), problems
 
-def test_a_deleted_chain_line_is_named(tapes: Path, tmp_path: Path) -> None:
+
+def test_a_vandalised_chain_is_named(tapes: Path, tmp_path: Path) -> None:
     copy = tmp_path / "vandalised"
     shutil.copytree(tapes, copy)
     lines = (copy / CHAIN_FILE).read_text(encoding="utf-8").splitlines(keepends=True)
-    del lines[1]
-    (copy / CHAIN_FILE).write_text("".join(lines), encoding="utf-8")
-    problems = verify(copy).problems
-    named = json.loads(lines[1])["tape"]
-    assert problems[0] == (
+    (copy / CHAIN_FILE).write_text("".join(lines[:1] + lines[2:]), encoding="utf-8")  # a line deleted
+    assert verify(copy).problems[0] == (
         f"{copy / CHAIN_FILE}:2: does not follow the line before it (a line edited, removed or inserted); "
-        f"tape {named}"
+        f"tape {json.loads(lines[2])['tape']}"
     )
 
-
-def test_a_deleted_last_line_leaves_its_tape_unmatched(tapes: Path, tmp_path: Path) -> None:
-    copy = tmp_path / "vandalised"
-    shutil.copytree(tapes, copy)
-    lines = (copy / CHAIN_FILE).read_text(encoding="utf-8").splitlines(keepends=True)
-    last = json.loads(lines.pop())["tape"]
-    (copy / CHAIN_FILE).write_text("".join(lines), encoding="utf-8")
+    last = json.loads(lines[-1])["tape"]
+    (copy / CHAIN_FILE).write_text("".join(lines[:-1]), encoding="utf-8")  # the last line deleted
     [problem] = verify(copy).problems
     assert problem.startswith(f"{copy / (last + '.json')}:1: tape {last} was edited after it was recorded")
 
-
-def test_a_tape_outside_the_chain_and_an_entry_without_tape_are_named(tapes: Path, tmp_path: Path) -> None:
-    copy = tmp_path / "vandalised"
-    shutil.copytree(tapes, copy)
-    first, second = sorted(copy.glob("*.json"))
-    stray = copy / "0123456789abcdef.json"
-    stray.write_bytes(first.read_bytes())
-    second.unlink()
-    problems = verify(copy).problems
-    assert any(p.startswith(f"{stray}:1: tape {stray.stem} is not in the chain") for p in problems), problems
-    assert any(f"names tape {second.stem}, which is missing" in p for p in problems), problems
-
-
-def test_tapes_without_a_chain_fail_and_no_tapes_pass(tmp_path: Path) -> None:
-    assert verify(tmp_path).problems == [] and verify(tmp_path).head == "none"
-    (tmp_path / "0123456789abcdef.json").write_text("{}\n")
-    [problem] = verify(tmp_path).problems
-    assert f"{tmp_path / CHAIN_FILE}: missing" in problem
+    (copy / CHAIN_FILE).unlink()
+    [problem] = verify(copy).problems
+    assert f"{copy / CHAIN_FILE}: missing" in problem
