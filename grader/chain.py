@@ -7,7 +7,9 @@ holds every kit tape in the folder to the last entry that names it, exactly as t
 ``python -m <pkg>.cassette verify`` does, so the grader's verdict never depends on the submission's verifier.
 
 A chain is evidence when present and never a requirement: without one, ``read_chain`` returns None. A chain
-catches an edit made by someone who did not re-chain; a re-chained edit is a matter for the history.
+catches an edit made by someone who did not re-chain; a re-chained edit shows in the history instead:
+``chain_rewrites`` lists the commits whose chain is not the previous commit's chain with lines appended (a
+rewritten chain, or one started over, e.g. after deleting the folder and recording again).
 """
 
 from __future__ import annotations
@@ -15,18 +17,22 @@ from __future__ import annotations
 import hashlib
 import json
 import stat
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from grader.tapes import Tape
 
-__all__ = ["CHAIN_FILE", "ChainProblem", "ChainVerdict", "read_chain", "tape_digest"]
+__all__ = ["CHAIN_FILE", "ChainProblem", "ChainVerdict", "chain_rewrites", "read_chain", "tape_digest"]
 
 CHAIN_FILE = "CHAIN.jsonl"
 _GENESIS = "0" * 64
 _OPS = ("record", "rerecord", "prune")
 # A chain line per tape write; far more than any take-home records.
 _MAX_BYTES = 16 * 1024 * 1024
+_MAX_COMMITS = 500
+# The repository's own config is the candidate's: no fsmonitor hook, no external diff, any owner.
+_GIT = ("git", "-c", "core.fsmonitor=false", "-c", "safe.directory=*", "-c", "diff.external=")
 
 
 @dataclass(frozen=True)
@@ -162,3 +168,32 @@ def _digest_of(tape: Tape) -> str | None:
         return tape_digest(json.loads(tape.text))
     except ValueError:
         return None
+
+
+def _git(repo: Path, *args: str) -> bytes | None:
+    try:
+        proc = subprocess.run([*_GIT, "-C", str(repo), *args], capture_output=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def chain_rewrites(repo: Path, rel: str) -> list[tuple[str, int]]:
+    """``(short sha, first changed line)`` of each commit (oldest first, first parents) whose ``rel`` is not
+    its parent's with lines appended. Empty without git history or without a chain in it."""
+    listed = _git(
+        repo, "log", "--first-parent", "--reverse", f"--max-count={_MAX_COMMITS}", "--format=%H", "--", rel
+    )
+    if not listed:
+        return []
+    rewrites: list[tuple[str, int]] = []
+    previous: list[bytes] | None = None
+    for sha in listed.decode("ascii", "replace").split():
+        blob = _git(repo, "cat-file", "blob", f"{sha}:{rel}")
+        lines = blob.splitlines() if blob is not None and len(blob) <= _MAX_BYTES else []
+        if previous is not None and lines[: len(previous)] != previous:
+            pairs = enumerate(zip(previous, lines, strict=False), 1)
+            changed = next((n for n, (a, b) in pairs if a != b), len(lines) + 1)
+            rewrites.append((sha[:7], changed))
+        previous = lines
+    return rewrites

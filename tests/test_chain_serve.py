@@ -7,6 +7,7 @@ with only loopback up, reached by the real openai and anthropic SDKs and by head
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -21,6 +22,7 @@ import pytest
 
 from grader.checks.keys import keys
 from tests.helpers.bake import bake, baked_venv, run, standin, unshare_works
+from tests.helpers.git import GIT_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -159,6 +161,49 @@ def test_a_deleted_chain_line_fails_verify_and_the_grader_names_it(project: Path
     where = {f.location: f.message for f in check.findings if f.rule == "tape-chain"}
     assert "chain broken" in where["cassettes/CHAIN.jsonl:3"]
     assert "not in cassettes/CHAIN.jsonl" in where[f"cassettes/{removed}.json:1"]
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {**os.environ, **GIT_ENV}
+    return subprocess.run(
+        ["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True
+    ).stdout
+
+
+def _rechain(chain: Path, tape: str, digest: str) -> int:
+    """Rewrite the chain as if ``tape`` had always held ``digest``, every later link recomputed; the line."""
+    lines, prev, changed = chain.read_text().splitlines(), "0" * 64, 0
+    for number, line in enumerate(lines, 1):
+        entry = {**json.loads(line), "prev": prev}
+        if entry["tape"] == tape and entry["op"] != "prune":
+            entry["sha256"], changed = digest, number
+        lines[number - 1] = json.dumps(entry, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        prev = hashlib.sha256(lines[number - 1].encode()).hexdigest()
+    chain.write_text("".join(line + "\n" for line in lines))
+    return changed
+
+
+def test_a_rechained_edit_passes_verify_but_shows_as_a_rewritten_chain(project: Path, tmp_path: Path) -> None:
+    repo = _copy(project, tmp_path)
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "recorded")
+    victim = _tapes(repo)[0]
+    tape = json.loads(victim.read_text())
+    tape["meta"]["model"] += "-x"  # any edit; re-chained on purpose below
+    victim.write_text(json.dumps(tape, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    digest = hashlib.sha256(
+        json.dumps(tape, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    ).hexdigest()
+    line = _rechain(repo / "cassettes/CHAIN.jsonl", victim.stem, digest)
+    assert _verify(repo).returncode == 0  # a chain only catches an edit nobody re-chained
+    _git(repo, "commit", "-q", "-am", "improve the demo")
+    sha = _git(repo, "rev-parse", "--short=7", "HEAD").strip()
+
+    check = _keys_check(repo)
+    assert check.facts["chain_tampered"] == 0 and check.facts["chain_rewrites"] == 1
+    [finding] = [f for f in check.findings if f.rule == "tape-chain"]
+    assert finding.location == f"{sha}:cassettes/CHAIN.jsonl:{line}" and "rewritten" in finding.message
 
 
 # ------------------------------------------------------------------------------------------------ serve

@@ -23,7 +23,7 @@ import random
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from grader.chain import read_chain
+from grader.chain import chain_rewrites, read_chain
 from grader.checks import CheckResult, Finding, register
 from grader.tapes import canonical_key, tapes_of
 
@@ -81,6 +81,8 @@ def keys(ctx: Context) -> CheckResult:
             whose content no longer matches their chain entry (0 without a chain)
         chain_unlisted: tapes the chain does not hold (written outside recording, or their line removed)
         chain_missing: chain entries whose tape is not in the folder
+        chain_rewrites: commits whose chain is not the previous commit's chain with lines appended (rewritten
+            or started over: read next to chain_tampered, a re-chained edit shows here)
         summary: one line with the counts
     """
     findings: list[Finding] = []
@@ -95,11 +97,16 @@ def keys(ctx: Context) -> CheckResult:
             line = tape.find_line('"key"') or 1
             findings.append(Finding("canonical-keys", problem, f"{tape.path}:{line}"))
 
+    rewrites: list[tuple[str, int]] = []
     chain = read_chain(ctx.repo, getattr(ctx.manifest, "cassette_dir", None), tapes_of(ctx))
     if chain is not None:
         if chain.error:
             findings.append(Finding("tape-chain", f"tape chain {chain.error}", f"{chain.path}:1"))
         findings += [Finding("tape-chain", p.message, p.location) for p in chain.problems]
+        rewrites = chain_rewrites(ctx.repo, chain.path)
+        for sha, line in rewrites[:_MAX_LISTED]:
+            message = "tape chain rewritten in this commit: lines changed or removed, not only appended"
+            findings.append(Finding("tape-chain", message, f"{sha}:{chain.path}:{line}"))
 
     key_function = getattr(ctx.manifest, "key_function", None) or ""
     probes_run, probes_failed, note = _probe(ctx, key_function, findings)
@@ -121,6 +128,7 @@ def keys(ctx: Context) -> CheckResult:
         "chain_tampered": chain.tampered if chain else 0,
         "chain_unlisted": chain.count("unlisted-tape") if chain else 0,
         "chain_missing": chain.count("missing-tape") if chain else 0,
+        "chain_rewrites": len(rewrites),
     }
     parts = [
         f"{len(kit) - mismatched}/{len(kit)} kit tapes re-hash to their own name"
