@@ -129,7 +129,9 @@ def test_a_silent_cassette_miss_fallback_is_named(corpus_run: tuple[Any, dict]) 
     loud = _row(case, "loud-miss")
     assert loud["score"] <= 1
     assert f"support_triage_agent/agent.py:{case['planted']['line']}: `except CassetteMiss`" in _text(loud)
-    assert _row(case, "offline-replay")["score"] == 3  # the suite still passes: only the probe can tell
+    # The template's tests/test_serve.py triages an unseen message and wants the 422: the one test that fails.
+    replay = _row(case, "offline-replay")
+    assert replay["score"] == 2 and "test_serve.py" in _text(replay)
 
 
 def test_tapes_without_metadata_lose_the_metadata_row(corpus_run: tuple[Any, dict]) -> None:

@@ -95,6 +95,33 @@ def _write(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _recorded(path: Path, data: dict[str, Any]) -> None:
+    """Write a tape as a recorder that produced it this way would: chained, when the folder keeps a tape chain
+    (docs/design.md; appended here independently of the template's and the grader's code)."""
+    chain = path.parent / "CHAIN.jsonl"
+    old = hashlib.sha256(_canonical(_read(path)).encode("utf-8")).hexdigest() if path.exists() else None
+    _write(path, data)
+    if not chain.is_file():
+        return
+    lines = chain.read_text(encoding="utf-8").splitlines()
+    prev = hashlib.sha256(lines[-1].encode("utf-8")).hexdigest() if lines else "0" * 64
+    entry = {
+        "at": "2026-01-01T00:00:00Z",
+        "op": "rerecord" if old else "record",
+        "prev": prev,
+        "tape": path.stem,
+    }
+    entry["sha256"] = hashlib.sha256(_canonical(data).encode("utf-8")).hexdigest()
+    if old:
+        entry["replaced"] = old
+    with chain.open("a", encoding="utf-8") as fh:
+        fh.write(_canonical(entry) + "\n")
+
+
 def _line_of(path: Path, needle: str) -> int:
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if needle in line:
@@ -118,7 +145,7 @@ def _leak_header_in_tape(repo: Path, planted: dict[str, str], *, header: str = "
     tape = _tapes(repo)[0]
     data = _read(tape)
     data["request"]["headers"] = {header: f"Bearer {fake_openai_key()}", "content-type": "application/json"}
-    _write(tape, data)
+    _recorded(tape, data)
     planted.update(file=_rel(repo, tape), line=str(_line_of(tape, f'"{header}"')))
 
 
@@ -176,7 +203,7 @@ def _strip_tape_metadata(repo: Path, planted: dict[str, str]) -> None:
         response["headers"] = {"content-type": "application/json"}
         if isinstance(response.get("body"), dict):
             response["body"].pop("model", None)
-        _write(tape, data)
+        _recorded(tape, data)
     planted.update(tapes=str(len(_tapes(repo))))
 
 
