@@ -74,7 +74,9 @@ def test_usage_errors_are_one_line_exit_2(grade_cli, tmp_path: Path) -> None:
     "files",
     [
         pytest.param({}, id="empty-folder"),
-        pytest.param({"main.c": "int main(void) { return 0; }\n", "Makefile": "all:\n\tcc main.c\n"}, id="c-code"),
+        pytest.param(
+            {"main.c": "int main(void) { return 0; }\n", "Makefile": "all:\n\tcc main.c\n"}, id="c-code"
+        ),
     ],
 )
 def test_a_target_that_is_no_submission_is_refused_not_scored(
