@@ -51,13 +51,12 @@ def test_command_output_and_exit_code(box):
 
 
 @needs_root
-def test_runs_as_nobody_and_cannot_write_root_owned_files(box):
+def test_runs_as_an_unprivileged_uid_and_cannot_write_root_owned_files(box):
     precious = box / "precious.txt"
     precious.write_text("grader data\n")
     res = _run(box, ["sh", "-c", f"id -u; echo evil >> {precious}; touch mine"])
-    assert res.user == "nobody"
-    assert res.stdout.splitlines()[0] == "65534"
-    assert "Permission denied" in res.stderr
+    assert res.user == "unprivileged"
+    assert int(res.stdout.splitlines()[0]) not in (0, os.getuid())
     assert precious.read_text() == "grader data\n"
     assert (box / "work" / "mine").exists()  # cwd is handed to the command ...
     assert (box / "work" / "mine").stat().st_uid == os.getuid()  # ... and taken back afterwards
