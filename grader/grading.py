@@ -73,7 +73,12 @@ def grade(
     """
     from grader.acquire import no_space, no_space_reason
     from grader.install import default_cache_root
+    from grader.sandbox import host_shortfall
 
+    shortfall = host_shortfall()
+    if shortfall is not None:
+        # A host limit too low for any suite: nothing is scored, rather than the candidate scored down.
+        raise NotAssessable(shortfall)
     report_progress = _one_line_progress(progress or _no_progress)
     cache_root = cache_root or default_cache_root()
     try:
@@ -168,8 +173,8 @@ def _pipeline(
     results = run_checks(ctx, check_ids, timings, progress, jobs=jobs)
     iso = asdict(isolation())
     if ctx.sandbox_users:
-        # "nobody" only when every run of submission code dropped privileges (docs/security.md).
-        iso["user"] = "nobody" if ctx.sandbox_users == {"nobody"} else "grader"
+        # "unprivileged" only when every run of submission code dropped privileges (docs/security.md).
+        iso["user"] = "unprivileged" if ctx.sandbox_users == {"unprivileged"} else "grader"
     report = _report(workspace, rubric, results, timings, notes, iso)
     if keep_workspace:
         report.setdefault("notes", []).append(f"workspace kept at {root}")

@@ -245,9 +245,11 @@ def host_shortfall() -> str | None:
     for name, res, _opt, _wanted, least in _LIMITS:
         hard = resource.getrlimit(res)[1]
         if hard != resource.RLIM_INFINITY and hard < least:
+            unit = " bytes" if name in ("address_space", "file_size") else ""
             return (
-                f"the grading host's hard {name.replace('_', ' ')} limit ({hard}) is below the {least} a "
-                "test suite needs; raise it (ulimit/prlimit, container settings) and grade again"
+                f"the grading host's hard {name.replace('_', ' ')} limit ({hard}{unit}) is below the "
+                f"{least}{unit} a test suite needs; raise it (ulimit -H, prlimit, the container's limits) "
+                "and grade again"
             )
     return None
 
