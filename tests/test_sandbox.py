@@ -281,7 +281,7 @@ def test_tmp_is_private_to_the_run_and_gone_afterwards(box, tmp_path):
     other = Path(tempfile.mkdtemp(prefix="sbx-test-other-"))
     other.chmod(0o755)
     (other / "work").mkdir()
-    marker = "kit-private-tmp-6612"
+    marker = f"kit-private-tmp-{os.getpid()}-{time.monotonic_ns()}"
     results: dict[str, sandbox.RunResult] = {}
 
     def writer() -> None:
