@@ -470,8 +470,8 @@ def _path_values(values: Iterable[str]) -> list[Path]:
 
 
 def _mounts(
-    argv: Sequence[str],
     *,
+    readable: Sequence[Path],
     child_env: Mapping[str, str],
     extra_env: Mapping[str, str],
     venv: Path | None,
@@ -479,14 +479,15 @@ def _mounts(
     writable: Sequence[Path],
     network: bool,
 ) -> list[str]:
-    """The run's own bind mounts: what it must read (read-only), then what it may write."""
-    wanted: list[Path] = []
-    exe = _resolve_exe(argv[0], child_env.get("PATH", os.defpath)) if argv else None
-    if exe is not None:
-        wanted += [exe, Path(os.path.realpath(exe))]
+    """The run's own bind mounts: what it must read (read-only), then what it may write.
+
+    Only the grader's own choices are shown: ``readable``, the venv, and the paths in the variables the
+    caller set. Never a path from ``argv``: a manifest's command line is the submission's, and naming a
+    path there must not make it appear.
+    """
+    wanted: list[Path] = [Path(p) for p in readable]
     if venv is not None:
         wanted += [venv, *_venv_interpreter_paths(venv)]
-    wanted += [Path(a) for a in argv[1:] if os.path.isabs(a)]
     wanted += _path_values(extra_env.values())
     if network:
         wanted += _path_values(v for k, v in child_env.items() if k in _NETWORK_FILES)
@@ -584,14 +585,17 @@ def run(
     audit_root: Path | None = None,
     output_cap: int = 2_000_000,
     writable: Sequence[Path] = (),
+    readable: Sequence[Path] = (),
     pass_fds: Sequence[int] = (),
 ) -> RunResult:
     """Run ``argv`` sandboxed; never raises for the command's own failure (see ``RunResult``).
 
     ``writable``: extra folders the command must be able to write besides ``cwd`` and ``home`` (the folders
-    of ``audit_log`` and of any absolute ``*_LOG`` path in ``env`` are added automatically). With bwrap
-    these, the venv, the executable and the absolute paths in ``argv`` and ``env`` are all the command
-    sees of the host besides the system folders.
+    of ``audit_log`` and of any absolute ``*_LOG`` path in ``env`` are added automatically).
+    ``readable``: files or folders outside the system folders and the venv the command must read or execute
+    (the installer's binary, a Python outside ``/usr``); a Python's whole prefix is shown. With bwrap these,
+    the venv and the absolute paths in ``env``'s values are all the command sees of the host besides the
+    system folders and its writable folders.
     ``pass_fds``: descriptors the command inherits (the guard plugin's result log, opened by the grader in a
     folder the sandbox user cannot reach).
     """
@@ -614,7 +618,7 @@ def run(
         mounts: list[str] = []
         if _caps().bwrap:
             mounts = _mounts(
-                argv,
+                readable=readable,
                 child_env=child_env,
                 extra_env=env or {},
                 venv=venv_path,

@@ -254,6 +254,9 @@ def test_another_workspace_and_root_are_invisible(box, neighbour):
     # /tmp holds only the folder bwrap made to reach the run's own folders, not the host's /tmp.
     listed = res.stdout.split("--- tmp\n", 1)[1].splitlines()[:-1]
     assert listed == [box.name], listed
+    # A command line is the submission's (a manifest's record_command): naming a path does not show it.
+    named = _run(box, ["cat", str(target / "secret.txt")])
+    assert named.returncode != 0 and "neighbour-secret" not in named.stdout
 
 
 @needs_bwrap
