@@ -74,6 +74,8 @@ _UID_SLOTS = 256
 _uid_cond = threading.Condition()
 _uids_in_use: set[int] = set()
 
+_TMPFS_SIZE = 256 * 1024**2
+_SHM_SIZE = 64 * 1024**2
 # What the mount namespace shows of the host, read-only. Everything else is absent unless a run names it.
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 # Readable by root only; hidden too, because a run that could not drop privileges is uid 0 (without caps).
@@ -436,8 +438,10 @@ def _bwrap_base() -> list[str]:
         elif os.path.isdir(top):
             args += ["--ro-bind", top, top]
     args += ["--dev", "/dev", "--proc", "/proc"]
-    # A private /tmp and /dev/shm: nothing written there is seen by anyone else or outlives the run.
-    args += ["--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", "/dev/shm"]  # noqa: S108
+    # A private /tmp and /dev/shm: nothing written there is seen by anyone else or outlives the run. They are
+    # memory, so capped (TMPDIR, on the workspace's disk, is where well-behaved code writes).
+    for folder, size in (("/tmp", _TMPFS_SIZE), ("/dev/shm", _SHM_SIZE)):  # noqa: S108
+        args += ["--perms", "1777", "--size", str(size), "--tmpfs", folder]
     for pattern in _MASKED:
         for path in sorted(glob.glob(pattern)):
             args += ["--ro-bind", "/dev/null", path]
