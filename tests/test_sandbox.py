@@ -312,7 +312,7 @@ def test_tmp_is_private_to_the_run_and_gone_afterwards(box, tmp_path):
 
 @needs_bwrap
 def test_private_tmp_is_capped_so_a_flood_cannot_eat_the_hosts_memory(box):
-    show = "import os\nfor p in ('/tmp', '/dev/shm'):\n    v = os.statvfs(p)\n    print(v.f_blocks * v.f_frsize)"
+    show = "import os\nfor p in ('/tmp', '/dev/shm'):\n    v = os.statvfs(p); print(v.f_blocks * v.f_frsize)"
     res = _run(box, [PY, "-c", show])
     tmp, shm = map(int, res.stdout.split())
     assert 0 < tmp <= 256 * 1024**2 and 0 < shm <= 64 * 1024**2, res.stdout + res.stderr
