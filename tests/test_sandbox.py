@@ -399,3 +399,23 @@ def test_a_host_limit_below_the_floor_is_a_shortfall_not_a_score():
         capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[1],
     )  # fmt: skip
     assert "address space limit (805306368 bytes)" in done.stdout
+
+
+@needs_bwrap
+@needs_root
+def test_a_run_that_cannot_drop_privileges_is_root_without_capabilities(box):
+    # A venv the unprivileged uid cannot enter keeps the command as root: it still gets no capability, so
+    # the read-only mounts hold, and root-only host files stay hidden.
+    venv = box / "venv"
+    subprocess.run([PY, "-m", "venv", "--without-pip", str(venv)], check=True)
+    venv.chmod(0o700)
+    script = (
+        "id -u; grep CapEff /proc/self/status; cat /etc/shadow 2>/dev/null | wc -c;"
+        ' touch "$VIRTUAL_ENV/evil"; mount -t tmpfs none /usr 2>/dev/null || echo nomount'
+    )
+    res = _run(box, ["sh", "-c", script], venv=venv)
+    lines = res.stdout.split()
+    assert res.user == "grader" and lines[0] == "0", res.stdout + res.stderr
+    assert lines[1:4] == ["CapEff:", "0000000000000000", "0"], res.stdout
+    assert "Read-only file system" in res.stderr and not (venv / "evil").exists()
+    assert res.stdout.strip().endswith("nomount")
