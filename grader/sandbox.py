@@ -73,6 +73,10 @@ _UID_BASE = 1 << 30
 _UID_SLOTS = 256
 _uid_cond = threading.Condition()
 _uids_in_use: set[int] = set()
+# A folder is handed to one run's uid at a time: two runs writing the same folder (a check's `make demo`
+# and another's probe in the checkout, under --jobs) take turns instead of chowning it from under each other.
+_folder_locks: dict[str, threading.Lock] = {}
+_folder_locks_guard = threading.Lock()
 
 _TMPFS_SIZE = 256 * 1024**2
 _SHM_SIZE = 64 * 1024**2
@@ -380,6 +384,21 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
 
 
 @contextmanager
+def _folders_held(folders: Iterable[Path]) -> Iterator[None]:
+    """Hold every folder of a run (always in the same order, so two runs never wait on each other)."""
+    keys = sorted({os.path.realpath(f) for f in folders})
+    with _folder_locks_guard:
+        locks = [_folder_locks.setdefault(k, threading.Lock()) for k in keys]
+    for lock in locks:
+        lock.acquire()
+    try:
+        yield
+    finally:
+        for lock in reversed(locks):
+            lock.release()
+
+
+@contextmanager
 def _sandbox_uid() -> Iterator[int]:
     """A uid no other concurrent run on this machine has (waits when this process runs 256 at once)."""
     with _uid_cond:
@@ -618,7 +637,7 @@ def run(
         path.mkdir(parents=True, exist_ok=True)
     venv_path = Path(venv) if venv else None
     drop = _can_drop(argv, child_env, venv_path, owned)
-    with _sandbox_uid() as uid:
+    with _folders_held(owned), _sandbox_uid() as uid:
         mounts: list[str] = []
         if _caps().bwrap:
             mounts = _mounts(

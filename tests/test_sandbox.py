@@ -419,3 +419,14 @@ def test_a_run_that_cannot_drop_privileges_is_root_without_capabilities(box):
     assert lines[1:4] == ["CapEff:", "0000000000000000", "0"], res.stdout
     assert "Read-only file system" in res.stderr and not (venv / "evil").exists()
     assert res.stdout.strip().endswith("nomount")
+
+
+@needs_root
+def test_two_runs_in_the_same_folder_take_turns_instead_of_locking_each_other_out(box):
+    # Under --jobs, a check's `make demo` and another check's probe may both run in the checkout: each run's
+    # uid owns the folder while it runs, so the second waits rather than take it from under the first.
+    script = "for i in 1 2 3 4 5 6; do echo x > $0-$i || exit 1; sleep 0.2; done"
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda name: _run(box, ["sh", "-c", script, name]), ("first", "second")))
+    assert [r.returncode for r in runs] == [0, 0], [r.stderr for r in runs]
+    assert len(list((box / "work").iterdir())) == 12
