@@ -178,6 +178,7 @@ def _pipeline(
     if ctx.sandbox_users:
         # "unprivileged" only when every run of submission code dropped privileges (docs/security.md).
         iso["user"] = "unprivileged" if ctx.sandbox_users == {"unprivileged"} else "grader"
+    notes.extend(_isolation_notes(iso))
     report = _report(workspace, rubric, results, timings, notes, iso)
     if keep_workspace:
         report.setdefault("notes", []).append(f"workspace kept at {root}")
@@ -188,6 +189,21 @@ def _pipeline(
         logs = root / "logs"
         store_run(store, report=report, results=results, rubric=rubric, logs=logs, formats=store_formats)
     return report
+
+
+def _isolation_notes(iso: dict[str, Any]) -> list[str]:
+    """What a reviewer must know about the sandbox this grade ran in, when it is less than documented."""
+    notes = []
+    if iso.get("filesystem") == "host":
+        notes.append(
+            "sandbox without a mount namespace (bwrap could not run here): submission code saw the host's "
+            "files (docs/security.md)"
+        )
+    lowered = (iso.get("limits") or {}).get("lowered_by_host") or []
+    if lowered:
+        values = ", ".join(f"{name} {iso['limits'][name]}" for name in lowered)
+        notes.append(f"sandbox limits lowered to this host's hard limits: {values}")
+    return notes
 
 
 def _since(start: float) -> float:

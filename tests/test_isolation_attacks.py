@@ -134,6 +134,7 @@ def test_a_host_address_space_limit_below_ours_costs_the_candidate_nothing(tmp_p
     assert report["total"]["points"] == report["total"]["max"] == 54
     assert report["isolation"]["limits"]["address_space"] == host
     assert report["isolation"]["limits"]["lowered_by_host"] == ["address_space"]
+    assert f"sandbox limits lowered to this host's hard limits: address_space {host}" in report["notes"]
 
 
 def test_a_host_limit_too_low_for_any_suite_is_not_assessable(tmp_path: Path) -> None:
