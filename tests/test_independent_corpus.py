@@ -38,9 +38,6 @@ KNOWN_GAPS: dict[tuple[str, str], str] = {
         "(manual); the grader cannot yet find and probe a submission's own key function or vcrpy matcher"
         for case in CASES
     },
-    ("indep-a-ticket-triage", "loud-miss"): "the made-up answer on a miss (client.py:48, a synthetic 404 "
-    "then dict.get) is not observed: with its one tape file withheld the suite fails loudly, and the "
-    "unseen-message probe needs a declared triage_command to see the CLI print a default and exit 0",
     ("indep-b-triage-agent", "cassette-hygiene"): "the replay layer reads every recording at start-up "
     "(replay.py:49), so the 44 stale ones count as opened; the 2.05 MB tape alone costs one level",
 }
