@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from grader import __version__
 from grader._json import jsonable
-from grader.errors import NotAssessable
+from grader.details import submission_relative
+from grader.errors import BadInput, NotAssessable
 
 if TYPE_CHECKING:
     from grader.checks import Check, CheckResult
@@ -73,7 +74,12 @@ def grade(
     """
     from grader.acquire import no_space, no_space_reason
     from grader.install import default_cache_root
+    from grader.sandbox import host_shortfall
 
+    shortfall = host_shortfall()
+    if shortfall is not None:
+        # A host limit too low for any suite: nothing is scored, rather than the candidate scored down.
+        raise NotAssessable(shortfall)
     report_progress = _one_line_progress(progress or _no_progress)
     cache_root = cache_root or default_cache_root()
     try:
@@ -130,7 +136,7 @@ def _pipeline(
     store_formats: tuple[str, ...],
 ) -> dict[str, Any]:
     from grader.acquire import acquire
-    from grader.manifest import read_manifest
+    from grader.manifest import not_a_submission, read_manifest
     from grader.sandbox import isolation
 
     timings: dict[str, float] = {}
@@ -138,10 +144,12 @@ def _pipeline(
     start = time.monotonic()
     workspace = acquire(target, root)
     timings["acquire"] = _since(start)
+    manifest = read_manifest(workspace.repo)
+    refused = not_a_submission(workspace.repo, manifest)
+    if refused:  # bad input: one line, before anything else is printed
+        raise BadInput(f"{workspace.source}: {refused}")
     commit = workspace.commit[:12] if workspace.commit else "no git history"
     progress("acquire", timings["acquire"], f"{workspace.source} @ {commit}")
-
-    manifest = read_manifest(workspace.repo)
     notes.extend(manifest.notes)
 
     start = time.monotonic()
@@ -168,8 +176,9 @@ def _pipeline(
     results = run_checks(ctx, check_ids, timings, progress, jobs=jobs)
     iso = asdict(isolation())
     if ctx.sandbox_users:
-        # "nobody" only when every run of submission code dropped privileges (docs/security.md).
-        iso["user"] = "nobody" if ctx.sandbox_users == {"nobody"} else "grader"
+        # "unprivileged" only when every run of submission code dropped privileges (docs/security.md).
+        iso["user"] = "unprivileged" if ctx.sandbox_users == {"unprivileged"} else "grader"
+    notes.extend(_isolation_notes(iso))
     report = _report(workspace, rubric, results, timings, notes, iso)
     if keep_workspace:
         report.setdefault("notes", []).append(f"workspace kept at {root}")
@@ -180,6 +189,21 @@ def _pipeline(
         logs = root / "logs"
         store_run(store, report=report, results=results, rubric=rubric, logs=logs, formats=store_formats)
     return report
+
+
+def _isolation_notes(iso: dict[str, Any]) -> list[str]:
+    """What a reviewer must know about the sandbox this grade ran in, when it is less than documented."""
+    notes = []
+    if iso.get("filesystem") == "host":
+        notes.append(
+            "sandbox without a mount namespace (bwrap could not run here): submission code saw the host's "
+            "files (docs/security.md)"
+        )
+    lowered = (iso.get("limits") or {}).get("lowered_by_host") or []
+    if lowered:
+        values = ", ".join(f"{name} {iso['limits'][name]}" for name in lowered)
+        notes.append(f"sandbox limits lowered to this host's hard limits: {values}")
+    return notes
 
 
 def _since(start: float) -> float:
@@ -347,9 +371,17 @@ def _report(
 ) -> dict[str, Any]:
     from grader.rubric import score, totals
 
+    root = getattr(workspace, "root", None)
+
+    def local(text: str) -> str:
+        return submission_relative(text, root) if root else text
+
     rows = score(rubric, results)
+    for row in rows:
+        row.evidence = local(row.evidence)
+        row.details = [local(line) for line in row.details]
     findings = [
-        {"check": check_id, "rule": f.rule, "location": f.location, "message": f.message}
+        {"check": check_id, "rule": f.rule, "location": local(f.location), "message": local(f.message)}
         for check_id, result in results.items()
         for f in result.findings
     ]
