@@ -1,6 +1,9 @@
-"""Read a submission's tape chain (the kit's ``CHAIN.jsonl``) without running its code.
+"""Read a submission's tape chain (the kit's ``CHAIN.log``) without running its code.
 
-The template appends one line per tape written or pruned to ``<cassette_dir>/CHAIN.jsonl``: compact JSON with
+The chain is JSON lines but named ``.log``: tape readers that take ``*.jsonl`` files for tapes (ours does) must
+not read it as one, nor withhold it with the tapes.
+
+The template appends one line per tape written or pruned to ``<cassette_dir>/CHAIN.log``: compact JSON with
 ``op`` (record | rerecord | prune), ``tape`` (the key), ``sha256`` (of the tape's canonical JSON), ``at`` and
 ``prev`` (sha256 of the previous line's text; 64 zeros on the first line). This module walks that chain and
 holds every kit tape in the folder to the last entry that names it, exactly as the template's own
@@ -25,7 +28,7 @@ from grader.tapes import Tape
 
 __all__ = ["CHAIN_FILE", "ChainProblem", "ChainVerdict", "chain_rewrites", "read_chain", "tape_digest"]
 
-CHAIN_FILE = "CHAIN.jsonl"
+CHAIN_FILE = "CHAIN.log"
 _GENESIS = "0" * 64
 _OPS = ("record", "rerecord", "prune")
 # A chain line per tape write; far more than any take-home records.

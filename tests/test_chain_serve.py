@@ -75,7 +75,7 @@ def _copy(project: Path, tmp_path: Path) -> Path:
 
 
 def _chain(repo: Path) -> list[dict]:
-    return [json.loads(line) for line in (repo / "cassettes/CHAIN.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in (repo / "cassettes/CHAIN.log").read_text().splitlines()]
 
 
 def _tapes(repo: Path) -> list[Path]:
@@ -144,7 +144,7 @@ def test_an_edited_answer_fails_verify_and_the_grader_names_it(project: Path, tm
 
 def test_a_deleted_chain_line_fails_verify_and_the_grader_names_it(project: Path, tmp_path: Path) -> None:
     repo = _copy(project, tmp_path)
-    chain = repo / "cassettes/CHAIN.jsonl"
+    chain = repo / "cassettes/CHAIN.log"
     lines = chain.read_text().splitlines(keepends=True)
     removed = json.loads(lines.pop(2))["tape"]
     follower = json.loads(lines[2])["tape"]
@@ -152,15 +152,15 @@ def test_a_deleted_chain_line_fails_verify_and_the_grader_names_it(project: Path
 
     result = _verify(repo)
     assert result.returncode != 0
-    assert "cassettes/CHAIN.jsonl:3: does not follow the line before it" in result.stderr
+    assert "cassettes/CHAIN.log:3: does not follow the line before it" in result.stderr
     assert f"tape {follower}" in result.stderr
     assert f"cassettes/{removed}.json:1: tape {removed} is not in the chain" in result.stderr
 
     check = _keys_check(repo)
     assert check.facts["chain_tampered"] == 1 and check.facts["chain_unlisted"] == 1
     where = {f.location: f.message for f in check.findings if f.rule == "tape-chain"}
-    assert "chain broken" in where["cassettes/CHAIN.jsonl:3"]
-    assert "not in cassettes/CHAIN.jsonl" in where[f"cassettes/{removed}.json:1"]
+    assert "chain broken" in where["cassettes/CHAIN.log:3"]
+    assert "not in cassettes/CHAIN.log" in where[f"cassettes/{removed}.json:1"]
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -195,7 +195,7 @@ def test_a_rechained_edit_passes_verify_but_shows_as_a_rewritten_chain(project: 
     digest = hashlib.sha256(
         json.dumps(tape, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     ).hexdigest()
-    line = _rechain(repo / "cassettes/CHAIN.jsonl", victim.stem, digest)
+    line = _rechain(repo / "cassettes/CHAIN.log", victim.stem, digest)
     assert _verify(repo).returncode == 0  # a chain only catches an edit nobody re-chained
     _git(repo, "commit", "-q", "-am", "improve the demo")
     sha = _git(repo, "rev-parse", "--short=7", "HEAD").strip()
@@ -203,7 +203,7 @@ def test_a_rechained_edit_passes_verify_but_shows_as_a_rewritten_chain(project: 
     check = _keys_check(repo)
     assert check.facts["chain_tampered"] == 0 and check.facts["chain_rewrites"] == 1
     [finding] = [f for f in check.findings if f.rule == "tape-chain"]
-    assert finding.location == f"{sha}:cassettes/CHAIN.jsonl:{line}" and "rewritten" in finding.message
+    assert finding.location == f"{sha}:cassettes/CHAIN.log:{line}" and "rewritten" in finding.message
 
 
 # ------------------------------------------------------------------------------------------------ serve

@@ -6,7 +6,7 @@ the sandbox on pairs of payloads; the probe script prints the keys it computed a
 That output is the one place the submission's own printout is read: it answers the probe's questions (two
 keys per pair), it is never taken as a score or a claim about the submission.
 
-When the cassette folder holds the kit's tape chain (``CHAIN.jsonl``, see grader/chain.py), the chain is
+When the cassette folder holds the kit's tape chain (``CHAIN.log``, see grader/chain.py), the chain is
 walked and every tape held to its last entry: a broken link or a tape whose content no longer matches its
 entry proves an edit made after recording (``chain_tampered``); a tape missing from the chain or an entry
 without its tape is reported too. Without a chain nothing changes: it is evidence, never a requirement.
@@ -88,7 +88,7 @@ def keys(ctx: Context) -> CheckResult:
         ignores_body: requests map to tapes by vcrpy's default matcher, which ignores the body
         key_function: the manifest's key_function, or the submission's own one the grader found and called
             ("" when none)
-        chain: true when the cassette folder holds a tape chain (CHAIN.jsonl)
+        chain: true when the cassette folder holds a tape chain (CHAIN.log)
         chain_entries: lines in the chain (0 without one)
         chain_tampered: proven edits after recording: broken chain links, lines that are not entries, tapes
             whose content no longer matches their chain entry (0 without a chain)

@@ -102,7 +102,7 @@ def _canonical(value: Any) -> str:
 def _recorded(path: Path, data: dict[str, Any]) -> None:
     """Write a tape as a recorder that produced it this way would: chained, when the folder keeps a tape chain
     (docs/design.md; appended here independently of the template's and the grader's code)."""
-    chain = path.parent / "CHAIN.jsonl"
+    chain = path.parent / "CHAIN.log"
     old = hashlib.sha256(_canonical(_read(path)).encode("utf-8")).hexdigest() if path.exists() else None
     _write(path, data)
     if not chain.is_file():

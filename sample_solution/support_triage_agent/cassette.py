@@ -13,7 +13,7 @@ Modes (``CASSETTE_MODE`` when ``mode`` is not given):
 
 Prune unused tapes: ``python -m <package>.cassette prune --used FILE [--dir cassettes]``.
 
-Every tape written or pruned appends one line to ``<dir>/CHAIN.jsonl``: the tape's key, the sha256 of its
+Every tape written or pruned appends one line to ``<dir>/CHAIN.log``: the tape's key, the sha256 of its
 canonical content, the time and the sha256 of the previous line. ``python -m <package>.cassette verify``
 walks the chain and checks every tape against it, so an answer edited after it was recorded is named.
 """
@@ -625,7 +625,7 @@ def prune(cassette_dir: Path, used_log: Path) -> list[tuple[Path, str]]:
 
 # ---------------------------------------------------------------------------------------------- chain
 
-CHAIN_FILE = "CHAIN.jsonl"
+CHAIN_FILE = "CHAIN.log"
 _GENESIS = "0" * 64
 _CHAIN_OPS = ("record", "rerecord", "prune")
 

@@ -1,4 +1,4 @@
-"""The tape chain (cassettes/CHAIN.jsonl): recording, pruning and re-recording append to it, and `verify`
+"""The tape chain (cassettes/CHAIN.log): recording, pruning and re-recording append to it, and `verify`
 names the tape when a copy of a tape or of the chain is vandalised.
 
 A fake upstream (httpx.MockTransport) stands in for the model endpoint: these pass before `make record`.
