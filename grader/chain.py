@@ -1,7 +1,7 @@
 """Read a submission's tape chain (the kit's ``CHAIN.log``) without running its code.
 
-The chain is JSON lines but named ``.log``: tape readers that take ``*.jsonl`` files for tapes (ours does) must
-not read it as one, nor withhold it with the tapes.
+The chain is JSON lines but named ``.log``: tape readers that take ``*.jsonl`` files for tapes (ours do)
+must not read it as one, nor withhold it with the tapes.
 
 The template appends one line per tape written or pruned to ``<cassette_dir>/CHAIN.log``: compact JSON with
 ``op`` (record | rerecord | prune), ``tape`` (the key), ``sha256`` (of the tape's canonical JSON), ``at`` and
