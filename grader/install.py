@@ -385,7 +385,18 @@ def _tool_versions(venv: Path, names: list[str]) -> dict[str, str]:
     return {name: found.get(name, "missing") for name in names}
 
 
+def _seal(venv: Path) -> None:
+    """Take group and other write access off everything in ``venv`` (uv leaves its lock file 0666)."""
+    for dirpath, dirnames, filenames in os.walk(venv, followlinks=False):
+        for name in (*dirnames, *filenames):
+            path = os.path.join(dirpath, name)
+            info = os.lstat(path)
+            if not stat.S_ISLNK(info.st_mode) and info.st_mode & 0o022:
+                os.chmod(path, stat.S_IMODE(info.st_mode) & ~0o022)
+
+
 def _write_record(path: Path, venv: Path, deps: Dependencies, tool: str) -> dict[str, object]:
+    _seal(venv)
     record: dict[str, object] = {
         "requirements": deps.requirements,
         "tool": tool,

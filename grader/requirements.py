@@ -135,7 +135,7 @@ def _classify(text: str) -> tuple[Requirement | None, str | None, bool]:
             or lowered.endswith(_ARCHIVE)
         ):
             return None, "a local path or archive (installs come from the package index only)", False
-        return None, f"not a valid requirement ({' '.join(str(exc).split())})", True
+        return None, f"not a valid requirement ({str(exc).splitlines()[0].strip()})", True
     if req.url:
         return None, "a direct URL reference (installs come from the package index only)", False
     return req, None, False

@@ -143,9 +143,7 @@ def _probe(ctx: Context, key_function: str, findings: list[Finding]) -> tuple[in
         reason = getattr(ctx, "install_error", None) or "no installed environment"
         if getattr(ctx, "install_failed", False):
             # The submission's own dependencies cannot be installed: its key function cannot be imported.
-            why = str(reason).splitlines()[0]
-            findings.append(Finding(rule="key-probe", message=why, location=key_function))
-            return 0, 1, f"key_function not importable: {why}"
+            return 0, 1, f"key_function not importable: {str(reason).splitlines()[0]}"
         return 0, 0, f"{_NOT_RUN}{reason}"
     cases = probe_cases()
     payloads = json.dumps([{"a": c[0], "b": c[1]} for c in cases], ensure_ascii=False)
