@@ -306,6 +306,8 @@ def _build(target: Path, deps: Dependencies, cache_root: Path, timeout: float) -
     try:
         builder.make_venv()
         result = builder.trusted(builder.install_argv(build=False))
+        if result.timed_out:
+            raise _install_failed(builder, result)  # a second attempt would only spend the timeout again
         if result.returncode != 0:
             # Some requirement has no wheel for this platform: build it, as the sandbox user, with a
             # private cache. Start from a fresh venv so nothing of the first attempt is reused.
