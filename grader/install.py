@@ -370,6 +370,18 @@ def _digest(venv: Path) -> dict[str, str]:
     return out
 
 
+def _head(path: Path, limit: int = 8192) -> str:
+    """The start of a regular file a build wrote: never through a link, never blocking on a FIFO."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    try:
+        return os.read(fd, limit).decode("utf-8", "replace") if stat.S_ISREG(os.fstat(fd).st_mode) else ""
+    finally:
+        os.close(fd)
+
+
 def _tool_versions(venv: Path, names: list[str]) -> dict[str, str]:
     """name -> installed version, read from the venv's ``*.dist-info/METADATA`` (nothing is imported)."""
     from packaging.utils import canonicalize_name
@@ -377,7 +389,7 @@ def _tool_versions(venv: Path, names: list[str]) -> dict[str, str]:
     found: dict[str, str] = {}
     for metadata in sorted(venv.glob("lib/python3*/site-packages/*.dist-info/METADATA")):
         fields: dict[str, str] = {}
-        for line in metadata.read_text(encoding="utf-8", errors="replace").splitlines()[:40]:
+        for line in _head(metadata).splitlines()[:40]:
             key, sep, value = line.partition(": ")
             if sep and key in ("Name", "Version"):
                 fields.setdefault(key, value.strip())
