@@ -14,7 +14,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-__all__ = ["CASSETTE_DIR_CANDIDATES", "Manifest", "read_manifest"]
+__all__ = ["CASSETTE_DIR_CANDIDATES", "Manifest", "not_a_submission", "read_manifest"]
 
 # Ordered: the kit's own layout first, then the layouts pytest-recording and pytest-vcr use by default
 # (tests/cassettes[/<module>]/) and the one vcrpy's own documentation shows (fixtures/vcr_cassettes).
@@ -261,3 +261,27 @@ def _string_value(value: ast.expr | None) -> str | None:
     if isinstance(value, ast.Constant) and isinstance(value.value, str) and value.value.strip():
         return value.value.strip()
     return None
+
+
+_PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "Pipfile", "poetry.lock", "uv.lock")
+
+
+def not_a_submission(repo: Path, manifest: Manifest) -> str | None:
+    """Why ``repo`` is not a take-home submission at all, or None when it is one.
+
+    A submission is a Python project (a project or requirements file, or any ``.py`` file) or holds tapes.
+    An empty folder or a folder of C code is refused: scoring it would award points for nothing.
+    """
+    if manifest.cassette_dir is not None and _holds_files(repo / manifest.cassette_dir):
+        return None
+    for folder in [repo, *_walk_dirs(repo, depth=4)]:
+        try:
+            names = [p.name for p in folder.iterdir() if p.is_file() and not p.is_symlink()]
+        except OSError:
+            continue
+        if any(n.endswith(".py") or n in _PROJECT_FILES or n.startswith("requirements") for n in names):
+            return None
+    return (
+        "not a submission: no Python project (no .py file, pyproject.toml, setup.py or requirements file) "
+        "and no tapes; point grade at the candidate's repository"
+    )
