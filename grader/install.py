@@ -157,9 +157,11 @@ class _Builder:
         self.timeout = timeout
         self.uv = _uv_bin()
         self.base = _base_python()
-        self.home = Path(tempfile.mkdtemp(prefix=".home-", dir=cache_root))
-        self.home.chmod(0o755)
-        self.req_file = self.home / "requirements.txt"
+        # The grader's own files for this build (requirements, probe input, warm-up config): readable by the
+        # sandbox user, never writable by it. Each step gets a fresh home of its own instead (`_home`): a
+        # step that ran package code may leave links in its home, and nothing the grader writes goes there.
+        self.work = _fresh_folder(cache_root, ".build-")
+        self.req_file = self.work / "requirements.txt"
         self.req_file.write_text("\n".join(deps.requirements) + "\n", encoding="utf-8")
         self.shared_uv = cache_root / "uv-cache"
         self.shared_pip = cache_root / "pip-cache"
@@ -169,39 +171,43 @@ class _Builder:
         self.free_before = _free(cache_root)
 
     def close(self) -> None:
-        shutil.rmtree(self.home, ignore_errors=True)
+        shutil.rmtree(self.work, ignore_errors=True)
 
     def step(
-        self, argv: list[str], *, writable: list[Path], caches: tuple[Path, Path], **more: str
+        self, argv: list[str], *, trusted: bool, timeout: float | None = None, **more: str
     ) -> sandbox.RunResult:
-        env = {
-            "UV_CACHE_DIR": str(caches[0]),
-            "PIP_CACHE_DIR": str(caches[1]),
-            "UV_PYTHON_DOWNLOADS": "never",
-            # Copies, not hardlinks into the cache: a venv's files must not be the cache's files.
-            "UV_LINK_MODE": "copy",
-            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-            **more,
-        }
-        return sandbox.run(
-            argv,
-            cwd=self.home,
-            home=self.home,
-            timeout=self.timeout,
-            network=True,
-            env=env,
-            writable=writable,
-        )
+        home = _fresh_folder(self.cache_root, ".home-")
+        try:
+            # Trusted: only the grader's installer runs, it may fill the shared caches. Untrusted: package
+            # code may run (a build, a .pth file, a pytest plugin); it gets a private cache in its own home,
+            # thrown away with it, and can write nothing but that home and the venv being built.
+            caches = (self.shared_uv, self.shared_pip) if trusted else (home / "uv-cache", home / "pip-cache")
+            env = {
+                "UV_CACHE_DIR": str(caches[0]),
+                "PIP_CACHE_DIR": str(caches[1]),
+                "UV_PYTHON_DOWNLOADS": "never",
+                # Copies, not hardlinks into the cache: a venv's files must not be the cache's files.
+                "UV_LINK_MODE": "copy",
+                "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+                **more,
+            }
+            return sandbox.run(
+                argv,
+                cwd=home,
+                home=home,
+                timeout=self.timeout if timeout is None else timeout,
+                network=True,
+                env=env,
+                writable=[self.target, *(caches if trusted else ())],
+            )
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
 
     def trusted(self, argv: list[str], **more: str) -> sandbox.RunResult:
-        """A step where only the grader's installer runs (no package code): it may fill the shared cache."""
-        shared = (self.shared_uv, self.shared_pip)
-        return self.step(argv, writable=[self.target, *shared], caches=shared, **more)
+        return self.step(argv, trusted=True, **more)
 
     def untrusted(self, argv: list[str], **more: str) -> sandbox.RunResult:
-        """A step that may run package code (builds, pytest plugins): the shared caches stay read-only."""
-        private = (self.home / "uv-cache", self.home / "pip-cache")
-        return self.step(argv, writable=[self.target], caches=private, **more)
+        return self.step(argv, trusted=False, **more)
 
     # -- the venv itself --
 
@@ -220,11 +226,14 @@ class _Builder:
             result = self.trusted([str(self.base), "-m", "venv", str(self.target)])
             if result.returncode != 0:
                 raise self.not_assessable("venv", result)
+        # Before any package is installed: later steps may run package code that can change this venv's
+        # folders, and the grader writes nothing into it after that.
+        audit.install_into(self.target)
 
     def install_argv(self, *, build: bool) -> list[str]:
         python = self.target / "bin" / "python"
         # No --compile-bytecode: compiling starts the venv's interpreter, which runs the installed packages'
-        # .pth files, package code. `_compile` does it afterwards, as an untrusted step.
+        # .pth files, package code. `_build` compiles afterwards, in an untrusted step.
         if self.tool == "uv":
             argv = [self.uv or "uv", "pip", "install", "--quiet", "--python", str(python)]
             return [*argv, *([] if build else ["--no-build"]), "-r", str(self.req_file)]
@@ -248,28 +257,21 @@ class _Builder:
         """Why the grader, not the submission, is to blame for a failed install; None when its probes pass."""
         if self.free_before < _ROOM and _free(self.cache_root) < _FULL:
             return no_space_reason("environment cache", self.cache_root)
-        probe_home = self.home / "probe"
-        started = sandbox.run(
-            [str(self.base), "-c", "pass"],
-            cwd=self.home,
-            home=probe_home,
-            timeout=_PROBE_TIMEOUT,
-            network=True,
-        )
+        started = self.untrusted([str(self.base), "-c", "pass"], timeout=_PROBE_TIMEOUT)
         if started.returncode != 0:
             why = "timed out" if started.timed_out else f"exit {started.returncode}"
             return f"the sandbox cannot start a command ({why}; the grader's probe)"
         name, version = next(iter(self.deps.tools.items()))
         pinned = f"{name}=={version}"
         if self.tool == "uv" and self.uv is not None:
-            probe_in = probe_home / "probe.in"
+            probe_in = self.work / "probe.in"
             probe_in.write_text(pinned + "\n", encoding="utf-8")
             argv = [self.uv, "pip", "compile", "--quiet", "--no-cache", "--no-header"]
             argv += ["--python", str(self.base), "--no-deps", str(probe_in)]
-        else:
+        else:  # downloads into the step's own home (its working folder)
             argv = [str(self.target / "bin" / "python"), "-m", "pip", "download", "--quiet", "--no-deps"]
-            argv += ["--no-cache-dir", "--only-binary", ":all:", "-d", str(probe_home / "dl"), pinned]
-        answered = self.untrusted(argv)
+            argv += ["--no-cache-dir", "--only-binary", ":all:", "-d", "probe-download", pinned]
+        answered = self.untrusted(argv, timeout=_PROBE_TIMEOUT)
         if answered.returncode != 0:
             why = "timed out" if answered.timed_out else f"{self.tool} exit {answered.returncode}"
             return (
@@ -318,19 +320,25 @@ def _build(target: Path, deps: Dependencies, cache_root: Path, timeout: float) -
             if result.returncode != 0:
                 raise _install_failed(builder, result)
         python = target / "bin" / "python"
-        audit.install_into(target)
         # Bytecode is compiled here, once: the sandbox user cannot write the venv, so without it every run
         # would compile pytest, the dependencies and the audit hook again. A failed compile only costs speed.
         site = [str(p) for p in sorted(target.glob("lib/python3*/site-packages"))]
         builder.untrusted([str(python), "-S", "-m", "compileall", "-q", "-j", "0", *site])
         # Loads the venv's pytest plugins, which are package code: untrusted.
-        builder.untrusted(_rewrite_warmup(python, builder.home), PYTHONDONTWRITEBYTECODE="")
+        builder.untrusted(_rewrite_warmup(python, builder.work), PYTHONDONTWRITEBYTECODE="")
         return builder.tool
     finally:
         builder.close()
 
 
-def _rewrite_warmup(python: Path, home: Path) -> list[str]:
+def _fresh_folder(parent: Path, prefix: str) -> Path:
+    """A new folder the sandbox user can enter and read, owned by the grader."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    folder.chmod(0o755)
+    return folder
+
+
+def _rewrite_warmup(python: Path, work: Path) -> list[str]:
     """A pytest start-up in an empty folder, so pytest caches its rewritten plugin modules in the venv.
 
     pytest rewrites the asserts of every plugin module it loads (a whole distribution's when the plugin
@@ -339,11 +347,14 @@ def _rewrite_warmup(python: Path, home: Path) -> list[str]:
     modules again. It loads what a run loads: the entry-point plugins and ``-p _grader_pytest``. It collects
     nothing (exit 5), reads nothing from the checkout, and its outcome is ignored: a failure only costs speed.
     """
-    ini = home / "warmup.ini"
+    folder = work / "warmup"
+    folder.mkdir()
+    folder.chmod(0o755)
+    ini = folder / "warmup.ini"
     ini.write_text("[pytest]\n", encoding="utf-8")
     return [
-        str(python), "-m", "pytest", "--collect-only", "-q", "-c", str(ini), "--rootdir", str(home),
-        "-p", "no:cacheprovider", "-p", "_grader_pytest", str(home),
+        str(python), "-m", "pytest", "--collect-only", "-q", "-c", str(ini), "--rootdir", str(folder),
+        "-p", "no:cacheprovider", "-p", "_grader_pytest", str(folder),
     ]  # fmt: skip
 
 
