@@ -81,6 +81,8 @@ def read_manifest(repo: Path) -> Manifest:
         values[key] = value
 
     cassette_dir, source = _cassette_dir(repo, table.get("cassette_dir"), notes)
+    if values["triage_command"] is None:
+        values["triage_command"] = _discover_triage_command(repo)
     default_model = values.pop("default_model") or _discover_default_model(repo)
     return Manifest(
         declared=declared,
@@ -149,6 +151,12 @@ def _cassette_dir(repo: Path, declared: object, notes: list[str]) -> tuple[Path 
         else:
             notes.append("pyproject.toml: [tool.takehome] cassette_dir must be a string; ignored")
     found_all = [f for f in (_inside(repo, rel) for rel in CASSETTE_DIR_CANDIDATES) if f is not None]
+    if not any(_holds_tape_files(repo / f) for f in found_all):
+        # No conventional folder holds a tape: find the recordings by what the files are, wherever the
+        # candidate put them (recordings/, tapes/, tests/_tapes/, fixtures/recorded/...).
+        by_content = _tape_folder_by_content(repo, notes)
+        if by_content is not None:
+            return by_content, "discovered"
     if found_all:
         # Folders nested in the chosen one are part of it; others are not graded: say so, once.
         others = [
@@ -285,3 +293,78 @@ def not_a_submission(repo: Path, manifest: Manifest) -> str | None:
         "not a submission: no Python project (no .py file, pyproject.toml, setup.py or requirements file) "
         "and no tapes; point grade at the candidate's repository"
     )
+
+
+_MAX_SNIFF_FILES = 2000
+_MAX_SNIFF_BYTES = 4 * 1024 * 1024
+
+
+def _holds_tape_files(folder: Path) -> bool:
+    from grader.tapes import TAPE_SUFFIXES  # grader.tapes imports this module's folder list
+
+    for _dirpath, _dirnames, filenames in os.walk(folder, followlinks=False):
+        if any(name.lower().endswith(TAPE_SUFFIXES) for name in filenames):
+            return True
+    return False
+
+
+def _tape_folder_by_content(repo: Path, notes: list[str]) -> Path | None:
+    """The folder holding the files that parse as recordings (any format the tape reader knows).
+
+    Several unrelated folders: the one with the most tapes is graded and a note names the others.
+    """
+    from grader.tapes import TAPE_SUFFIXES, sniff_tape  # grader.tapes imports this module's folder list
+
+    counts: dict[Path, int] = {}
+    seen = 0
+    for folder in [repo, *sorted(_walk_dirs(repo, depth=5))]:
+        try:
+            files = sorted(p for p in folder.iterdir() if p.name.lower().endswith(TAPE_SUFFIXES))
+        except OSError:
+            continue
+        for path in files:
+            seen += 1
+            if seen > _MAX_SNIFF_FILES:
+                break
+            if sniff_tape(repo, path, max_bytes=_MAX_SNIFF_BYTES):
+                rel = folder.relative_to(repo)
+                counts[rel] = counts.get(rel, 0) + 1
+    if not counts:
+        return None
+    folders = sorted(counts)
+    common = Path(os.path.commonpath([f.as_posix() for f in folders])) if len(folders) > 1 else folders[0]
+    if common != Path(".") and all(f.is_relative_to(common) for f in folders):
+        return common
+    best = max(folders, key=lambda f: (counts[f], -len(f.parts)))
+    if best == Path("."):
+        return None  # tapes loose in the repository root: no folder to withhold or prune
+    others = [f.as_posix() for f in folders if f != best and not f.is_relative_to(best)]
+    if others:
+        notes.append(
+            f"recordings found in {', '.join([best.as_posix(), *others])}; graded as tapes: "
+            f"{best.as_posix()} only (declare [tool.takehome] cassette_dir to choose another)"
+        )
+    return best
+
+
+def _discover_triage_command(repo: Path) -> list[str] | None:
+    """``python -m <pkg>`` when exactly one package at the repository root has a ``__main__.py``.
+
+    The take-home's brief names that command line (`python -m <pkg> "message"`, exit 2 on a miss), so it is
+    the submission's contract, not a guess. A src/ layout is left undiscovered: the grader runs the code from
+    the checkout, where such a package is not importable without installing it.
+    """
+    found = []
+    try:
+        children = sorted(p for p in repo.iterdir() if p.is_dir() and not p.is_symlink())
+    except OSError:
+        return None
+    for child in children:
+        if child.name in _SKIP_DIRS or child.name.startswith(".") or child.name in {"tests", "test", "docs"}:
+            continue
+        if not child.name.isidentifier():
+            continue
+        main = child / "__main__.py"
+        if (child / "__init__.py").is_file() and main.is_file() and not main.is_symlink():
+            found.append(child.name)
+    return ["python", "-m", found[0]] if len(found) == 1 else None
