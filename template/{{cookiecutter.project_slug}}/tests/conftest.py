@@ -1,6 +1,7 @@
 """Replay is the default and it is offline: no sockets, no credentials.
 
-Only ``CASSETTE_MODE=record`` (``make record``) or ``passthrough`` may reach the network.
+Only ``CASSETTE_MODE=record`` (``make record``) or ``passthrough`` may reach the network. When tests miss
+tapes, the run ends with one line saying how many and what most often differs from the nearest tape.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ import re
 
 import pytest
 from pytest_socket import disable_socket, enable_socket
+
+from {{cookiecutter.package_name}}.cassette import miss_summary
+from {{cookiecutter.package_name}}.client import CASSETTE_DIR
 
 _CREDENTIAL = re.compile(
     r".*(_API_KEY|_TOKEN)$|^(OPENAI|ANTHROPIC)_(BASE_URL|ORG_ID|ORGANIZATION|PROJECT_ID)$"
@@ -34,3 +38,32 @@ def _offline_replay(monkeypatch: pytest.MonkeyPatch):
         yield
     finally:
         enable_socket()
+
+
+def _ledger() -> str:
+    return os.environ.get("CASSETTE_MISS_LOG") or str(CASSETTE_DIR / ".misses.jsonl")
+
+
+def _ledger_size() -> int:
+    try:
+        return os.path.getsize(_ledger())
+    except OSError:
+        return 0
+
+
+_MISSES_BEFORE = {"size": 0}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _MISSES_BEFORE["size"] = _ledger_size()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter):
+    # Around pytest's own summary, so this line comes after the list of failures, just before the totals.
+    try:
+        return (yield)
+    finally:
+        line = miss_summary(_ledger(), _MISSES_BEFORE["size"])
+        if line:
+            terminalreporter.write_line(line)
