@@ -111,9 +111,10 @@ def test_a_one_space_prompt_change_names_the_nearest_tape_and_the_space(tmp_path
     tapes = {p.stem for p in (project / "cassettes").glob("*.json")}
     agent = project / _package(project) / "agent.py"
     text = agent.read_text()
-    start = text.index('SYSTEM_PROMPT = """')
-    end = text.index('"""', start + len('SYSTEM_PROMPT = """'))
-    agent.write_text(text[:end] + " " + text[end:])  # one trailing space in the system prompt
+    last_line = 'otherwise false}."\n)'
+    assert last_line in text
+    # One trailing space in the system prompt: the candidate's one-space prompt edit.
+    agent.write_text(text.replace(last_line, 'otherwise false}. "\n)'))
 
     ledger = tmp_path / "misses.jsonl"
     result = run(["make", "test"], project, venv.env(CASSETTE_MISS_LOG=str(ledger)), offline=True)
