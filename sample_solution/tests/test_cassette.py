@@ -300,8 +300,8 @@ def test_used_log_and_prune(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 def test_a_miss_names_the_nearest_tape_and_what_differs(tmp_path: Path) -> None:
     other = {**BODY, "messages": [BODY["messages"][0], {"role": "user", "content": "a different ticket"}]}
     _record(tmp_path, BODY, Upstream())
+    nearest = _tapes(tmp_path)[0].stem  # BODY's tape: the one the edited request is nearest to
     _record(tmp_path, other, Upstream())
-    nearest = key_for(BODY)
     spaced = {**BODY, "messages": [BODY["messages"][0], {"role": "user", "content": "hi "}]}
     transport = CassetteTransport(tmp_path / "tapes", mode="replay")
     with httpx.Client(transport=transport) as client, pytest.raises(CassetteMiss) as caught:
