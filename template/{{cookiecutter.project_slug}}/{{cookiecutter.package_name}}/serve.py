@@ -55,12 +55,14 @@ class Replayer:
         nearest = nearest_tape(self.cassette.dir, request)
         message = f"cassette miss: no tape {key} for {request['method']} {request['path']}"
         if nearest is not None:
-            message += f"; nearest recorded request: {nearest[0]} ({nearest[1]})"
+            message += (
+                f"; nearest recorded request: {nearest.key} (differs in {_listed(nearest.differences)})"
+            )
         error = {
             "type": "cassette_miss",
             "message": message + "; this server only replays recorded requests",
             "key": key,
-            "nearest": {"key": nearest[0], "differs": nearest[1]} if nearest else None,
+            "nearest": {"key": nearest.key, "differences": list(nearest.differences)} if nearest else None,
         }
         # What both SDKs read: OpenAI's {"error": ...} and Anthropic's {"type": "error", "error": ...}.
         content = json.dumps({"type": "error", "error": error}, ensure_ascii=False).encode("utf-8")
@@ -111,6 +113,11 @@ class Replayer:
         return out
 
 
+def _listed(differences: tuple[str, ...], shown: int = 3) -> str:
+    more = len(differences) - shown
+    return "; ".join(differences[:shown]) + (f" (and {more} more)" if more > 0 else "")
+
+
 def _miss_in_chain(exc: BaseException | None) -> CassetteMiss | None:
     seen = set()
     while exc is not None and id(exc) not in seen:
@@ -153,7 +160,8 @@ def _result_section(message: str, outcome: dict[str, Any]) -> str:
     if status == 422:
         nearest = outcome.get("nearest")
         near = (
-            f"<p>nearest recorded request: <code>{_esc(nearest[0])}</code> ({_esc(nearest[1])})</p>"
+            f"<p>nearest recorded request: <code>{_esc(nearest.key)}</code> "
+            f"(differs in {_esc(_listed(nearest.differences))})</p>"
             if nearest
             else "<p>no tape recorded yet</p>"
         )
