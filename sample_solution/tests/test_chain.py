@@ -89,7 +89,9 @@ def test_record_prune_and_rerecord_append_to_the_chain_and_it_verifies(
     assert verify(empty).problems == [] and verify(empty).head == "none"
 
 
-def test_a_vandalised_tape_is_named(tapes: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_vandalised_copies_of_a_tape_and_of_the_chain_are_named(
+    tapes: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     copy = tmp_path / "vandalised"
     shutil.copytree(tapes, copy)
     victim, other = sorted(copy.glob("*.json"))
@@ -108,9 +110,7 @@ def test_a_vandalised_tape_is_named(tapes: Path, tmp_path: Path, capsys: pytest.
     assert any(p.startswith(f"{stray}:1: tape {stray.stem} is not in the chain") for p in problems), problems
     assert any(f"names tape {other.stem}, which is missing" in p for p in problems), problems
 
-
-def test_a_vandalised_chain_is_named(tapes: Path, tmp_path: Path) -> None:
-    copy = tmp_path / "vandalised"
+    copy = tmp_path / "vandalised-chain"
     shutil.copytree(tapes, copy)
     lines = (copy / CHAIN_FILE).read_text(encoding="utf-8").splitlines(keepends=True)
     (copy / CHAIN_FILE).write_text("".join(lines[:1] + lines[2:]), encoding="utf-8")  # a line deleted

@@ -42,7 +42,7 @@ def tapes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
-def test_a_recorded_request_gets_its_answer_and_anything_else_422(tapes: Path) -> None:
+def test_recorded_requests_replay_and_anything_else_gets_422_on_the_wire_and_the_page(tapes: Path) -> None:
     [tape] = [json.loads(p.read_text()) for p in tapes.glob("*.json")]
     request = tape["request"]
     reply, key = Replayer(tapes).answer("POST", request["path"], json.dumps(request["body"]).encode())
@@ -60,8 +60,7 @@ def test_a_recorded_request_gets_its_answer_and_anything_else_422(tapes: Path) -
     assert [d.split(":")[0] for d in error["nearest"]["differences"]] == ["temperature"]
     assert not (tapes / f"{key}.json").exists()
 
-
-def test_the_page_lists_the_recorded_ticket_and_shows_a_miss_as_422(tapes: Path) -> None:
+    # The page: the recorded ticket with its replayed triage, and a box that shows an unseen one's 422.
     replayer = Replayer(tapes)
     status, html = page(replayer, "http://127.0.0.1:1/v1", None)
     assert status == 200 and TICKET.replace("'", "&#x27;") in html and 'class="intent">shipping<' in html
