@@ -759,8 +759,11 @@ def _port(text: str) -> int:
 def _drifter(spec: str, truth_log: Path | None, rules: Rules | None) -> Drifter:
     from dataclasses import replace
 
-    from grader.standin_drift import Drifter
-    from grader.standin_profile import ProfileError, load_profile, resolve_profile
+    try:
+        from grader.standin_drift import Drifter
+        from grader.standin_profile import ProfileError, load_profile, resolve_profile
+    except ImportError:  # this file copied alone, as the canary probe does
+        raise RulesError("--profile needs the grader package: run python -m grader.standin") from None
 
     try:
         profile = load_profile(resolve_profile(spec))

@@ -550,3 +550,22 @@ def test_missing_profile_and_truth_log_without_profile_exit_2(tmp_path: Path) ->
         )
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+def test_standin_copied_alone_refuses_a_profile_in_one_line(tmp_path: Path) -> None:
+    # The canary probe runs standin.py alone under a submission's interpreter: without --profile it must not
+    # need the grader package, and with one it says what to do instead of a traceback.
+    (tmp_path / "standin.py").write_bytes((REPO / "grader" / "standin.py").read_bytes())
+    proc = subprocess.run(
+        [sys.executable, "-E", "-s", "standin.py", "--profile", "baseline"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": os.environ.get("PATH", "")},
+    )
+    assert proc.returncode == 2
+    assert (
+        proc.stderr.strip()
+        == "standin: error: --profile needs the grader package: run python -m grader.standin"
+    )
