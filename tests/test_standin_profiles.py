@@ -553,11 +553,11 @@ def test_missing_profile_and_truth_log_without_profile_exit_2(tmp_path: Path) ->
 
 
 def test_standin_copied_alone_refuses_a_profile_in_one_line(tmp_path: Path) -> None:
-    # The canary probe runs standin.py alone under a submission's interpreter: without --profile it must not
-    # need the grader package, and with one it says what to do instead of a traceback.
+    # The canary probe runs standin.py alone under an interpreter without the grader (-S: no site-packages):
+    # without --profile it needs only the standard library; with one it says what to do, not a traceback.
     (tmp_path / "standin.py").write_bytes((REPO / "grader" / "standin.py").read_bytes())
     proc = subprocess.run(
-        [sys.executable, "-E", "-s", "standin.py", "--profile", "baseline"],
+        [sys.executable, "-E", "-S", "standin.py", "--profile", "baseline"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
