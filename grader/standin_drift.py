@@ -100,24 +100,21 @@ class Drifter:
             provider, reply.digest, reply.served if provider == "openai" else None
         )
         headers[TRUTH_HEADER] = json.dumps({**truth, "drift": kind})
-        if drift is not None and kind.startswith("http_"):
-            status = int(kind.removeprefix("http_"))
-            self._record(provider, path, stream, reply.served, truth, kind, status)
+        status = int(kind.removeprefix("http_")) if kind.startswith("http_") else 200
+        self._record(provider, path, stream, reply.served, truth, kind, status)
+        if drift is not None and status != 200:
             _send_error(handler, provider, status, drift.options["retry_after"], headers)
             return
-        self._record(provider, path, stream, reply.served, truth, kind, 200)
-        if kind == "slow":
-            assert drift is not None
+        if drift is None:
+            pass
+        elif kind == "slow":
             time.sleep(float(drift.options["delay_seconds"]))
-        if drift is not None and kind not in ("slow", "refusal", "tool_call"):
-            limit = _limit(body, provider)
-            reply = _rewrite_text(reply, drift, truth, limit)
-        if kind == "refusal":
-            assert drift is not None
+        elif kind == "refusal":
             reply = replace(reply, pieces=_tokens(drift.options["text"]), truncated=False)
-        if kind == "tool_call":
-            assert drift is not None
+        elif kind == "tool_call":
             reply = replace(reply, pieces=_tokens(json.dumps(truth)), truncated=False)
+        else:
+            reply = _rewrite_text(reply, drift, truth, _limit(body, provider))
         _send(handler, provider, body, reply, kind, drift, headers, truth)
 
     def _record(
