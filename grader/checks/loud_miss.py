@@ -317,6 +317,10 @@ def loud_miss(ctx: Context) -> CheckResult:
         "unseen_exit": -1,
         "loud": False,
     }
+    if ctx.env is None and getattr(ctx, "install_failed", False):
+        # The submission's own dependencies cannot be installed: no miss could be provoked, scored so.
+        facts["summary"] = f"not run: {str(ctx.install_error).splitlines()[0]}"
+        return CheckResult(facts, findings, details)
     ctx.require_env()
     cassette_dir = ctx.manifest.cassette_dir
     if cassette_dir is None:
