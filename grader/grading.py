@@ -150,6 +150,8 @@ def _pipeline(
         raise BadInput(f"{workspace.source}: {refused}")
     commit = workspace.commit[:12] if workspace.commit else "no git history"
     progress("acquire", timings["acquire"], f"{workspace.source} @ {commit}")
+    if workspace.uncommitted:
+        notes.append(_uncommitted_note(workspace.commit or "", workspace.uncommitted))
     notes.extend(manifest.notes)
 
     start = time.monotonic()
@@ -373,8 +375,18 @@ def unassessed_report(
         iso: dict[str, Any] = asdict(isolation())
     except Exception:  # the report must not depend on the probe working
         iso = {"network": "pytest-socket only", "credentials": "scrubbed"}
-    workspace = SimpleNamespace(source=redact(target), commit="")
+    workspace = SimpleNamespace(source=redact(target), commit=None)
     return _report(workspace, rubric, results, dict(timings or {}), [reason], iso)
+
+
+def _uncommitted_note(commit: str, lines: tuple[str, ...], shown: int = 20) -> str:
+    """The report note for a dirty checkout: graded as committed, and what was left out."""
+    listed = "; ".join(" ".join(line.split()) for line in lines[:shown])
+    more = f"; and {len(lines) - shown} more" if len(lines) > shown else ""
+    return (
+        f"graded as committed ({commit[:12]}): {len(lines)} uncommitted change(s) in the working tree were "
+        f"not graded (commit them and grade again to include them): {listed}{more}"
+    )
 
 
 def _one_line(exc: BaseException) -> str:
@@ -409,7 +421,7 @@ def _report(
     report: dict[str, Any] = {
         "schema": SCHEMA,
         "target": workspace.source,
-        "commit": workspace.commit or "",
+        "commit": workspace.commit or None,
         "graded_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "grader_version": __version__,
         "rubric": rubric.reference(),

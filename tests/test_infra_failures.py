@@ -154,7 +154,7 @@ def test_batch_marks_a_candidate_without_disk_not_assessable(tmp_path: Path, gra
     batch.write_text(f"candidate,target\nalice,{SAMPLE}\n", encoding="utf-8")
     out = tmp_path / "round"
     done = _grade_on_small_disk(
-        ["batch", str(batch), "--out", str(out), "--cache-dir", str(grade_cache), "-q"],
+        ["batch", str(batch), "--output", str(out), "--cache-dir", str(grade_cache), "-q"],
         disk=tmp_path / "tiny",
         size="64k",
         tmpdir=True,
