@@ -447,6 +447,23 @@ def test_truth_log_matches_the_headers_and_served_model_is_the_profiles(tmp_path
     assert json.loads(ok)["model"] == "gpt-4o-mini-2025-06-30"
 
 
+def test_drifted_profile_plays_a_newer_anthropic_snapshot_too() -> None:
+    server = _Standin("drifted")
+    try:
+        models, kinds = set(), set()
+        for i in range(12):
+            body = {"model": "claude-3-5-haiku-latest", "max_tokens": 64}
+            body["messages"] = [{"role": "user", "content": f"ticket {i}: where is my package"}]
+            r = httpx.post(f"{server.url}/messages", json=body, headers={"x-api-key": "k"}, timeout=30)
+            kinds.add(json.loads(r.headers["x-standin-truth"])["drift"])
+            if r.status_code == 200:
+                models.add(r.json()["model"])
+        assert models == {"claude-3-5-haiku-20250630"}
+        assert len(kinds) >= 3, kinds
+    finally:
+        server.stop()
+
+
 # --- baseline = no profile ----------------------------------------------------------------------------
 
 
