@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader.errors import BadInput, NotAssessable
+from grader.inert import csv_cell, inert, inert_tree
 from grader.progress import Display, QuietDisplay
 from grader.runstore import write_json, write_text
 
@@ -228,7 +229,7 @@ def run_batch(
     pool.shutdown()
     ordered = [outcomes[i] for i in range(len(entries))]
     write_summary(out, ordered, rubric)
-    write_json(out / BATCH_FILE, _manifest(ordered, rubric, source))
+    write_json(out / BATCH_FILE, inert_tree(_manifest(ordered, rubric, source)))
     return ordered
 
 
@@ -325,7 +326,8 @@ def _row_cell(report: dict[str, Any], row_id: str) -> str:
 
 def _csv(outcomes: Sequence[Outcome], row_ids: list[str]) -> str:
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
+    # Every cell through csv_cell: a reason or target starting with "=" must not run in a spreadsheet.
+    writer = _SafeWriter(csv.writer(buffer, lineterminator="\n"))
     writer.writerow(
         ["candidate", "target", "status", "points", "max", "percent", *row_ids, "report", "reason"]
     )
@@ -351,8 +353,16 @@ def _csv(outcomes: Sequence[Outcome], row_ids: list[str]) -> str:
     return buffer.getvalue()
 
 
+class _SafeWriter:
+    def __init__(self, writer: Any) -> None:
+        self._writer = writer
+
+    def writerow(self, cells: Sequence[Any]) -> None:
+        self._writer.writerow([csv_cell(cell) for cell in cells])
+
+
 def _md(text: Any) -> str:
-    return " ".join(str(text).split()).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;")
+    return " ".join(inert(str(text)).split()).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;")
 
 
 def _markdown(outcomes: Sequence[Outcome], row_ids: list[str], rubric: Rubric) -> str:
