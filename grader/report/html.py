@@ -107,7 +107,7 @@ _PAGE = """<!DOCTYPE html>
 <meta http-equiv="Content-Security-Policy" content="{{ csp }}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>Grade report: {{ report.target }}</title>
-<style>{{ style }}</style>
+<style>{{ style | safe }}</style>
 </head>
 <body>
 <header>
@@ -124,7 +124,8 @@ _PAGE = """<!DOCTYPE html>
 <main>
 <h2>Rows</h2>
 <table id="rows">
-<thead><tr><th>Row</th><th>Title</th><th class="num">Score</th><th class="num">Weight</th><th>Evidence</th></tr></thead>
+<thead><tr><th>Row</th><th>Title</th><th class="num">Score</th><th class="num">Weight</th>
+<th>Evidence</th></tr></thead>
 <tbody>
 {% for row in rows -%}
 <tr data-row="{{ row.id }}"><td class="id"><code>
@@ -168,8 +169,9 @@ _PAGE = """<!DOCTYPE html>
 </section>
 {% endif -%}
 </main>
-<footer>Links to <code>file:line</code> open <code>repo/&lt;file&gt;</code> next to this page: keep the graded \
-checkout there as <code>repo/</code>. Manual rows need a reviewer; <em>n/a</em> rows could not be assessed.</footer>
+<footer>Links to <code>file:line</code> open <code>repo/&lt;file&gt;</code> next to this page: \
+keep the graded checkout there as <code>repo/</code>. \
+Manual rows need a reviewer; <em>n/a</em> rows could not be assessed.</footer>
 </body>
 </html>
 """
@@ -207,7 +209,7 @@ def render(report: dict[str, Any]) -> str:
     ]
     page = _template().render(
         csp=_CSP,
-        style=Markup(_STYLE),
+        style=_STYLE,  # our constant; `safe` in the template (quotes in CSS must stay quotes)
         report={
             "target": str(report.get("target", "")),
             "graded_at": str(report.get("graded_at", "")),
