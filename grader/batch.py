@@ -196,6 +196,7 @@ def run_batch(
     cache_root: Path | None = None,
     formats: Sequence[str] = ("json", "markdown"),
     display: Display | None = None,
+    budget: float | None = None,
 ) -> list[Outcome]:
     """Grade every entry (``jobs`` at a time, default: the number of cores) into ``out``; never raises
     for one candidate's failure. ``out`` must be new or empty."""
@@ -213,7 +214,7 @@ def run_batch(
 
     def one(index: int) -> None:
         entry = entries[index]
-        outcome = _grade_one(entry, rubric, out, timeout, cache_root, formats, shown, steps)
+        outcome = _grade_one(entry, rubric, out, timeout, cache_root, formats, shown, steps, budget)
         with write_lock:
             outcomes[index] = outcome
 
@@ -242,6 +243,7 @@ def _grade_one(
     formats: tuple[str, ...],
     display: Display,
     steps: int,
+    budget: float | None = None,
 ) -> Outcome:
     from grader.grading import grade
     from grader.runstore import store_failure
@@ -258,6 +260,7 @@ def _grade_one(
             entry.target,
             rubric=rubric,
             timeout=timeout,
+            budget=budget,
             cache_root=cache_root,
             progress=progress,
             store=folder,

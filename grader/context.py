@@ -12,6 +12,7 @@ import shlex
 import shutil
 import subprocess
 import threading
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
@@ -79,6 +80,8 @@ class Context:
         install_error: str | None = None,
         thresholds: Mapping[str, float] | None = None,
         timeout: float = 300.0,
+        budget: float | None = None,
+        started: float | None = None,
     ) -> None:
         self.workspace = workspace
         self.repo: Path = workspace.repo
@@ -89,6 +92,16 @@ class Context:
             self.install_error = "the submission's environment was not installed"
         self.thresholds: dict[str, float] = dict(thresholds or {})
         self.timeout = timeout
+        # The grade's overall budget (seconds since ``started``, a time.monotonic() value): no run starts
+        # once it is spent, and none runs past it (docs/reviewer.md, --budget).
+        self.budget = budget
+        start = time.monotonic() if started is None else started
+        self.deadline = None if budget is None else start + budget
+        self.timeouts: list[tuple[str, float]] = []  # (label, seconds) of every run that reached its timeout
+        self.skipped: list[str] = []  # why runs were not made: the not-assessable reasons, for the notes
+        # Set once the replay suite timed out: every other run of the suite is skipped or stopped.
+        self._suite_hung = threading.Event()
+        self._suite_hung_reason = ""
         self.outputs: list[tuple[str, str]] = []
         self.sandbox_users: set[str] = set()  # RunResult.user of every run: "nobody" | "grader"
         self._replay: ReplayRun | None = None
@@ -191,13 +204,30 @@ class Context:
         loopback: bool = False,
         label: str = "",
         pass_fds: Sequence[int] = (),
+        suite_probe: bool = False,
     ) -> tuple[RunResult, AuditLog]:
-        """Run `argv` in the sandbox with the submission's venv, no network and no credentials."""
+        """Run `argv` in the sandbox with the submission's venv, no network and no credentials.
+
+        Within the grade's budget: NotAssessable when it is spent, or when it ran out during this run.
+        ``suite_probe``: the command runs the suite again (a rerun, a record command that runs it); once the
+        replay suite timed out it is skipped, or stopped if already running (NotAssessable).
+        """
+        if suite_probe and self._suite_hung.is_set():
+            raise self.skip(self._suite_hung_reason)
         from grader import sandbox
 
         venv = self.require_env().venv
         cwd = cwd or self.repo
         label = label or " ".join(argv)
+        allowed = self.timeout if timeout is None else timeout
+        clipped = False
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left < 1.0:
+                spent = f"the grade's budget of {self.budget:g} s was spent"
+                raise self.skip(f"not run: {spent} before {label!r}")
+            if left < allowed:
+                allowed, clipped = left, True
         audit_log = self.log_path(label, ".audit.jsonl")
         home = self._logs.parent / "home" / audit_log.stem
         extra = {"PYTHONPATH": _pythonpath(cwd), **(env or {})}
@@ -208,18 +238,33 @@ class Context:
                 list(argv),
                 cwd=cwd,
                 home=home,
-                timeout=self.timeout if timeout is None else timeout,
+                timeout=allowed,
                 venv=venv,
                 env=extra,
                 loopback=loopback,
                 audit_log=audit_log,
                 audit_root=cwd,
                 pass_fds=pass_fds,
+                stop=self._suite_hung if suite_probe else None,
             )
+        if result.stopped:
+            raise self.skip(self._suite_hung_reason)
+        if result.timed_out and clipped:
+            raise self.skip(f"not finished: the grade's budget of {self.budget:g} s ran out during {label!r}")
+        if result.timed_out:
+            with self._lock:
+                self.timeouts.append((label, allowed))
         self.outputs.append((label, f"{result.stdout}\n{result.stderr}"))
         self.sandbox_users.add(result.user)
         self._check_space(result, free_before, label)
         return result, read_audit_log(audit_log)
+
+    def skip(self, reason: str) -> NotAssessable:
+        """The NotAssessable for a run the grader did not make (or stopped), remembered for the notes."""
+        with self._lock:
+            if reason not in self.skipped:
+                self.skipped.append(reason)
+        return NotAssessable(reason)
 
     def replay_run(self) -> ReplayRun:
         """The replay suite (`make test` when the Makefile has it, else `python -m pytest`), run once."""
@@ -237,7 +282,7 @@ class Context:
     def _verified_replay(self) -> ReplayRun:
         # Never trust one run: outcome hooks found statically -> rerun without conftest files; tests skipped,
         # xfail(run=False) or reported passed after raising -> rerun with their skip/xfail marks stripped.
-        rr = self.run_suite(self.repo, label="replay")
+        rr = self.run_suite(self.repo, label="replay", primary=True)
         rr.scan = tamper.scan(self.repo)
         if rr.run.timed_out:
             return rr
@@ -259,11 +304,19 @@ class Context:
         return plugins, sealed
 
     def run_suite(
-        self, cwd: Path, *, label: str = "suite", noconftest: bool = False, unskip: bool = False
+        self,
+        cwd: Path,
+        *,
+        label: str = "suite",
+        noconftest: bool = False,
+        unskip: bool = False,
+        primary: bool = False,
     ) -> ReplayRun:
         """Run the suite as `replay_run` does, in another checkout (e.g. a scratch copy); not memoized.
 
         ``noconftest`` adds ``--noconftest``; ``unskip`` makes the guard strip skip/skipif/xfail marks.
+        ``primary``: the replay suite itself. Once it has timed out, every other run of the suite (a
+        probe) is skipped, or stopped if it is running (NotAssessable): a hanging suite costs one timeout.
         """
         venv = self.require_env().venv
         command = ["make", "test"] if "test" in makefile_targets(cwd) else ["python", "-m", "pytest"]
@@ -306,9 +359,17 @@ class Context:
             env["GRADER_GUARD_NONCE"] = nonce
             if unskip:
                 env["GRADER_GUARD_UNSKIP"] = "1"
-            run, audit = self.run(command, cwd=cwd, env=env, label=label, pass_fds=(fd,))
+            run, audit = self.run(
+                command, cwd=cwd, env=env, label=label, pass_fds=(fd,), suite_probe=not primary
+            )
         finally:
             os.close(fd)
+        if primary and run.timed_out:
+            self._suite_hung_reason = (
+                f"not run: the replay suite timed out after {run.duration:.0f} s, "
+                "so the probes that run the suite again were skipped or stopped"
+            )
+            self._suite_hung.set()
         guard = tamper.read_guard(guard_log, nonce)
         logged = read_result_log(results_log)
         # JUnit is the fallback when the grader's plugin never wrote (e.g. pytest crashed loading it).

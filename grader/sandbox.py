@@ -24,6 +24,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -99,6 +100,9 @@ class RunResult:
     truncated: bool
     # Which user the command ran as: "nobody" (privileges dropped) or the grader's own user.
     user: str = field(default="grader")
+    # True when the grader stopped the command early (`run(stop=...)`), e.g. a probe of a suite that
+    # already timed out elsewhere: not the command's own outcome.
+    stopped: bool = False
 
 
 @dataclass(frozen=True)
@@ -361,6 +365,7 @@ def run(
     output_cap: int = 2_000_000,
     writable: Sequence[Path] = (),
     pass_fds: Sequence[int] = (),
+    stop: threading.Event | None = None,
 ) -> RunResult:
     """Run ``argv`` sandboxed; never raises for the command's own failure (see ``RunResult``).
 
@@ -368,6 +373,7 @@ def run(
     of ``audit_log`` and of any absolute ``*_LOG`` path in ``env`` are added automatically).
     ``pass_fds``: descriptors the command inherits (the guard plugin's result log, opened by the grader in a
     folder the sandbox user cannot reach).
+    ``stop``: when set while the command runs, it is killed and the result says ``stopped``.
     """
     argv = [str(a) for a in argv]
     cwd, home = Path(cwd), Path(home)
@@ -396,7 +402,7 @@ def run(
     except OSError as exc:
         return RunResult(argv, None, "", f"cannot start {argv[0]}: {exc.strerror}", False, 0.0, False)
     try:
-        out, err, timed_out, truncated = _collect(proc, timeout=timeout, cap=output_cap)
+        out, err, timed_out, truncated, stopped = _collect(proc, timeout=timeout, cap=output_cap, stop=stop)
     finally:
         if drop:
             # Hand everything back (the child is dead: its pid namespace is gone), so the grader's later
@@ -406,13 +412,14 @@ def run(
                     _chown_tree(path, os.getuid(), os.getgid())
     duration = time.monotonic() - start
     user = "nobody" if drop else "grader"
-    return RunResult(
-        argv, None if timed_out else proc.returncode, out, err, timed_out, duration, truncated, user
-    )
+    code = None if timed_out or stopped else proc.returncode
+    return RunResult(argv, code, out, err, timed_out, duration, truncated, user, stopped)
 
 
-def _collect(proc: subprocess.Popen[bytes], *, timeout: float, cap: int) -> tuple[str, str, bool, bool]:
-    """Drain both pipes with a cap until EOF, the deadline, or shortly after the command exits."""
+def _collect(
+    proc: subprocess.Popen[bytes], *, timeout: float, cap: int, stop: threading.Event | None = None
+) -> tuple[str, str, bool, bool, bool]:
+    """Drain both pipes with a cap until EOF, the deadline, ``stop``, or shortly after the command exits."""
     assert proc.stdout is not None and proc.stderr is not None
     deadline = time.monotonic() + timeout
     bufs: dict[int, bytearray] = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
@@ -421,7 +428,7 @@ def _collect(proc: subprocess.Popen[bytes], *, timeout: float, cap: int) -> tupl
     for pipe in (proc.stdout, proc.stderr):
         os.set_blocking(pipe.fileno(), False)
         sel.register(pipe, selectors.EVENT_READ)
-    timed_out = False
+    timed_out = stopped = False
     exited_at: float | None = None
     try:
         while sel.get_map():
@@ -433,6 +440,9 @@ def _collect(proc: subprocess.Popen[bytes], *, timeout: float, cap: int) -> tupl
                 break
             if now >= deadline:
                 timed_out = proc.poll() is None
+                break
+            if stop is not None and stop.is_set() and exited_at is None:
+                stopped = True
                 break
             wait = min(deadline - now, 0.1)
             for key, _ in sel.select(wait):
@@ -466,4 +476,4 @@ def _collect(proc: subprocess.Popen[bytes], *, timeout: float, cap: int) -> tupl
         if sizes[fd] > cap:
             text += _TRUNCATED_MARK
         texts.append(text)
-    return texts[0], texts[1], timed_out, truncated
+    return texts[0], texts[1], timed_out, truncated, stopped
