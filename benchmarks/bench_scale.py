@@ -11,15 +11,13 @@ Issue 14's target: each gets a report within 120 s of grader time at no more tha
 Each is graded by the real ``grade`` command (warm environment cache: the install is not what is measured).
 Wall time is the grade's; peak RSS is the grader process's own (``ru_maxrss`` of the process that runs
 ``grader.cli.main``, read when it returns), so the submission's own suite, which runs in the sandbox under
-its own limits, is not counted. The largest RSS of any process of the grade (sandboxed runs included) is
-shown beside it for information.
+its own limits, is not counted.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -79,11 +77,10 @@ def _big_tape(repo: Path, size: int) -> None:
     (repo / "cassettes" / f"{key}.json").write_text(out, encoding="utf-8")
 
 
-def _grade(repo: Path, cache: Path, home: Path) -> tuple[float, float, float, str]:
-    """(wall seconds, grader peak RSS MB, largest RSS MB of any process of the grade, total)."""
+def _grade(repo: Path, cache: Path, home: Path) -> tuple[float, float, str]:
+    """(wall seconds, grader peak RSS MB, total)."""
     from tests.helpers.bake import clean_env
 
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", _WRAPPER, str(repo), "--quiet", "--cache-dir", str(cache), "--format", "json"],
@@ -99,9 +96,8 @@ def _grade(repo: Path, cache: Path, home: Path) -> tuple[float, float, float, st
     own = next(
         int(line.split()[1]) for line in reversed(done.stderr.splitlines()) if line.startswith("maxrss-kib")
     )
-    tree = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
     total = json.loads(done.stdout)["total"]
-    return seconds, own / 1024, tree / 1024, f"{total['points']}/{total['max']}"
+    return seconds, own / 1024, f"{total['points']}/{total['max']}"
 
 
 def run(quick: bool = False, runs: int = 5) -> Section:
@@ -110,12 +106,8 @@ def run(quick: bool = False, runs: int = 5) -> Section:
     )
     rounds = 1 if quick else max(1, min(runs, 3))  # minutes per round: three rounds are enough for a bound
     cases = {"tapes": f"{TAPES:,} tapes", "big": f"one {BIG_MB} MB tape"}
-    series: dict[str, tuple[Series, Series, Series]] = {
-        name: (
-            Series(f"grade, {what}: wall time", "s"),
-            Series(f"grade, {what}: grader peak RSS", "MB"),
-            Series(f"grade, {what}: largest RSS of any process", "MB", note="sandboxed suite included"),
-        )
+    series: dict[str, tuple[Series, Series]] = {
+        name: (Series(f"grade, {what}: wall time", "s"), Series(f"grade, {what}: grader peak RSS", "MB"))
         for name, what in cases.items()
     }
     scores: dict[str, set[str]] = {name: set() for name in cases}
@@ -129,16 +121,15 @@ def run(quick: bool = False, runs: int = 5) -> Section:
         _grade(repos["tapes"], cache, tmp)  # fills the environment cache: not measured
         for round_ in range(rounds):
             for name in cases if round_ % 2 == 0 else list(cases)[::-1]:
-                seconds, own, tree, score = _grade(repos[name], cache, tmp)
-                wall, rss, largest = series[name]
+                seconds, own, score = _grade(repos[name], cache, tmp)
+                wall, rss = series[name]
                 wall.values.append(seconds)
                 rss.values.append(own)
-                largest.values.append(tree)
                 scores[name].add(score)
             print(f"  scale round {round_ + 1}/{rounds} done", file=sys.stderr)
     for name, what in cases.items():
-        wall, rss, largest = series[name]
-        section.series += [wall, rss, largest]
+        wall, rss = series[name]
+        section.series += [wall, rss]
         worst_s, worst_mb = wall.high, rss.high
         section.verdicts.append(
             Verdict(
