@@ -142,7 +142,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    from grader.inert import inert
+
+    # Error lines quote paths and archive member names the submission chose: nothing in them may act.
+    print(inert(line), file=sys.stderr, flush=True)
 
 
 def _cmd_checks(args: list[str]) -> int:

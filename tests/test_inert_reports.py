@@ -173,3 +173,13 @@ def test_summary_csv_neutralizes_formula_cells(tmp_path: Path) -> None:
     assert rows[3][1] == "ok"
     assert not RAW.search((tmp_path / "summary.md").read_text(encoding="utf-8"))
     assert csv_cell(-1) == -1  # numbers stay numbers
+
+
+def test_an_error_line_quoting_a_hostile_path_is_inert(tmp_path: Path) -> None:
+    target = tmp_path / "\x1b]0;owned\x07\x1b[2Jrepo"
+    done = subprocess.run(
+        [sys.executable, "-m", "grader", str(target)], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and not RAW.search(done.stderr)
+    assert "\\x1b]0;owned\\x07" in done.stderr
