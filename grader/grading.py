@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from grader import __version__
 from grader._json import jsonable
-from grader.errors import NotAssessable
+from grader.details import submission_relative
+from grader.errors import BadInput, NotAssessable
 
 if TYPE_CHECKING:
     from grader.checks import Check, CheckResult
@@ -144,7 +145,7 @@ def _pipeline(
     started: float,
 ) -> dict[str, Any]:
     from grader.acquire import acquire
-    from grader.manifest import read_manifest
+    from grader.manifest import not_a_submission, read_manifest
     from grader.sandbox import isolation
 
     timings: dict[str, float] = {}
@@ -152,10 +153,12 @@ def _pipeline(
     start = time.monotonic()
     workspace = acquire(target, root)
     timings["acquire"] = _since(start)
+    manifest = read_manifest(workspace.repo)
+    refused = not_a_submission(workspace.repo, manifest)
+    if refused:  # bad input: one line, before anything else is printed
+        raise BadInput(f"{workspace.source}: {refused}")
     commit = workspace.commit[:12] if workspace.commit else "no git history"
     progress("acquire", timings["acquire"], f"{workspace.source} @ {commit}")
-
-    manifest = read_manifest(workspace.repo)
     notes.extend(manifest.notes)
 
     start = time.monotonic()
@@ -380,9 +383,17 @@ def _report(
 ) -> dict[str, Any]:
     from grader.rubric import score, totals
 
+    root = getattr(workspace, "root", None)
+
+    def local(text: str) -> str:
+        return submission_relative(text, root) if root else text
+
     rows = score(rubric, results)
+    for row in rows:
+        row.evidence = local(row.evidence)
+        row.details = [local(line) for line in row.details]
     findings = [
-        {"check": check_id, "rule": f.rule, "location": f.location, "message": f.message}
+        {"check": check_id, "rule": f.rule, "location": local(f.location), "message": local(f.message)}
         for check_id, result in results.items()
         for f in result.findings
     ]

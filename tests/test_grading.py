@@ -297,6 +297,69 @@ def test_hanging_suite_is_graded_within_the_timeout(make_submission, grade_cache
 
 
 @pytest.mark.slow
+def test_network_use_a_test_swallows_is_still_counted(make_submission, grade_cache: Path) -> None:
+    # pytest-socket refuses before a socket exists and these tests swallow the refusal: nothing fails, yet
+    # each line tried the network. Every one must be counted, with the line that tried.
+    repo = make_submission(
+        {
+            "tests/test_quiet.py": """
+                import socket
+                import threading
+
+                import httpx
+
+
+                def test_swallowed_httpx_request():
+                    try:
+                        httpx.get("https://api.openai.com/v1/models", timeout=2)
+                    except Exception:
+                        pass
+
+
+                def test_swallowed_raw_connect():
+                    try:
+                        socket.create_connection(("93.184.216.34", 443), timeout=2)
+                    except Exception:
+                        pass
+
+
+                def test_dns_lookup():
+                    try:
+                        socket.getaddrinfo("api.anthropic.com", 443)
+                    except Exception:
+                        pass
+
+
+                def _background():
+                    try:
+                        socket.getaddrinfo("pricing.example.invalid", 443)
+                    except Exception:
+                        pass
+
+
+                def test_lookup_from_a_thread():
+                    worker = threading.Thread(target=_background)
+                    worker.start()
+                    worker.join()
+                """,
+        },
+        dependencies=["httpx"],
+    )
+
+    report = _grade(repo, grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["passed"] == 4 and facts["failed"] == 0, facts
+    assert facts["network_attempts"] == 4, facts
+    row = _row(report, "offline-replay")
+    assert row["score"] < 3
+    details = "\n".join(row["details"])
+    for line, target in ((9, "api.openai.com:443"), (16, "93.184.216.34:443"), (23, "api.anthropic.com:443")):
+        assert f"tests/test_quiet.py:{line}: socket.refused {target}" in details, details
+    assert "tests/test_quiet.py:30: socket.refused pricing.example.invalid:443" in details, details
+
+
+@pytest.mark.slow
 def test_connection_attempts_are_counted_with_their_location(make_submission, grade_cache: Path) -> None:
     repo = make_submission(
         {
@@ -355,3 +418,80 @@ def test_uninstallable_submission_is_not_assessable_not_a_crash(
         assert len(row["evidence"]) > len("not assessable: ") + 10
     assert any(note.startswith("install failed: ") for note in report.get("notes", []))
     assert "[install]" in done.stderr and "failed" in done.stderr
+
+
+@pytest.mark.slow
+def test_evidence_points_into_the_submission_never_the_graders_workspace_or_cache(
+    make_submission, grade_cache: Path
+) -> None:
+    repo = make_submission(
+        {
+            "tests/test_paths.py": """
+                import os
+                from pathlib import Path
+
+                import httpx
+
+
+                def test_names_where_it_runs():
+                    assert False, f"expected {Path(os.getcwd()) / 'cassettes' / 'abc.json'}"
+
+
+                def test_fails_inside_a_dependency():
+                    httpx.Request("GET", "http://[::1")
+                """,
+        },
+        dependencies=["httpx"],
+    )
+
+    report = _grade(repo, grade_cache)
+
+    lines = [line for row in report["rows"] for line in (row["evidence"], *row["details"])]
+    lines += [f"{f['location']} {f['message']}" for f in report["findings"]]
+    text = "\n".join(lines)
+    assert "tests/test_paths.py::test_fails_inside_a_dependency (tests/test_paths.py:12)" in text, text
+    assert "expected cassettes/abc.json" in text, text
+    assert str(grade_cache) not in text and "/tmp/" not in text and "/lib/python" not in text, text
+    details = _row(report, "offline-replay")["details"]
+    assert len(details) == len(set(details)), details
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "files",
+    [
+        pytest.param({"Makefile": "test:\n\tpython -m pytest || true\n"}, id="make-or-true"),
+        pytest.param(
+            {"conftest.py": "def pytest_sessionfinish(session, exitstatus):\n    session.exitstatus = 0\n"},
+            id="sessionfinish-forces-0",
+        ),
+    ],
+)
+def test_a_suite_that_reports_success_with_failures_recorded_is_forged(
+    make_submission, grade_cache: Path, files: dict[str, str]
+) -> None:
+    repo = make_submission(
+        {
+            **files,
+            "tests/test_red.py": """
+                def test_one():
+                    assert 1 == 2
+
+
+                def test_two():
+                    assert "a" == "b"
+
+
+                def test_fine():
+                    assert True
+                """,
+        }
+    )
+
+    report = _grade(repo, grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["failed"] == 2 and facts["forged"] is True, facts
+    row = _row(report, "offline-replay")
+    assert row["score"] <= 1
+    assert "with 2 failures recorded" in row["evidence"], row["evidence"]

@@ -31,7 +31,7 @@ __all__ = [
 _HERE = Path(__file__).parent
 _MODULES = ("_grader_audit.py", "_grader_pytest.py")
 _PTH = "_grader_audit.pth"
-_NETWORK_EVENTS = ("socket.connect", "socket.getaddrinfo", "socket.sendto")
+_NETWORK_EVENTS = ("socket.connect", "socket.getaddrinfo", "socket.sendto", "socket.refused")
 _FIRST_FAILURES = 10
 
 
@@ -51,7 +51,7 @@ class Event:
 
 @dataclass
 class AuditLog:
-    network_attempts: list[Event] = field(default_factory=list)  # connect/sendto/getaddrinfo
+    network_attempts: list[Event] = field(default_factory=list)  # connect/sendto/getaddrinfo/refused
     opened: set[str] = field(default_factory=set)  # repo-relative paths opened for reading
     sockets: list[Event] = field(default_factory=list)  # inet sockets created (socket.__new__)
 

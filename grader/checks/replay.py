@@ -189,6 +189,15 @@ def _tamper_evidence(rr: ReplayRun, results: Results) -> _Evidence:
         ev.skips += [f"{nodeid} (xfail run=False)" for nodeid in guard.notrun]
     if rr.log_mismatch:
         ev.forged.append(rr.log_mismatch)
+    red = results.failed + results.errors
+    if red and not rr.run.timed_out:
+        # A run whose own outcomes hold failures but that reports success (`pytest || true`, a session hook
+        # forcing the exit status) tells CI it passed: that is a forged result, not an honest red run.
+        noun = "failure" if red == 1 else "failures"
+        if rr.run.returncode == 0:
+            ev.forged.append(f"`{' '.join(rr.command)}` exited 0 with {red} {noun} recorded")
+        elif guard is not None and guard.exitstatus == 0:
+            ev.forged.append(f"pytest's session reported exit status 0 with {red} {noun} recorded")
     if guard is not None and rr.noconftest is not None and rr.noconftest.guard is not None:
         again = rr.noconftest.guard.outcomes
         for nodeid, outcome in guard.outcomes.items():
@@ -217,11 +226,15 @@ def _attempts(rr: ReplayRun, results: Results) -> list[tuple[str, str]]:
     """(file:line, what) per distinct attempt: the audit hook's events, then pytest-socket's refusals
     (which happen before a socket exists, so the hook never sees them)."""
     out: dict[tuple[str, str], None] = {}
+    refused_at = set()
     for event in rr.audit.network_attempts:
         what = f"{event.event} {event.target}".strip()
         out.setdefault((event.where or "?", what), None)
+        if event.event == "socket.refused":
+            refused_at.add(event.where)
     for where, what in rr.blocked:
-        out.setdefault((where, what), None)
+        if where not in refused_at:  # the same refusal, already seen as it happened
+            out.setdefault((where, what), None)
     if not rr.blocked:
         # No JUnit file (the run was killed before pytest wrote it): the result log still names the tests.
         for line in results.first_failures:
