@@ -407,11 +407,21 @@ class Context:
         self._pristine = pristine
         return True
 
+    def scratch_copy_without(
+        self, name: str, folder: Path, leave_out: Callable[[Path], bool]
+    ) -> tuple[Path, int]:
+        """`scratch_copy`, less the files under the repo-relative ``folder`` that ``leave_out`` names:
+        (the copy, how many were left out). A probe that withholds 10,000 tapes never copies them."""
+        return self._scratch(name, (Path(folder), leave_out))
+
     def scratch_copy(self, name: str) -> Path:
         """A throwaway copy of the repo (history included) for probes that mutate files.
 
         Made from the copy `keep_pristine` kept, else (nothing kept) from the checkout itself.
         """
+        return self._scratch(name, None)[0]
+
+    def _scratch(self, name: str, leave_out: tuple[Path, Callable[[Path], bool]] | None) -> tuple[Path, int]:
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "scratch"
         base = self.workspace.root / "scratch"
         with self._lock:
@@ -423,8 +433,11 @@ class Context:
             with self._disk(f"copying the repo for {name!r}"):
                 dest.mkdir(parents=True)
         with self._disk(f"copying the repo for {name!r}"):
-            _copy_tree(self._pristine or self.repo, dest)
-        return dest
+            source = self._pristine or self.repo
+            if leave_out is None:
+                _copy_tree(source, dest)
+                return dest, 0
+            return dest, _copy_tree_without(source, dest, *leave_out)
 
 
 def _copy_tree(source: Path, dest: Path) -> None:
@@ -445,6 +458,56 @@ def _copy_tree(source: Path, dest: Path) -> None:
         done = None
     if done is None or done.returncode != 0:
         shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True)
+
+
+def _copy_tree_without(source: Path, dest: Path, folder: Path, leave_out: Callable[[Path], bool]) -> int:
+    """`_copy_tree`, except the files under ``folder`` (relative) for which ``leave_out`` is true.
+
+    Everything beside the path down to ``folder`` goes through `_copy_tree` (cp); only ``folder`` itself is
+    walked here. A ``folder`` that is missing, climbs out, or has a link on its path is copied as it is
+    (nothing left out). Returns how many files were left out.
+    """
+    parts = folder.parts
+    here = source
+    for part in parts:
+        here = here / part
+        if part in ("", ".", "..") or here.is_symlink() or not here.is_dir():
+            _copy_tree(source, dest)
+            return 0
+    src, dst = source, dest
+    for part in parts:
+        for entry in sorted(os.listdir(src)):
+            if entry != part:
+                _copy_entry(src / entry, dst)
+        src, dst = src / part, dst / part
+        dst.mkdir()
+        shutil.copystat(src, dst)
+    left: list[int] = [0]
+
+    def ignore(where: str, names: list[str]) -> list[str]:
+        skipped = [n for n in names if not _real_dir(os.path.join(where, n)) and leave_out(Path(where, n))]
+        left[0] += len(skipped)
+        return skipped
+
+    shutil.copytree(src, dst, symlinks=True, ignore=ignore, dirs_exist_ok=True)
+    return left[0]
+
+
+def _real_dir(path: str) -> bool:
+    return os.path.isdir(path) and not os.path.islink(path)
+
+
+def _copy_entry(path: Path, dest: Path) -> None:
+    argv = ["cp", "-a", "--", str(path), str(dest)]
+    try:
+        code = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, check=False).returncode
+    except OSError:
+        code = None
+    if code != 0:
+        if path.is_dir() and not path.is_symlink():
+            shutil.copytree(path, dest / path.name, symlinks=True)
+        else:
+            shutil.copy2(path, dest / path.name, follow_symlinks=False)
 
 
 def _guard_results(guard: tamper.GuardLog, fallback: Results | None) -> Results:
