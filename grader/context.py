@@ -102,6 +102,7 @@ class Context:
         # Set once the replay suite timed out: every other run of the suite is skipped or stopped.
         self._suite_hung = threading.Event()
         self._suite_hung_reason = ""
+        self._suite_done = threading.Event()  # the replay suite's run ended, however it ended
         self.outputs: list[tuple[str, str]] = []
         self.sandbox_users: set[str] = set()  # RunResult.user of every run: "nobody" | "grader"
         self._replay: ReplayRun | None = None
@@ -220,6 +221,11 @@ class Context:
         cwd = cwd or self.repo
         label = label or " ".join(argv)
         allowed = self.timeout if timeout is None else timeout
+        if suite_probe and not self._suite_done.is_set():
+            # Started alongside the replay suite (--jobs 2): whether the suite hangs is for the replay suite
+            # to find out (it stops this run when it times out); the grace keeps this run from reaching
+            # its own timeout first, which would make a hanging suite cost two timeouts.
+            allowed += max(10.0, allowed / 2)
         clipped = False
         if self.deadline is not None:
             left = self.deadline - time.monotonic()
@@ -354,6 +360,7 @@ class Context:
         nonce = secrets.token_hex(16)
         with self._disk("opening the guard log"):
             fd = os.open(guard_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+        run: RunResult | None = None
         try:
             env["GRADER_GUARD_FD"] = str(fd)
             env["GRADER_GUARD_NONCE"] = nonce
@@ -364,12 +371,15 @@ class Context:
             )
         finally:
             os.close(fd)
-        if primary and run.timed_out:
-            self._suite_hung_reason = (
-                f"not run: the replay suite timed out after {run.duration:.0f} s, "
-                "so the probes that run the suite again were skipped or stopped"
-            )
-            self._suite_hung.set()
+            if primary and run is not None and run.timed_out:  # hung first, then done: no probe slips by
+                self._suite_hung_reason = (
+                    f"not run: the replay suite timed out after {run.duration:.0f} s, "
+                    "so the probes that run the suite again were skipped or stopped"
+                )
+                self._suite_hung.set()
+            if primary:
+                self._suite_done.set()
+        assert run is not None  # self.run either returned or raised
         guard = tamper.read_guard(guard_log, nonce)
         logged = read_result_log(results_log)
         # JUnit is the fallback when the grader's plugin never wrote (e.g. pytest crashed loading it).

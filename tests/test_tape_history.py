@@ -119,25 +119,27 @@ def test_the_submissions_git_config_runs_nothing_while_history_is_read(recorded,
     repo, _ = recorded
     marker = tmp_path / "ran"
     program = tmp_path / "evil.sh"
-    program.write_text(
-        "#!/bin/sh\n"
-        f"echo ran >> {marker}\n"
-        "echo '[GNUPG:] SIG_CREATED D 1 8 00 1 X' >&2\n"
-        "printf -- '-----BEGIN PGP SIGNATURE-----\\nx\\n-----END PGP SIGNATURE-----\\n'\n",
-        encoding="utf-8",
-    )
+    program.write_text(f"#!/bin/sh\necho ran >> {marker}\nexit 1\n", encoding="utf-8")
     program.chmod(0o755)
     env = {**os.environ, **GIT_ENV, "HOME": str(tmp_path)}
     _edit_kit(_tapes(repo)[1], _bump_id)
-    subprocess.run(["git", "add", "-A"], cwd=repo, env=env, check=True)
-    subprocess.run(
-        ["git", "-c", f"gpg.program={program}", "commit", "-q", "-S", "-m", "signed"],
-        cwd=repo,
+    commit(repo, "tidy")
+    # Make HEAD a signed commit: the same commit object with a gpgsig header (git verifies it with
+    # gpg.program whenever a log shows signatures).
+    raw = subprocess.run(
+        ["git", "-C", str(repo), "cat-file", "commit", "HEAD"], env=env, capture_output=True, check=True
+    ).stdout
+    head, _, message = raw.partition(b"\n\n")
+    signature = b"gpgsig -----BEGIN PGP SIGNATURE-----\n \n iQEz\n -----END PGP SIGNATURE-----"
+    signed = head + b"\n" + signature + b"\n\n" + message
+    sha = subprocess.run(
+        ["git", "-C", str(repo), "hash-object", "-t", "commit", "-w", "--stdin"],
+        input=signed,
         env=env,
-        check=True,
         capture_output=True,
-    )
-    marker.unlink()  # signing ran it once, on our behalf
+        check=True,
+    ).stdout.decode().strip()
+    subprocess.run(["git", "-C", str(repo), "update-ref", "HEAD", sha], env=env, check=True)
     for key, value in (
         ("log.showSignature", "true"),
         ("gpg.program", str(program)),
