@@ -481,14 +481,12 @@ def _copy_tree_without(source: Path, dest: Path, folder: Path, leave_out: Callab
     here = source
     for part in parts:
         here = here / part
-        if part in ("", ".", "..") or here.is_symlink() or not here.is_dir():
+        if folder.is_absolute() or part in ("", ".", "..") or here.is_symlink() or not here.is_dir():
             _copy_tree(source, dest)
             return 0
     src, dst = source, dest
     for part in parts:
-        for entry in sorted(os.listdir(src)):
-            if entry != part:
-                _copy_entry(src / entry, dst)
+        _copy_entries([src / entry for entry in sorted(os.listdir(src)) if entry != part], dst)
         src, dst = src / part, dst / part
         dst.mkdir()
         shutil.copystat(src, dst)
@@ -507,15 +505,20 @@ def _real_dir(path: str) -> bool:
     return os.path.isdir(path) and not os.path.islink(path)
 
 
-def _copy_entry(path: Path, dest: Path) -> None:
-    argv = ["cp", "-a", "--", str(path), str(dest)]
+def _copy_entries(paths: list[Path], dest: Path) -> None:
+    """Copy each of ``paths`` into ``dest`` (one cp for all of them; links stay links)."""
+    if not paths:
+        return
     try:
+        argv = ["cp", "-a", "--", *map(str, paths), str(dest)]
         code = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, check=False).returncode
     except OSError:
         code = None
-    if code != 0:
+    if code == 0:
+        return
+    for path in paths:
         if path.is_dir() and not path.is_symlink():
-            shutil.copytree(path, dest / path.name, symlinks=True)
+            shutil.copytree(path, dest / path.name, symlinks=True, dirs_exist_ok=True)
         else:
             shutil.copy2(path, dest / path.name, follow_symlinks=False)
 

@@ -109,6 +109,12 @@ def test_a_copy_without_the_tapes_never_copies_them_and_keeps_everything_else(
         "tests/test_x.py",
     ]
     assert (dest / "pkg" / "outside").is_symlink()
+    # A folder that is absolute (or climbs out, or is missing) leaves nothing out and reads nothing outside.
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    assert _copy_tree_without(source, whole, Path("/etc"), lambda p: True) == 0
+    assert sorted(p.name for p in whole.iterdir()) == ["pkg", "tests"]
+    assert (whole / "tests" / "cassettes" / "a.json").is_file()
 
 
 def test_junit_fallback_counts_outcomes(tmp_path: Path) -> None:
