@@ -104,7 +104,7 @@ class Context:
         self._suite_hung_reason = ""
         self._suite_done = threading.Event()  # the replay suite's run ended, however it ended
         self.outputs: list[tuple[str, str]] = []
-        self.sandbox_users: set[str] = set()  # RunResult.user of every run: "nobody" | "grader"
+        self.sandbox_users: set[str] = set()  # RunResult.user of every run: "unprivileged" | "grader"
         self._replay: ReplayRun | None = None
         self._replay_error: NotAssessable | None = None
         self._runs = 0

@@ -82,9 +82,14 @@ def grade(
     """
     from grader.acquire import no_space, no_space_reason
     from grader.install import default_cache_root
+    from grader.sandbox import host_shortfall
 
     started = time.monotonic()
     budget = BUDGET_TIMEOUTS * timeout if budget is None else budget
+    shortfall = host_shortfall()
+    if shortfall is not None:
+        # A host limit too low for any suite: nothing is scored, rather than the candidate scored down.
+        raise NotAssessable(shortfall)
     report_progress = _one_line_progress(progress or _no_progress)
     cache_root = cache_root or default_cache_root()
     try:
@@ -192,8 +197,9 @@ def _pipeline(
     notes.extend(_run_notes(ctx, rubric, results))
     iso = asdict(isolation())
     if ctx.sandbox_users:
-        # "nobody" only when every run of submission code dropped privileges (docs/security.md).
-        iso["user"] = "nobody" if ctx.sandbox_users == {"nobody"} else "grader"
+        # "unprivileged" only when every run of submission code dropped privileges (docs/security.md).
+        iso["user"] = "unprivileged" if ctx.sandbox_users == {"unprivileged"} else "grader"
+    notes.extend(_isolation_notes(iso))
     report = _report(workspace, rubric, results, timings, notes, iso)
     if keep_workspace:
         report.setdefault("notes", []).append(f"workspace kept at {root}")
@@ -215,6 +221,21 @@ def _run_notes(ctx: Context, rubric: Rubric, results: dict[str, CheckResult]) ->
         rows = [row.id for row in rubric.rows if row.check in unassessed]
         where = f"rows left unassessed: {', '.join(rows)}" if rows else "every row still scored without it"
         notes.append(f"{reason}; {where}")
+    return notes
+
+
+def _isolation_notes(iso: dict[str, Any]) -> list[str]:
+    """What a reviewer must know about the sandbox this grade ran in, when it is less than documented."""
+    notes = []
+    if iso.get("filesystem") == "host":
+        notes.append(
+            "sandbox without a mount namespace (bwrap could not run here): submission code saw the host's "
+            "files (docs/security.md)"
+        )
+    lowered = (iso.get("limits") or {}).get("lowered_by_host") or []
+    if lowered:
+        values = ", ".join(f"{name} {iso['limits'][name]}" for name in lowered)
+        notes.append(f"sandbox limits lowered to this host's hard limits: {values}")
     return notes
 
 

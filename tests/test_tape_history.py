@@ -132,13 +132,17 @@ def test_the_submissions_git_config_runs_nothing_while_history_is_read(recorded,
     head, _, message = raw.partition(b"\n\n")
     signature = b"gpgsig -----BEGIN PGP SIGNATURE-----\n \n iQEz\n -----END PGP SIGNATURE-----"
     signed = head + b"\n" + signature + b"\n\n" + message
-    sha = subprocess.run(
-        ["git", "-C", str(repo), "hash-object", "-t", "commit", "-w", "--stdin"],
-        input=signed,
-        env=env,
-        capture_output=True,
-        check=True,
-    ).stdout.decode().strip()
+    sha = (
+        subprocess.run(
+            ["git", "-C", str(repo), "hash-object", "-t", "commit", "-w", "--stdin"],
+            input=signed,
+            env=env,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .strip()
+    )
     subprocess.run(["git", "-C", str(repo), "update-ref", "HEAD", sha], env=env, check=True)
     for key, value in (
         ("log.showSignature", "true"),
