@@ -81,11 +81,19 @@ def replay(ctx: Context) -> CheckResult:
     edit_findings = [Finding(rule="tape-edited", message=e.message, location=e.location) for e in edits]
     edit_details = [f"tape edited: {e.location}: {e.message}" for e in edits[:_MAX_DETAILS]]
     edit_details += history.notes
+    install = _install_findings(ctx)
     if ctx.env is None:
-        facts["summary"] = f"not run: {ctx.install_error}" + _edits_summary(edits)
+        facts["summary"] = f"not run: {_first_line(ctx.install_error)}" + _edits_summary(edits)
+        if getattr(ctx, "install_failed", False):
+            # The submission's own dependencies (an invalid line, a package that does not exist or does
+            # not build): nothing ran, scored as such, the installer's words as evidence.
+            details = [f"install: {line}" for line in str(ctx.install_error).splitlines()[1:]]
+            return CheckResult(
+                facts=facts, findings=[*edit_findings, *install], details=[*edit_details, *details]
+            )
         return CheckResult(
             facts=facts,
-            findings=edit_findings,
+            findings=[*edit_findings, *install],
             details=edit_details,
             not_assessable=ctx.install_error,
         )
@@ -128,7 +136,7 @@ def replay(ctx: Context) -> CheckResult:
         details.append(f"no test ran; exit {rr.run.returncode}" + (f": {tail}" if tail else ""))
     findings = [Finding(rule="network-attempt", message=what, location=where) for where, what in attempts]
     findings += [Finding(rule=f"tamper-{h.kind}", message=h.why, location=h.location) for h in evidence.hooks]
-    return CheckResult(facts=facts, findings=[*edit_findings, *findings], details=details)
+    return CheckResult(facts=facts, findings=[*edit_findings, *install, *findings], details=details)
 
 
 def _edits_summary(edits: list[TapeEdit]) -> str:
@@ -141,6 +149,31 @@ def _edits_summary(edits: list[TapeEdit]) -> str:
         f"; {len(edits)} {noun} edited after recording: {first.path} changed in {first.after}, "
         f"request unchanged since {first.before}"
     )
+
+
+def _first_line(text: object) -> str:
+    return str(text or "").split("\n", 1)[0]
+
+
+def _install_findings(ctx: Context) -> list[Finding]:
+    """The requirement lines the grader did not pass to the installer: the suite ran without them.
+
+    On this check because the suite's run is what they change: refused installer options, paths and
+    URLs (rule ``refused-requirement``), lines that are not requirements (``invalid-requirement``) and a
+    grader tool whose pin replaced the submission's specifier (``pinned-tool``).
+    """
+    deps = getattr(ctx, "dependencies", None)
+    if deps is None:
+        return []
+    return [
+        Finding(rule=rule, message=f"{problem.why}: {problem.text!r}", location=problem.location)
+        for rule, problems in (
+            ("refused-requirement", deps.refused),
+            ("invalid-requirement", deps.invalid),
+            ("pinned-tool", deps.overridden),
+        )
+        for problem in problems
+    ]
 
 
 @dataclass
