@@ -174,16 +174,13 @@ def _said(texts: list[str]) -> str:
     return "\n".join(kept)
 
 
-def _withhold_tapes(copy: Path, cassette_dir: Path) -> int:
-    folder = copy / cassette_dir
-    if not folder.is_dir() or folder.is_symlink():
-        return 0
-    removed = 0
-    for path in sorted(folder.rglob("*")):
-        if (path.is_file() or path.is_symlink()) and path.name.lower().endswith((*TAPE_SUFFIXES, ".gz")):
-            path.unlink()
-            removed += 1
-    return removed
+def _is_tape_file(path: Path) -> bool:
+    return path.name.lower().endswith((*TAPE_SUFFIXES, ".gz"))
+
+
+def _withheld_copy(ctx: Context, name: str, cassette_dir: Path) -> tuple[Path, int]:
+    """A scratch copy with every tape under ``cassette_dir`` left out (never copied), and how many."""
+    return ctx.scratch_copy_without(name, cassette_dir, _is_tape_file)
 
 
 def _prepare_unseen(ctx: Context, command: list[str]) -> Callable[[], tuple[RunResult, AuditLog]]:
@@ -200,8 +197,7 @@ def _prepare_unseen(ctx: Context, command: list[str]) -> Callable[[], tuple[RunR
 
 def _prepare_rerun(ctx: Context, cassette_dir: Path) -> tuple[int, Callable[[], ReplayRun]]:
     """(tapes withheld, the suite rerun in a copy without them), ready to run."""
-    copy = ctx.scratch_copy("withheld-tapes")
-    withheld = _withhold_tapes(copy, cassette_dir)
+    copy, withheld = _withheld_copy(ctx, "withheld-tapes", cassette_dir)
     return withheld, lambda: ctx.run_suite(copy, label="withheld-tapes")
 
 
@@ -376,8 +372,8 @@ def loud_miss(ctx: Context) -> CheckResult:
     facts["loud"] = failed > 0 and named and not attempts and unseen_ok
     if facts["loud"]:
         facts["summary"] = (
-            f"with {facts['withheld']} tapes withheld, {failed} tests failed naming the missing tape and "
-            f"nothing connected" + ("; an unseen message exits 2" if command else "")
+            f"with {_n(facts['withheld'], 'tape')} withheld, {_n(failed, 'test')} failed naming the missing "
+            f"tape and nothing connected" + ("; an unseen message exits 2" if command else "")
         )
     elif attempts:
         facts["summary"] = (
@@ -386,14 +382,18 @@ def loud_miss(ctx: Context) -> CheckResult:
         )
     elif failed == 0:
         facts["summary"] = (
-            f"with {facts['withheld']} tapes withheld, the suite still passed: misses go unnoticed"
+            f"with {_n(facts['withheld'], 'tape')} withheld, the suite still passed: misses go unnoticed"
         )
     elif not named:
         facts["summary"] = (
-            f"with the tapes withheld {failed} tests failed, but no failure names a missing tape"
+            f"with the tapes withheld {_n(failed, 'test')} failed, but no failure names a missing tape"
         )
     else:
         facts["summary"] = f"an unseen message exited {facts['unseen_exit']} instead of 2"
     if fallbacks:
         facts["summary"] += f"; {len(fallbacks)} handlers hide a miss (first: {fallbacks[0].location})"
     return CheckResult(facts, findings, details)
+
+
+def _n(count: object, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
