@@ -47,6 +47,7 @@ _SKIP_DIRS = {
 }
 _MAX_SCAN_FILES = 400
 _MAX_SCAN_BYTES = 512_000
+_TOML_CAP = 2_000_000
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grader.checks import CheckResult, Finding, register
+from grader.safeio import read_text
 
 if TYPE_CHECKING:
     from grader.audit import AuditLog
@@ -49,6 +50,7 @@ _NETWORK_CALLS = {
     "HTTPTransport",
     "AsyncHTTPTransport",
 }
+_SOURCE_CAP = 2_000_000  # a source file bigger than this is not the submission's own code
 _SKIP_DIRS = {
     ".git",
     ".venv",
@@ -154,8 +156,8 @@ def scan_fallbacks(repo: Path) -> list[_Fallback]:
             continue
         if rel_parts[-1].startswith("test_") or rel_parts[-1] == "conftest.py":
             continue
-        try:
-            source = path.read_text(encoding="utf-8", errors="replace")
+        try:  # no link (here or in a parent), no FIFO, capped (grader/safeio.py)
+            source = read_text(path, cap=_SOURCE_CAP, root=repo)
         except OSError:
             continue
         if "except" in source:
