@@ -22,7 +22,7 @@ from grader import tamper
 from grader.acquire import copy_checkout, keep_pristine, no_space, no_space_reason, no_space_text
 from grader.audit import AuditLog, Results, read_audit_log, read_result_log
 from grader.errors import NotAssessable
-from grader.safeio import UnsafeFile, read_bytes
+from grader.safeio import UnsafeFile, is_regular, read_bytes
 
 if TYPE_CHECKING:
     from grader.acquire import Workspace
@@ -355,7 +355,7 @@ class Context:
             run=run,
             results=results,
             audit=audit,
-            junit=junit if _regular(junit) else None,
+            junit=junit if is_regular(junit) else None,
             misses=_read_jsonl(misses),
             blocked=_socket_refusals(junit),
             guard=guard if guard.records else None,
@@ -400,14 +400,6 @@ class Context:
 
 
 _copy_tree = copy_checkout  # the name tests and older callers use
-
-
-def _regular(path: Path) -> bool:
-    try:
-        read_bytes(path, cap=0, truncate=True)
-    except OSError:
-        return False
-    return True
 
 
 def _unsafe(path: Path) -> str:

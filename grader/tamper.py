@@ -79,6 +79,13 @@ _CONFIG_TAMPER = re.compile(
 # plugin, the guard included, whenever the folder is on the start-up path (PYTHONPATH=. in a Makefile).
 _STARTUP_MODULES = {"sitecustomize.py", "usercustomize.py"}
 _STARTUP_WHY = "runs at interpreter start-up, before the grader's guard, when its folder is on the path"
+# Modules pytest (or the grader) imports before the guard plugin loads: a same-named top-level module in
+# the tree stands in for it when the tree's root is put on the start-up path.
+_SHADOWABLE = frozenset(
+    {"pytest", "_pytest", "pluggy", "iniconfig", "packaging", "py", "exceptiongroup", "tomli", "colorama"}
+    | {"pytest_socket", GUARD_MODULE, "_grader_pytest", "_grader_audit", "sitecustomize", "usercustomize"}
+)
+_SHADOW_WHY = "which is imported before the grader's guard when its folder is on the path"
 _CONFIG_FILES = (
     "pyproject.toml",
     "pytest.ini",
@@ -143,6 +150,16 @@ def _read(path: Path) -> str | None:
         return read_bytes(path, cap=_MAX_BYTES).decode("utf-8", errors="replace")
     except OSError:
         return None
+
+
+def _shadowed(repo: Path, path: Path) -> str | None:
+    """The start-up module a top-level ``x.py`` or ``x/__init__.py`` (at the root or under src/) replaces."""
+    for base in (repo, repo / "src"):
+        if path.parent == base and path.stem in _SHADOWABLE:
+            return path.stem
+        if path.name == "__init__.py" and path.parent.parent == base and path.parent.name in _SHADOWABLE:
+            return path.parent.name
+    return None
 
 
 def _rel(repo: Path, path: Path) -> str:
@@ -428,6 +445,8 @@ def scan(repo: Path) -> TamperScan:
         rel = _rel(repo, path)
         if path.name in _STARTUP_MODULES:
             add(Hook("startup", f"{rel}:1", _STARTUP_WHY))
+        elif (shadowed := _shadowed(repo, path)) is not None:
+            add(Hook("startup", f"{rel}:1", f"shadows {shadowed}, {_SHADOW_WHY}"))
         if path in plugins:
             for hook in _hook_rules(rel, tree):
                 add(hook)

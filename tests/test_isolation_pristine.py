@@ -477,8 +477,12 @@ def test_startup_files_are_listed_by_the_tamper_scan(tmp_path: Path) -> None:
     (tmp_path / "sitecustomize.py").write_text(textwrap.dedent(FORGING_SITECUSTOMIZE), encoding="utf-8")
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "usercustomize.py").write_text("", encoding="utf-8")
+    (tmp_path / "pluggy").mkdir()
+    (tmp_path / "pluggy" / "__init__.py").write_text("", encoding="utf-8")
+    (tmp_path / "lib" / "pluggy.py").write_text("", encoding="utf-8")  # not top-level: never imported first
     result = scan(tmp_path)
     assert sorted(h.location for h in result.startup_hooks) == [
         "lib/usercustomize.py:1",
+        "pluggy/__init__.py:1",
         "sitecustomize.py:1",
     ]
