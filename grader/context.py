@@ -205,8 +205,9 @@ class Context:
         from grader import sandbox
 
         venv = self.require_env().venv
-        cwd = cwd or self.checkout
         label = label or " ".join(argv)
+        # No cwd: a fresh copy of the pristine tree, never the checkout an earlier run may have rewritten.
+        cwd = cwd or self.scratch_copy(label)
         startup, _sealed = self._guard_files()
         audit_log = self.log_path(label, ".audit.jsonl")
         home = self._logs.parent / "home" / audit_log.stem
