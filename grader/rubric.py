@@ -24,6 +24,7 @@ from jinja2.parser import Parser
 from jinja2.sandbox import SandboxedEnvironment
 
 from grader.checks import Check, CheckResult, registry
+from grader.details import row_details
 from grader.errors import BadInput
 
 __all__ = ["Row", "RowScore", "Rubric", "default_rubric_path", "load_rubric", "score", "totals"]
@@ -584,7 +585,7 @@ def _score_row(rubric: Rubric, row: Row, result: CheckResult | None) -> RowScore
 
     if result is None:
         return make("not-assessable", None, f"not assessable: check {row.check!r} did not run", [])
-    details = [*result.details, *(f"{f.location}: {f.message}" for f in result.findings)]
+    details = row_details(result.details, result.findings)
     if result.not_assessable is not None:
         return make("not-assessable", None, f"not assessable: {result.not_assessable}", details)
     if result.manual is not None:

@@ -297,6 +297,69 @@ def test_hanging_suite_is_graded_within_the_timeout(make_submission, grade_cache
 
 
 @pytest.mark.slow
+def test_network_use_a_test_swallows_is_still_counted(make_submission, grade_cache: Path) -> None:
+    # pytest-socket refuses before a socket exists and these tests swallow the refusal: nothing fails, yet
+    # each line tried the network. Every one must be counted, with the line that tried.
+    repo = make_submission(
+        {
+            "tests/test_quiet.py": """
+                import socket
+                import threading
+
+                import httpx
+
+
+                def test_swallowed_httpx_request():
+                    try:
+                        httpx.get("https://api.openai.com/v1/models", timeout=2)
+                    except Exception:
+                        pass
+
+
+                def test_swallowed_raw_connect():
+                    try:
+                        socket.create_connection(("93.184.216.34", 443), timeout=2)
+                    except Exception:
+                        pass
+
+
+                def test_dns_lookup():
+                    try:
+                        socket.getaddrinfo("api.anthropic.com", 443)
+                    except Exception:
+                        pass
+
+
+                def _background():
+                    try:
+                        socket.getaddrinfo("pricing.example.invalid", 443)
+                    except Exception:
+                        pass
+
+
+                def test_lookup_from_a_thread():
+                    worker = threading.Thread(target=_background)
+                    worker.start()
+                    worker.join()
+                """,
+        },
+        dependencies=["httpx"],
+    )
+
+    report = _grade(repo, grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["passed"] == 4 and facts["failed"] == 0, facts
+    assert facts["network_attempts"] == 4, facts
+    row = _row(report, "offline-replay")
+    assert row["score"] < 3
+    details = "\n".join(row["details"])
+    for line, target in ((9, "api.openai.com:443"), (16, "93.184.216.34:443"), (23, "api.anthropic.com:443")):
+        assert f"tests/test_quiet.py:{line}: socket.refused {target}" in details, details
+    assert "tests/test_quiet.py:30: socket.refused pricing.example.invalid:443" in details, details
+
+
+@pytest.mark.slow
 def test_connection_attempts_are_counted_with_their_location(make_submission, grade_cache: Path) -> None:
     repo = make_submission(
         {

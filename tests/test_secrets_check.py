@@ -111,3 +111,34 @@ def test_a_directory_without_git_is_scanned_and_says_so(tmp_path: Path) -> None:
     result = secrets(_ctx(tmp_path))
     assert result.facts["in_tree"] == 1 and result.facts["commits_scanned"] == 0
     assert "no git history: only the working tree was scanned" in result.details
+
+
+def test_keys_in_the_shapes_compatible_providers_issue_are_found_in_a_tracked_env(tmp_path: Path) -> None:
+    # What OpenAI-compatible providers (DeepSeek, gateways) and Together issue: no checksum marker.
+    hex_sk = expand("sk-{{hex:32}}", "check:compatible-sk")
+    together = expand("{{hex:64}}", "check:together-hex")
+    repo = _clean_repo(tmp_path)
+    (repo / ".env").write_text(
+        f"OPENAI_BASE_URL=https://api.deepseek.com\nOPENAI_API_KEY={hex_sk}\nTOGETHER_API_KEY={together}\n"
+    )
+    _git(repo, "add", ".env")
+    _git(repo, "commit", "-q", "-m", "config")
+    result = secrets(_ctx(repo))
+    at_head = {(f.rule, f.location) for f in result.findings if f.location.startswith(".env:")}
+    assert at_head == {
+        ("openai-compatible-hex-key", ".env:2"),
+        ("credential-assignment-api-key", ".env:3"),
+    }
+    shown = json.dumps([asdict(f) for f in result.findings]) + json.dumps(result.facts)
+    assert hex_sk not in shown and together not in shown
+
+
+def test_placeholders_in_a_tracked_env_stay_clean(tmp_path: Path) -> None:
+    repo = _clean_repo(tmp_path)
+    (repo / ".env").write_text(
+        "OPENAI_API_KEY=sk-...\nANTHROPIC_API_KEY=test_key\nMISTRAL_API_KEY=unused-in-replay\n"
+        "COHERE_API_KEY=<your-key>\nTOGETHER_API_KEY=xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\nAPI_TOKEN=changeme\n"
+    )
+    _git(repo, "add", ".env")
+    _git(repo, "commit", "-q", "-m", "config")
+    assert secrets(_ctx(repo)).findings == []

@@ -33,7 +33,7 @@ __all__ = [
 _HERE = Path(__file__).parent
 _MODULES = ("_grader_audit.py", "_grader_pytest.py")
 _PTH = "_grader_audit.pth"
-_NETWORK_EVENTS = ("socket.connect", "socket.getaddrinfo", "socket.sendto")
+_NETWORK_EVENTS = ("socket.connect", "socket.getaddrinfo", "socket.sendto", "socket.refused")
 _FIRST_FAILURES = 10
 # A suite's logs are small (one line per test or event); a bigger one was flooded on purpose.
 LOG_CAP = 64 * 1024**2
@@ -55,7 +55,7 @@ class Event:
 
 @dataclass
 class AuditLog:
-    network_attempts: list[Event] = field(default_factory=list)  # connect/sendto/getaddrinfo
+    network_attempts: list[Event] = field(default_factory=list)  # connect/sendto/getaddrinfo/refused
     opened: set[str] = field(default_factory=set)  # repo-relative paths opened for reading
     sockets: list[Event] = field(default_factory=list)  # inet sockets created (socket.__new__)
     unsafe: str = ""  # why the log file was not read: replaced by a link, a FIFO, a device, over the cap

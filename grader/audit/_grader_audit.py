@@ -1,7 +1,8 @@
 """The grader's PEP 578 audit hook, imported at start-up by ``_grader_audit.pth`` in a submission's venv.
 
 Inert unless ``GRADER_AUDIT_LOG`` is set. Then it appends one JSON line per network attempt (inet socket
-created, connect, sendto, getaddrinfo) and per file under ``GRADER_AUDIT_ROOT`` opened for reading.
+created, connect, sendto, getaddrinfo, and pytest-socket refusals, which ``_grader_pytest`` announces as the
+``grader.socket_refused`` event) and per file under ``GRADER_AUDIT_ROOT`` opened for reading.
 It must stay cheap: every ``open`` in a test suite passes through it, so events are filtered by name first
 and each path is logged once per process.
 """
@@ -9,7 +10,16 @@ and each path is logged once per process.
 import os
 import sys
 
-_WANTED = frozenset({"socket.connect", "socket.getaddrinfo", "socket.__new__", "socket.sendto", "open"})
+_WANTED = frozenset(
+    {
+        "socket.connect",
+        "socket.getaddrinfo",
+        "socket.__new__",
+        "socket.sendto",
+        "open",
+        "grader.socket_refused",
+    }
+)
 _INET = (2, 10)  # AF_INET, AF_INET6 (the numbers are the same on every platform the grader runs on)
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 
@@ -70,6 +80,8 @@ def _install(log_path, root):
             elif event == "socket.__new__":
                 if args[1] in _INET:
                     emit({"event": event, "family": int(args[1])})
+            elif event == "grader.socket_refused":  # raised by _grader_pytest: pytest-socket said no
+                emit({"event": "socket.refused", "host": args[0], "port": args[1]})
             elif event == "socket.getaddrinfo":
                 emit({"event": event, "host": args[0], "port": args[1]})
             else:  # socket.connect / socket.sendto: (socket, address)

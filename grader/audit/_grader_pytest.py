@@ -7,6 +7,7 @@ rather than parsing the suite's console output, which the submission controls.
 
 import json
 import os
+import sys
 
 _LOG = os.environ.get("GRADER_RESULT_LOG")
 # Under pytest-xdist the controller re-reports every worker's results: only the controller writes.
@@ -101,3 +102,46 @@ def pytest_sessionfinish(session, exitstatus):
     )
     _state["file"].close()
     _state["file"] = None
+
+
+def _refused_target(frame):
+    # The function that refused: pytest-socket's guarded getaddrinfo/gethostbyname keep the call's arguments
+    # in ``_args``; its connect guard names the host. A guarded ``socket()`` has no target yet.
+    args = frame.f_locals.get("_args") if frame is not None else None
+    if isinstance(args, tuple) and args:
+        port = args[1] if len(args) > 1 else None
+        return str(args[0]), port if isinstance(port, int) else None
+    host = frame.f_locals.get("host") if frame is not None else None
+    return (str(host), None) if isinstance(host, str) else (None, None)
+
+
+def _report_refusals():
+    """Raise an audit event from every pytest-socket refusal.
+
+    pytest-socket refuses before a socket exists, so the audit hook sees nothing; a test that swallows the
+    refusal (``try: httpx.get(...) except Exception: pass``) would leave no trace at all. The audit hook
+    (``_grader_audit``) records the event with the submission's file:line.
+    """
+    try:
+        import pytest_socket
+    except Exception:  # no pytest-socket: nothing refuses, nothing to report
+        return
+    for name in ("SocketBlockedError", "SocketConnectBlockedError"):
+        cls = getattr(pytest_socket, name, None)
+        if cls is None or getattr(cls.__init__, "_grader_reports", False):
+            continue
+
+        def __init__(self, *args, _original=cls.__init__, **kwargs):
+            try:
+                host, port = _refused_target(sys._getframe(1))
+                sys.audit("grader.socket_refused", host, port)
+            except Exception:  # noqa: S110 - reporting must never change what the suite sees
+                pass
+            _original(self, *args, **kwargs)
+
+        __init__._grader_reports = True
+        cls.__init__ = __init__
+
+
+if os.environ.get("GRADER_AUDIT_LOG"):
+    _report_refusals()

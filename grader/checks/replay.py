@@ -203,11 +203,15 @@ def _attempts(rr: ReplayRun, results: Results) -> list[tuple[str, str]]:
     """(file:line, what) per distinct attempt: the audit hook's events, then pytest-socket's refusals
     (which happen before a socket exists, so the hook never sees them)."""
     out: dict[tuple[str, str], None] = {}
+    refused_at = set()
     for event in rr.audit.network_attempts:
         what = f"{event.event} {event.target}".strip()
         out.setdefault((event.where or "?", what), None)
+        if event.event == "socket.refused":
+            refused_at.add(event.where)
     for where, what in rr.blocked:
-        out.setdefault((where, what), None)
+        if where not in refused_at:  # the same refusal, already seen as it happened
+            out.setdefault((where, what), None)
     if not rr.blocked:
         # No JUnit file (the run was killed before pytest wrote it): the result log still names the tests.
         for line in results.first_failures:

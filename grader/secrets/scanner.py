@@ -123,6 +123,9 @@ class Scanner:
     def _hits(self, data: bytes, present: Collection[bytes]) -> list[_Hit]:
         specific: list[_Hit] = []
         generic: list[_Hit] = []
+        # Text a specific rule matched but judged no secret (placeholder, bad checksum): the rule that
+        # knows the format has spoken, so a generic rule may not report it either.
+        claimed: list[tuple[int, int]] = []
         text = _Haystack(data, self._find_folded)
         for rule, gate in zip(self.rules, self._gates, strict=True):
             if gate and gate.isdisjoint(text.folded() if rule.ignore_case else present):
@@ -136,13 +139,16 @@ class Scanner:
                 start, end = match.span("secret") if rule.generic else match.span()
                 secret = data[start:end].decode("ascii", "replace")
                 body = secret if rule.generic else secret[len(rule.prefix) :]
-                if is_placeholder(body, min_entropy=rule.entropy, require_digit=rule.require_digit):
-                    continue
-                if not rule.check_validator(secret):
+                if is_placeholder(
+                    body, min_entropy=rule.entropy, require_digit=rule.require_digit
+                ) or not rule.check_validator(secret):
+                    if not rule.generic:
+                        claimed.append((start, end))
                     continue
                 (generic if rule.generic else specific).append(_Hit(rule, start, end, secret))
-        # A generic header hit on a key a specific rule already named adds nothing but noise.
-        kept = [g for g in generic if not any(s.start < g.end and g.start < s.end for s in specific)]
+        # A generic hit on a key a specific rule already named (or rejected) adds nothing but noise.
+        claimed.extend((s.start, s.end) for s in specific)
+        kept = [g for g in generic if not any(a < g.end and g.start < b for a, b in claimed)]
         return sorted(specific + kept, key=lambda h: h.start)
 
 
