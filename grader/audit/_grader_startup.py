@@ -15,7 +15,7 @@ import sys
 def _extend():
     extra = []
     script = sys.argv[0] if sys.argv else ""
-    if sys.flags.safe_path and script not in ("", "-c", "-m") and os.path.isfile(script):
+    if getattr(sys.flags, "safe_path", False) and script not in ("", "-c", "-m") and os.path.isfile(script):
         extra.append(os.path.dirname(os.path.abspath(script)))
     extra += [p for p in os.environ.get("GRADER_SUBMISSION_PATH", "").split(os.pathsep) if p]
     for path in extra:
