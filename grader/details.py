@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from grader.checks import Finding
 
-__all__ = ["row_details"]
+__all__ = ["row_details", "submission_relative"]
 
 # Lines that differ only by where they point (`path:line`, `path`, `commit:path:line`) say the same thing.
 # A place is a path with a folder or a file extension; `host:port` is what an attempt reached, not a place.
@@ -51,3 +52,19 @@ def _fold(lines: list[str]) -> list[str]:
             tail = ", ".join(places) + (f" and {more} more" if more else "")
             out.append(f"{line} (+{len(group) - 1} more like it: {tail})")
     return out
+
+
+# A path inside an installed environment (the grader's cache) names a dependency, not a place a reviewer
+# can open: keep what follows site-packages/.
+_INSTALLED = re.compile(r"(?:/[^\s:'\"()\[\]]+)?/(?:site|dist)-packages/")
+
+
+def submission_relative(text: str, workspace_root: Path | str) -> str:
+    """``text`` with paths into the grader's workspace made relative to the submission's root.
+
+    The checkout, its pristine copy and the probes' scratch copies all live in the workspace (deleted after
+    the grade), one or two folders down; what a reviewer can open is the path inside the submission.
+    """
+    root = re.escape(str(workspace_root).rstrip("/"))
+    text = re.sub(root + r"/(?:scratch/[^/\s]+|[^/\s]+)/", "", text)
+    return _INSTALLED.sub("site-packages/", text)

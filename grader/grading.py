@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from grader import __version__
 from grader._json import jsonable
+from grader.details import submission_relative
 from grader.errors import NotAssessable
 
 if TYPE_CHECKING:
@@ -347,9 +348,17 @@ def _report(
 ) -> dict[str, Any]:
     from grader.rubric import score, totals
 
+    root = getattr(workspace, "root", None)
+
+    def local(text: str) -> str:
+        return submission_relative(text, root) if root else text
+
     rows = score(rubric, results)
+    for row in rows:
+        row.evidence = local(row.evidence)
+        row.details = [local(line) for line in row.details]
     findings = [
-        {"check": check_id, "rule": f.rule, "location": f.location, "message": f.message}
+        {"check": check_id, "rule": f.rule, "location": local(f.location), "message": local(f.message)}
         for check_id, result in results.items()
         for f in result.findings
     ]

@@ -105,7 +105,7 @@ def test_a_leaked_header_costs_credentials_and_hygiene_at_its_line(corpus_run: t
     assert re.fullmatch(r"cassettes/[0-9a-f]{16}\.json:\d+", where)
     creds, hygiene = _row(case, "no-credentials"), _row(case, "cassette-hygiene")
     assert creds["score"] == 0 and where in _text(creds) and "[redacted]" in _text(creds)
-    assert hygiene["score"] <= 1 and f"{where}: credential header 'authorization'" in _text(hygiene)
+    assert hygiene["score"] <= 1 and f"{where} credential header 'authorization'" in _text(hygiene)
 
 
 def test_a_key_only_in_history_is_found_at_the_commit_that_added_it(corpus_run: tuple[Any, dict]) -> None:

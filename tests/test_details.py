@@ -52,3 +52,14 @@ def test_three_alike_lines_stay_as_they_are() -> None:
     findings = [Finding("no-endpoint", "tape names no endpoint", f"tapes/t{i}.json:1") for i in range(3)]
     details = _offline_replay_details(CheckResult(facts={}, findings=findings))
     assert details == [f"tapes/t{i}.json:1: tape names no endpoint" for i in range(3)]
+
+
+def test_paths_into_the_workspace_and_the_environment_cache_are_made_submission_relative() -> None:
+    from grader.details import submission_relative
+
+    root = "/tmp/grade-abc123"
+    assert submission_relative(f"expected {root}/repo/cassettes/k.json", root) == "expected cassettes/k.json"
+    assert submission_relative(f"{root}/scratch/withheld-tapes/tests/t.py:3", root) == "tests/t.py:3"
+    cached = "/var/cache/cassette-grader/9f/lib/python3.11/site-packages/llm/__init__.py:365"
+    assert submission_relative(f"raised at {cached}", root) == "raised at site-packages/llm/__init__.py:365"
+    assert submission_relative("tests/t.py:3 api.openai.com:443", root) == "tests/t.py:3 api.openai.com:443"

@@ -418,3 +418,39 @@ def test_uninstallable_submission_is_not_assessable_not_a_crash(
         assert len(row["evidence"]) > len("not assessable: ") + 10
     assert any(note.startswith("install failed: ") for note in report.get("notes", []))
     assert "[install]" in done.stderr and "failed" in done.stderr
+
+
+@pytest.mark.slow
+def test_evidence_points_into_the_submission_never_the_graders_workspace_or_cache(
+    make_submission, grade_cache: Path
+) -> None:
+    repo = make_submission(
+        {
+            "tests/test_paths.py": """
+                import os
+                from pathlib import Path
+
+                import httpx
+
+
+                def test_names_where_it_runs():
+                    assert False, f"expected {Path(os.getcwd()) / 'cassettes' / 'abc.json'}"
+
+
+                def test_fails_inside_a_dependency():
+                    httpx.Request("GET", "http://[::1")
+                """,
+        },
+        dependencies=["httpx"],
+    )
+
+    report = _grade(repo, grade_cache)
+
+    lines = [line for row in report["rows"] for line in (row["evidence"], *row["details"])]
+    lines += [f"{f['location']} {f['message']}" for f in report["findings"]]
+    text = "\n".join(lines)
+    assert "tests/test_paths.py::test_fails_inside_a_dependency (tests/test_paths.py:12)" in text, text
+    assert "expected cassettes/abc.json" in text, text
+    assert str(grade_cache) not in text and "/tmp/" not in text and "/lib/python" not in text, text
+    details = _row(report, "offline-replay")["details"]
+    assert len(details) == len(set(details)), details

@@ -41,16 +41,28 @@ def _message(report):
     return _first_line(longrepr)
 
 
+def _inside(path):
+    # The suite runs from the submission's root: a frame there is one a reviewer can open.
+    try:
+        rel = os.path.relpath(str(path))
+    except ValueError:
+        return None
+    return None if rel.startswith("..") or os.path.isabs(rel) else rel
+
+
 def _crash_location(report):
+    """The innermost frame inside the submission: a failure raised in a dependency or the standard library
+    is shown where the submission's code called into it."""
+    entries = getattr(getattr(report.longrepr, "reprtraceback", None), "reprentries", None) or ()
+    for entry in reversed(entries):
+        loc = getattr(entry, "reprfileloc", None)
+        rel = _inside(loc.path) if loc is not None and getattr(loc, "path", None) else None
+        if rel is not None:
+            return f"{rel}:{loc.lineno}"
     crash = getattr(report.longrepr, "reprcrash", None)
     if crash is None or not getattr(crash, "path", None):
         return None
-    path = str(crash.path)
-    try:
-        path = os.path.relpath(path)
-    except ValueError:
-        pass
-    return f"{path}:{crash.lineno}"
+    return f"{_inside(crash.path) or crash.path}:{crash.lineno}"
 
 
 def pytest_runtest_logreport(report):

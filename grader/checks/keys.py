@@ -63,6 +63,7 @@ def keys(ctx: Context) -> CheckResult:
     check and the row goes to a reviewer (``manual``).
 
     Facts:
+        tapes: tapes found in the cassette folder, any format (as cassette-hygiene counts them)
         tapes_checked: kit-format tapes whose stored request was re-hashed
         mismatched: tapes whose stored request does not hash to their key, or whose key is not their file name
         probes_run: key_function probe pairs answered
@@ -72,7 +73,8 @@ def keys(ctx: Context) -> CheckResult:
     """
     findings: list[Finding] = []
     details: list[str] = []
-    kit = [t for t in tapes_of(ctx) if t.format == "kit"]
+    tapes = tapes_of(ctx)
+    kit = [t for t in tapes if t.format == "kit"]
     mismatched = 0
     for tape in kit:
         problem = _key_problem(tape.path, tape.key, tape.interactions[0])
@@ -90,6 +92,7 @@ def keys(ctx: Context) -> CheckResult:
         details.append(f"... and {len(findings) - _MAX_LISTED} more")
 
     facts: dict[str, Any] = {
+        "tapes": len(tapes),
         "tapes_checked": len(kit),
         "mismatched": mismatched,
         "probes_run": probes_run,
@@ -97,7 +100,9 @@ def keys(ctx: Context) -> CheckResult:
         "key_function": key_function,
     }
     parts = [
-        f"{len(kit) - mismatched}/{len(kit)} kit tapes re-hash to their own name" if kit else "no kit tapes"
+        f"{len(kit) - mismatched}/{len(kit)} kit tapes re-hash to their own name"
+        if kit
+        else ("no kit tapes" if tapes else "no tapes: no key was ever filed")
     ]
     parts.append(
         f"{probes_run} probes, {probes_failed} failed" if probes_run or probes_failed else note or ""
