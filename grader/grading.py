@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from grader import __version__
 from grader._json import jsonable
 from grader.details import submission_relative
-from grader.errors import NotAssessable
+from grader.errors import BadInput, NotAssessable
 
 if TYPE_CHECKING:
     from grader.checks import Check, CheckResult
@@ -131,7 +131,7 @@ def _pipeline(
     store_formats: tuple[str, ...],
 ) -> dict[str, Any]:
     from grader.acquire import acquire
-    from grader.manifest import read_manifest
+    from grader.manifest import not_a_submission, read_manifest
     from grader.sandbox import isolation
 
     timings: dict[str, float] = {}
@@ -139,10 +139,12 @@ def _pipeline(
     start = time.monotonic()
     workspace = acquire(target, root)
     timings["acquire"] = _since(start)
+    manifest = read_manifest(workspace.repo)
+    refused = not_a_submission(workspace.repo, manifest)
+    if refused:  # bad input: one line, before anything else is printed
+        raise BadInput(f"{workspace.source}: {refused}")
     commit = workspace.commit[:12] if workspace.commit else "no git history"
     progress("acquire", timings["acquire"], f"{workspace.source} @ {commit}")
-
-    manifest = read_manifest(workspace.repo)
     notes.extend(manifest.notes)
 
     start = time.monotonic()

@@ -9,12 +9,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from grader.safeio import read_bytes
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-__all__ = ["CASSETTE_DIR_CANDIDATES", "Manifest", "read_manifest"]
+__all__ = ["CASSETTE_DIR_CANDIDATES", "Manifest", "not_a_submission", "read_manifest"]
 
 # Ordered: the kit's own layout first, then the layouts pytest-recording and pytest-vcr use by default
 # (tests/cassettes[/<module>]/) and the one vcrpy's own documentation shows (fixtures/vcr_cassettes).
@@ -98,8 +100,11 @@ def _load_table(repo: Path, notes: list[str]) -> tuple[dict[str, object], bool]:
     if not path.is_file():
         notes.append("no pyproject.toml: manifest keys fall back to discovery")
         return {}, False
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    try:  # never through a link, never a FIFO, capped (grader/safeio.py)
+        data = tomllib.loads(read_bytes(path, cap=_TOML_CAP, root=repo).decode("utf-8"))
+    except OSError as exc:
+        notes.append(f"pyproject.toml not read ({exc.strerror}); manifest keys fall back to discovery")
+        return {}, False
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         notes.append(f"pyproject.toml is not valid TOML ({exc}); manifest keys fall back to discovery")
         return {}, False
@@ -150,6 +155,12 @@ def _cassette_dir(repo: Path, declared: object, notes: list[str]) -> tuple[Path 
         else:
             notes.append("pyproject.toml: [tool.takehome] cassette_dir must be a string; ignored")
     found_all = [f for f in (_inside(repo, rel) for rel in CASSETTE_DIR_CANDIDATES) if f is not None]
+    if not any(_holds_tape_files(repo / f) for f in found_all):
+        # No conventional folder holds a tape: find the recordings by what the files are, wherever the
+        # candidate put them (recordings/, tapes/, tests/_tapes/, fixtures/recorded/...).
+        by_content = _tape_folder_by_content(repo, notes)
+        if by_content is not None:
+            return by_content, "discovered"
     if found_all:
         # Folders nested in the chosen one are part of it; others are not graded: say so, once.
         others = [
@@ -206,8 +217,8 @@ def _discover_default_model(repo: Path) -> str | None:
     cookie = repo / ".cookiecutter.json"
     if cookie.is_file():
         try:
-            data = json.loads(cookie.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError):
+            data = json.loads(read_bytes(cookie, cap=_TOML_CAP, root=repo).decode("utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError):
             data = None
         value = data.get("default_model") if isinstance(data, dict) else None
         if isinstance(value, str) and value.strip():
@@ -236,9 +247,7 @@ def _python_files(repo: Path) -> list[Path]:
 
 def _model_constant(path: Path) -> str | None:
     try:
-        if path.stat().st_size > _MAX_SCAN_BYTES:
-            return None
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = ast.parse(read_bytes(path, cap=_MAX_SCAN_BYTES).decode("utf-8"), filename=str(path))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return None
     for node in tree.body:
@@ -262,3 +271,79 @@ def _string_value(value: ast.expr | None) -> str | None:
     if isinstance(value, ast.Constant) and isinstance(value.value, str) and value.value.strip():
         return value.value.strip()
     return None
+
+
+_PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "Pipfile", "poetry.lock", "uv.lock")
+
+
+def not_a_submission(repo: Path, manifest: Manifest) -> str | None:
+    """Why ``repo`` is not a take-home submission at all, or None when it is one.
+
+    A submission is a Python project (a project or requirements file, or any ``.py`` file) or holds tapes.
+    An empty folder or a folder of C code is refused: scoring it would award points for nothing.
+    """
+    if manifest.cassette_dir is not None and _holds_files(repo / manifest.cassette_dir):
+        return None
+    for folder in [repo, *_walk_dirs(repo, depth=4)]:
+        try:
+            names = [p.name for p in folder.iterdir() if p.is_file() and not p.is_symlink()]
+        except OSError:
+            continue
+        if any(n.endswith(".py") or n in _PROJECT_FILES or n.startswith("requirements") for n in names):
+            return None
+    return (
+        "not a submission: no Python project (no .py file, pyproject.toml, setup.py or requirements file) "
+        "and no tapes; point grade at the candidate's repository"
+    )
+
+
+_MAX_SNIFF_FILES = 2000
+_MAX_SNIFF_BYTES = 4 * 1024 * 1024
+
+
+def _holds_tape_files(folder: Path) -> bool:
+    from grader.tapes import TAPE_SUFFIXES  # grader.tapes imports this module's folder list
+
+    for _dirpath, _dirnames, filenames in os.walk(folder, followlinks=False):
+        if any(name.lower().endswith(TAPE_SUFFIXES) for name in filenames):
+            return True
+    return False
+
+
+def _tape_folder_by_content(repo: Path, notes: list[str]) -> Path | None:
+    """The folder holding the files that parse as recordings (any format the tape reader knows).
+
+    Several unrelated folders: the one with the most tapes is graded and a note names the others.
+    """
+    from grader.tapes import TAPE_SUFFIXES, sniff_tape  # grader.tapes imports this module's folder list
+
+    counts: dict[Path, int] = {}
+    seen = 0
+    for folder in [repo, *sorted(_walk_dirs(repo, depth=5))]:
+        try:
+            files = sorted(p for p in folder.iterdir() if p.name.lower().endswith(TAPE_SUFFIXES))
+        except OSError:
+            continue
+        for path in files:
+            seen += 1
+            if seen > _MAX_SNIFF_FILES:
+                break
+            if sniff_tape(repo, path, max_bytes=_MAX_SNIFF_BYTES):
+                rel = folder.relative_to(repo)
+                counts[rel] = counts.get(rel, 0) + 1
+    if not counts:
+        return None
+    folders = sorted(counts)
+    common = Path(os.path.commonpath([f.as_posix() for f in folders])) if len(folders) > 1 else folders[0]
+    if common != Path(".") and all(f.is_relative_to(common) for f in folders):
+        return common
+    best = max(folders, key=lambda f: (counts[f], -len(f.parts)))
+    if best == Path("."):
+        return None  # tapes loose in the repository root: no folder to withhold or prune
+    others = [f.as_posix() for f in folders if f != best and not f.is_relative_to(best)]
+    if others:
+        notes.append(
+            f"recordings found in {', '.join([best.as_posix(), *others])}; graded as tapes: "
+            f"{best.as_posix()} only (declare [tool.takehome] cassette_dir to choose another)"
+        )
+    return best

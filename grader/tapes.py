@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from grader.manifest import CASSETTE_DIR_CANDIDATES
+from grader.recordings import Found, RecordParts, find_metadata, is_record, split_record
 from grader.safeio import read_bytes
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "canonical_key",
     "canonical_request_json",
     "load_tapes",
+    "sniff_tape",
     "tapes_of",
 ]
 
@@ -45,7 +47,7 @@ __all__ = [
 MAX_PARSE_BYTES = 16 * 1024 * 1024
 # Inflated bodies are capped too: a small gzip body can expand to gigabytes.
 _MAX_INFLATED_BYTES = 32 * 1024 * 1024
-TAPE_SUFFIXES = (".json", ".yaml", ".yml")
+TAPE_SUFFIXES = (".json", ".yaml", ".yml", ".jsonl", ".ndjson")
 # Where tapes are looked for when no cassette_dir is known: the manifest's discovery list, one source.
 DISCOVERY_DIRS = CASSETTE_DIR_CANDIDATES
 _OUTSIDE = "outside the repository"
@@ -69,6 +71,8 @@ class Interaction:
     response_body: Any = None
     response_text: str | None = None  # a streamed (SSE) or otherwise non-JSON reply
     line: int | None = None  # 1-based line where the interaction starts in its file, when known
+    # Hand-rolled records: metadata found by meaning (grader/recordings.py), name -> (value, where)
+    found: dict[str, Found] = field(default_factory=dict)
 
     @property
     def model(self) -> str | None:
@@ -108,6 +112,8 @@ class Tape:
     key: str | None = None  # kit format: the "key" field as stored
     meta: dict[str, Any] = field(default_factory=dict)  # kit format: the "meta" object as stored
     text: str = field(default="", repr=False)  # decoded file text (empty when not read)
+    # Where each of model, served_model, endpoint, recorded_at was read ("meta.recorded_at", "request URL")
+    sources: dict[str, str] = field(default_factory=dict)
 
     def find_line(self, needle: str, start: int = 1) -> int | None:
         """1-based number of the first line at or after ``start`` containing ``needle`` (case-insensitive)."""
@@ -176,6 +182,18 @@ def load_tapes(repo: Path, cassette_dir: Path | None) -> list[Tape]:
     return sorted(tapes.values(), key=lambda t: t.path)
 
 
+def sniff_tape(repo: Path, path: Path, *, max_bytes: int) -> bool:
+    """Whether ``path`` (a regular file no larger than ``max_bytes``) parses as a recording."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes or info.st_size == 0:
+        return False
+    tape = _load_one(repo, path)
+    return tape.format != "invalid" and bool(tape.interactions)
+
+
 def _display(name: str) -> str:
     """A printable form of a file name whose bytes may not be UTF-8."""
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
@@ -239,10 +257,20 @@ def _load_one(repo: Path, path: Path) -> Tape:
     return tape
 
 
+def _json_lines(text: str) -> list[Any]:
+    """A JSON-lines file: one JSON value per non-empty line (a bad line raises like json.loads)."""
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
 def _parse(rel: str, text: str) -> Tape:
-    is_yaml = rel.lower().endswith((".yaml", ".yml"))
+    lower = rel.lower()
+    is_yaml = lower.endswith((".yaml", ".yml"))
+    lines = lower.endswith((".jsonl", ".ndjson"))
     try:
-        data = yaml.load(text, Loader=_Loader) if is_yaml else json.loads(text)  # noqa: S506 (safe loader)
+        if is_yaml:
+            data = yaml.load(text, Loader=_Loader)  # noqa: S506 (safe loader)
+        else:
+            data = _json_lines(text) if lines else json.loads(text)
     except json.JSONDecodeError as exc:
         return Tape(path=rel, format="invalid", error=f"invalid JSON at line {exc.lineno}: {exc.msg}")
     except yaml.YAMLError as exc:
@@ -260,7 +288,7 @@ def _parse(rel: str, text: str) -> Tape:
         and isinstance(data["request"], dict)
     ):
         tape = _kit(rel, data)
-    elif isinstance(data, dict) and isinstance(data.get("interactions"), list):
+    elif isinstance(data, dict) and isinstance(data.get("interactions"), list) and _vcr_shaped(data):
         tape = _vcr(rel, data["interactions"], text)
     else:
         records = _generic_records(data)
@@ -349,20 +377,37 @@ def _vcr(rel: str, items: list[Any], text: str) -> Tape:
     return Tape(path=rel, format="vcr", interactions=interactions)
 
 
+def _vcr_shaped(data: dict[str, Any]) -> bool:
+    """vcrpy's layout: each interaction's request has a ``uri`` (or ``url``) and a method."""
+    items = [i for i in data["interactions"] if isinstance(i, dict)]
+    if not items:
+        return True  # an empty vcrpy cassette
+    req = items[0].get("request")
+    return isinstance(req, dict) and ("uri" in req or "url" in req) and "method" in req
+
+
 def _generic_records(data: Any) -> list[Interaction] | None:
-    """Best effort for hand-rolled JSON: a record, a list of records, or a dict holding one (HAR too)."""
+    """Hand-rolled JSON: a record, a list of records (JSON lines too), a dict holding a list of them, a dict
+    of records by key, or HAR. Names are read by meaning (grader/recordings.py)."""
+    outer: dict[str, Any] = {}
     if isinstance(data, dict):
         if isinstance(data.get("log"), dict) and isinstance(data["log"].get("entries"), list):
             data = data["log"]["entries"]  # HAR
-        elif "request" in data and "response" in data:
+        elif is_record(data):
             data = [data]
         else:
-            lists = [v for v in data.values() if isinstance(v, list) and v and _is_record(v[0])]
-            if not lists:
+            lists = [v for v in data.values() if isinstance(v, list) and v and is_record(v[0])]
+            if lists:
+                outer = {k: v for k, v in data.items() if not isinstance(v, (list, dict))}
+                data = lists[0]
+            elif data and all(is_record(v) for v in data.values()):
+                data = list(data.values())  # {"<key>": record, ...}
+            else:
                 return None
-            data = lists[0]
-    if not isinstance(data, list) or not data or not all(_is_record(x) for x in data):
+    if not isinstance(data, list) or not data or not all(is_record(x) for x in data):
         return None
+    if not all(isinstance(x.get("request"), dict) and "response" in x for x in data):
+        return [_from_parts(item, outer) for item in data]
     out = []
     for item in data:
         req = item.get("request") if isinstance(item.get("request"), dict) else {}
@@ -389,23 +434,74 @@ def _generic_records(data: Any) -> list[Interaction] | None:
             response_body=body,
             response_text=_str(resp.get("text")) or text,
         )
+        parts = split_record(item)
+        if parts is not None:
+            if inter.request_body is None and parts.request_body is not None:
+                inter.request_body, _ = _decode_body(parts.request_body, {})
+            if inter.response_body is None and inter.response_text is None:
+                inter.response_body, inter.response_text = _response(parts, resp_headers)
+            inter.found = find_metadata(parts, outer)
         out.append(inter)
     return out
 
 
-def _is_record(item: Any) -> bool:
-    return isinstance(item, dict) and isinstance(item.get("request"), dict) and "response" in item
+def _from_parts(item: dict[str, Any], outer: dict[str, Any]) -> Interaction:
+    """A record whose parts have other names (``req_json``, ``request_body``, ``resp``...)."""
+    parts = split_record(item)
+    assert parts is not None  # checked by the caller
+    found = find_metadata(parts, outer)
+    req, resp = parts.request, parts.response
+    headers = _headers(resp.get("headers") or item.get("response_headers") or item.get("resp_headers"))
+    uri = _str(req.get("url")) or _str(req.get("uri"))
+    uri = uri or _str(item.get("request_url")) or _str(item.get("url"))
+    path = _str(req.get("path")) or _str(item.get("path")) or (urlsplit(uri).path if uri else None)
+    body, text = _response(parts, headers)
+    status = resp.get("status", resp.get("status_code", item.get("status", item.get("status_code"))))
+    return Interaction(
+        method=_str(req.get("method")) or _str(item.get("method")),
+        url=uri,
+        path=path,
+        request_body=_decode_body(parts.request_body, {})[0],
+        request_headers=_headers(req.get("headers") or item.get("request_headers")),
+        status=_int(status),
+        response_headers=headers,
+        response_body=body,
+        response_text=text,
+        found=found,
+    )
+
+
+def _response(parts: RecordParts, headers: dict[str, list[str]]) -> tuple[Any, str | None]:
+    if parts.response_events is not None:
+        # A stored event stream: keep it as text, so what it names (the served model) stays findable.
+        return None, "\n".join(json.dumps(e, sort_keys=True, default=str) for e in parts.response_events)
+    return _decode_body(parts.response_body, headers)
 
 
 def _fill_from_interactions(tape: Tape) -> None:
-    """Tape-level model, endpoint and time: the first interaction that names each wins."""
+    """Tape-level model, endpoint and time: the first interaction that names each wins; each remembers
+    where it was read (``tape.sources``)."""
+    if tape.format == "kit":
+        for name in ("model", "served_model", "endpoint", "recorded_at"):
+            if getattr(tape, name):
+                tape.sources[name] = f"meta.{name}"
     for inter in tape.interactions:
-        tape.model = tape.model or inter.model
-        tape.served_model = tape.served_model or inter.served_model
+        for name, found in inter.found.items():
+            if not getattr(tape, name):
+                setattr(tape, name, found.value)
+                tape.sources[name] = found.where
+        if tape.model is None and inter.model:
+            tape.model, tape.sources["model"] = inter.model, "request body"
+        if tape.served_model is None and inter.served_model:
+            tape.served_model, tape.sources["served_model"] = inter.served_model, "response body"
         if tape.endpoint is None and inter.url:
             tape.endpoint = urlsplit(inter.url).hostname
+            if tape.endpoint:
+                tape.sources["endpoint"] = "request URL"
         if tape.recorded_at is None:
             tape.recorded_at = _http_date(inter.response_headers.get("date"))
+            if tape.recorded_at:
+                tape.sources["recorded_at"] = "response date header"
 
 
 def _http_date(values: list[str] | None) -> str | None:

@@ -70,6 +70,32 @@ def test_usage_errors_are_one_line_exit_2(grade_cli, tmp_path: Path) -> None:
         _one_error_line(done.stderr)
 
 
+@pytest.mark.parametrize(
+    "files",
+    [
+        pytest.param({}, id="empty-folder"),
+        pytest.param(
+            {"main.c": "int main(void) { return 0; }\n", "Makefile": "all:\n\tcc main.c\n"}, id="c-code"
+        ),
+    ],
+)
+def test_a_target_that_is_no_submission_is_refused_not_scored(
+    grade_cli, tmp_path: Path, files: dict[str, str]
+) -> None:
+    target = tmp_path / "target"
+    target.mkdir()
+    for name, text in files.items():
+        (target / name).write_text(text, encoding="utf-8")
+    out = tmp_path / "report.json"
+
+    done = grade_cli(["--output", str(out), str(target)], cwd=tmp_path)
+
+    assert done.returncode == 2
+    line = _one_error_line(done.stderr)
+    assert "not a submission" in line and "no Python project" in line and str(target) in line
+    assert not out.exists()
+
+
 def test_output_that_is_a_directory_is_refused(grade_cli, tmp_path: Path) -> None:
     out = tmp_path / "reports"
     out.mkdir()

@@ -454,3 +454,44 @@ def test_evidence_points_into_the_submission_never_the_graders_workspace_or_cach
     assert str(grade_cache) not in text and "/tmp/" not in text and "/lib/python" not in text, text
     details = _row(report, "offline-replay")["details"]
     assert len(details) == len(set(details)), details
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "files",
+    [
+        pytest.param({"Makefile": "test:\n\tpython -m pytest || true\n"}, id="make-or-true"),
+        pytest.param(
+            {"conftest.py": "def pytest_sessionfinish(session, exitstatus):\n    session.exitstatus = 0\n"},
+            id="sessionfinish-forces-0",
+        ),
+    ],
+)
+def test_a_suite_that_reports_success_with_failures_recorded_is_forged(
+    make_submission, grade_cache: Path, files: dict[str, str]
+) -> None:
+    repo = make_submission(
+        {
+            **files,
+            "tests/test_red.py": """
+                def test_one():
+                    assert 1 == 2
+
+
+                def test_two():
+                    assert "a" == "b"
+
+
+                def test_fine():
+                    assert True
+                """,
+        }
+    )
+
+    report = _grade(repo, grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["failed"] == 2 and facts["forged"] is True, facts
+    row = _row(report, "offline-replay")
+    assert row["score"] <= 1
+    assert "with 2 failures recorded" in row["evidence"], row["evidence"]

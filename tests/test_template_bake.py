@@ -180,3 +180,20 @@ def test_fresh_bake_record_without_key_says_what_to_set(fresh_project: Path) -> 
         "set OPENAI_API_KEY (and OPENAI_BASE_URL for a compatible endpoint) to record"
     )
     assert not list((fresh_project / "cassettes").glob("*.json"))
+
+
+@pytest.mark.slow
+def test_an_untouched_bake_earns_at_most_a_quarter_of_the_points(tmp_path: Path, grade_cache: Path) -> None:
+    # Nothing recorded, REPLAY.md all TODO: rows whose property cannot be shown must not score because
+    # nothing failed (issue: "nothing to grade earns nothing").
+    from grader.grading import grade
+    from grader.rubric import load_rubric
+    from tests.adversarial.builders import commit
+
+    project = commit(bake(tmp_path, project_name="Untouched"), "baked from the kit")
+    report = grade(str(project), rubric=load_rubric(), timeout=120, cache_root=grade_cache)
+
+    scores = {row["id"]: row["score"] for row in report["rows"]}
+    assert report["total"]["percent"] <= 25, (report["total"], scores)
+    for row_id in ("loud-miss", "canonical-keys", "replay-doc", "model-metadata", "cassette-hygiene"):
+        assert scores[row_id] == 0, (row_id, scores)

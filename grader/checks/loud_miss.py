@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from grader.checks import CheckResult, Finding, register
 from grader.safeio import read_text
+from grader.tapes import TAPE_SUFFIXES
 
 if TYPE_CHECKING:
     from grader.audit import AuditLog
@@ -181,7 +182,7 @@ def _withhold_tapes(copy: Path, cassette_dir: Path) -> int:
         return 0
     removed = 0
     for path in sorted(folder.rglob("*")):
-        if (path.is_file() or path.is_symlink()) and path.suffix.lower() in {".json", ".yaml", ".yml", ".gz"}:
+        if (path.is_file() or path.is_symlink()) and path.name.lower().endswith((*TAPE_SUFFIXES, ".gz")):
             path.unlink()
             removed += 1
     return removed

@@ -19,9 +19,12 @@ _MAX_LISTED = 20
 def metadata(ctx: Context) -> CheckResult:
     """Every tape names its model, endpoint and recording time.
 
-    Read from the kit's ``meta`` block, or for other recorders from the request body or a Gemini-style URL
-    (model), the URI host (endpoint) and the response ``date`` header (time). Invalid tapes (unreadable,
-    symlinks, too large) are not counted here; the hygiene check reports them.
+    Read from the kit's ``meta`` block; for other recorders wherever the recording keeps them, by
+    meaning (grader/recordings.py): a metadata block under any name (``meta``, ``provenance``, top-level
+    fields such as ``recorded_on`` or ``model_served``), the request and response bodies, a Gemini-style URL
+    (model), the URL or host (endpoint), and last the response ``date`` header (time). The details say where
+    each was found. Invalid tapes (unreadable, symlinks, too large) are not counted here; the hygiene check
+    reports them.
 
     Facts:
         tapes: readable tapes found
@@ -52,7 +55,7 @@ def metadata(ctx: Context) -> CheckResult:
         if default_model and named and default_model not in named:
             disagreeing.append(tape)
 
-    details: list[str] = []
+    details: list[str] = _sources(tapes)
     findings: list[Finding] = []
     for item, missing in lacking.items():
         for tape in missing[:_MAX_LISTED]:
@@ -75,6 +78,29 @@ def metadata(ctx: Context) -> CheckResult:
     }
     facts["summary"] = _summary(facts, sorted(models), invalid)
     return CheckResult(facts=facts, findings=findings, details=details)
+
+
+_SHOWN = {
+    "model": "model",
+    "served_model": "served model",
+    "endpoint": "endpoint",
+    "recorded_at": "recorded_at",
+}
+
+
+def _sources(tapes: list[Tape]) -> list[str]:
+    """Where each item was read, most common first: ``recorded_at from provenance.recorded_at (10 tapes, e.g.
+    tapes/a.json)``: the reviewer can open the file and see the field."""
+    lines = []
+    for name, shown in _SHOWN.items():
+        where: dict[str, list[Tape]] = {}
+        for tape in tapes:
+            if tape.sources.get(name):
+                where.setdefault(tape.sources[name], []).append(tape)
+        for source, holding in sorted(where.items(), key=lambda kv: -len(kv[1])):
+            noun = "tape" if len(holding) == 1 else "tapes"
+            lines.append(f"{shown} from {source} ({len(holding)} {noun}, e.g. {holding[0].path})")
+    return lines
 
 
 def _models(tape: Tape) -> set[str]:

@@ -165,6 +165,15 @@ def _tamper_evidence(rr: ReplayRun, results: Results) -> _Evidence:
         ev.skips += [f"{nodeid} (xfail run=False)" for nodeid in guard.notrun]
     if rr.log_mismatch:
         ev.forged.append(rr.log_mismatch)
+    red = results.failed + results.errors
+    if red and not rr.run.timed_out:
+        # A run whose own outcomes hold failures but that reports success (`pytest || true`, a session hook
+        # forcing the exit status) tells CI it passed: that is a forged result, not an honest red run.
+        noun = "failure" if red == 1 else "failures"
+        if rr.run.returncode == 0:
+            ev.forged.append(f"`{' '.join(rr.command)}` exited 0 with {red} {noun} recorded")
+        elif guard is not None and guard.exitstatus == 0:
+            ev.forged.append(f"pytest's session reported exit status 0 with {red} {noun} recorded")
     if guard is not None and rr.noconftest is not None and rr.noconftest.guard is not None:
         again = rr.noconftest.guard.outcomes
         for nodeid, outcome in guard.outcomes.items():

@@ -12,11 +12,13 @@ import yaml
 from grader.errors import BadInput
 from grader.selftest.mutations import mutations
 
-__all__ = ["BASES", "Case", "default_corpus_path", "load_corpus"]
+__all__ = ["BASES", "INDEPENDENT", "Case", "default_corpus_path", "load_corpus"]
 
-BASES = ("sample", "sample-shipped")
+BASES = ("sample", "sample-shipped", "bundle")
+# Submissions written by people who never saw the grader, the template or the sample (README.md there).
+INDEPENDENT = Path(__file__).with_name("independent")
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-_CASE_KEYS = {"id", "description", "base", "steps", "expect", "evidence"}
+_CASE_KEYS = {"id", "description", "base", "bundle", "steps", "expect", "evidence"}
 _DEFAULT_BAND = (2, 3)
 
 
@@ -29,6 +31,7 @@ class Case:
     expect: dict[str, tuple[int, int]] = field(default_factory=dict)  # row id -> inclusive band
     others: tuple[int, int] = _DEFAULT_BAND  # every row not in `expect`
     evidence: dict[str, list[str]] = field(default_factory=dict)  # row id -> substrings (with {planted})
+    bundle: str = ""  # base "bundle": a git bundle under grader/selftest/independent/, cloned as is
 
     def band(self, row_id: str) -> tuple[int, int]:
         """The band row ``row_id`` must land in for this case."""
@@ -72,6 +75,16 @@ def _case(raw: object, where: str, known: dict[str, Any]) -> Case:
             raise BadInput(f"{where}: steps[{i}] needs 'op', one of {', '.join(sorted(known))}")
     if base == "sample-shipped" and steps:
         raise BadInput(f"{where}: base sample-shipped is graded as shipped and takes no steps")
+    bundle = raw.get("bundle") or ""
+    if (base == "bundle") != bool(bundle):
+        raise BadInput(f"{where}: 'bundle' (a file under grader/selftest/independent/) goes with base bundle")
+    if bundle:
+        if steps:
+            raise BadInput(f"{where}: an independent submission is graded as written and takes no steps")
+        if not isinstance(bundle, str) or ".." in Path(bundle).parts or Path(bundle).is_absolute():
+            raise BadInput(f"{where}: 'bundle' is a path relative to grader/selftest/independent/")
+        if not (INDEPENDENT / bundle).is_file():
+            raise BadInput(f"{where}: no bundle {bundle} under grader/selftest/independent/")
     expect_raw = raw.get("expect") or {}
     if not isinstance(expect_raw, dict):
         raise BadInput(f"{where}: 'expect' maps row ids to [low, high]")
@@ -90,6 +103,7 @@ def _case(raw: object, where: str, known: dict[str, Any]) -> Case:
         expect=expect,
         others=others,
         evidence={str(k): list(v) for k, v in evidence_raw.items()},
+        bundle=str(bundle),
     )
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader.errors import BadInput
-from grader.selftest.corpus import Case
+from grader.selftest.corpus import INDEPENDENT, Case
 from grader.selftest.mutations import git, mutations
 
 if TYPE_CHECKING:
@@ -99,10 +99,14 @@ def sample_solution_path() -> Path:
 
 def build_case(case: Case, dest: Path) -> tuple[str, dict[str, str]]:
     """Make the case's submission under ``dest``; returns (target for `grade`, what the steps planted)."""
+    repo = dest / case.id
+    if case.base == "bundle":
+        # Graded exactly as its author committed it, history included.
+        git(dest, "clone", "-q", str(INDEPENDENT / case.bundle), str(repo))
+        return str(repo), {}
     sample = sample_solution_path()
     if case.base == "sample-shipped":
         return str(sample), {}
-    repo = dest / case.id
     shutil.copytree(sample, repo, symlinks=True, ignore=_COPY_IGNORE)
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")

@@ -1,0 +1,115 @@
+"""Submissions the kit did not write land in the bands their reviewers wrote down before grading.
+
+grader/selftest/independent/README.md says who wrote them and how. One run of the real
+`grade --selftest --corpus grader/selftest/independent.yaml` serves every test below.
+
+Rows still out of band are listed in KNOWN_GAPS with the reason, as strict xfails: a grader change that
+brings one into band fails here until the entry is removed, and one that moves any other row out of band
+fails at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from grader.selftest import load_corpus
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "grader" / "selftest" / "independent.yaml"
+INDEPENDENT = CORPUS.with_name("independent")
+CASES = load_corpus(CORPUS)
+ROWS = (
+    "offline-replay", "no-credentials", "loud-miss", "model-metadata", "cassette-hygiene", "canonical-keys",
+    "make-targets", "replay-doc", "transport-boundary",
+)  # fmt: skip
+
+# (case, row) -> why the grader still misses the reviewers' band. Remove an entry when it lands.
+KNOWN_GAPS: dict[tuple[str, str], str] = {
+    **{
+        (case.id, "canonical-keys"): "no declared key_function and no kit tapes: the row goes to a reviewer "
+        "(manual); the grader cannot yet find and probe a submission's own key function or vcrpy matcher"
+        for case in CASES
+    },
+    ("indep-a-ticket-triage", "loud-miss"): "the made-up answer on a miss (client.py:48, a synthetic 404 "
+    "then dict.get) is not observed: with its one tape file withheld the suite fails loudly, and the "
+    "unseen-message probe needs a declared triage_command to see the CLI print a default and exit 0",
+    ("indep-b-triage-agent", "cassette-hygiene"): "the replay layer reads every recording at start-up "
+    "(replay.py:49), so the 44 stale ones count as opened; the 2.05 MB tape alone costs one level",
+}
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_corpus_bands_are_the_reviewers_bands() -> None:
+    for case in CASES:
+        author, name = case.bundle.split("/")[0], case.bundle.split("/")[1].removesuffix(".bundle")
+        written = yaml.safe_load((INDEPENDENT / author / "BANDS.yaml").read_text(encoding="utf-8"))[name]
+        assert {row: tuple(v["band"]) for row, v in written.items()} == case.expect, case.id
+        assert set(case.expect) == set(ROWS)
+
+
+@pytest.fixture(scope="module")
+def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    out = tmp_path_factory.mktemp("independent") / "verdicts.json"
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_BASE_URL"))}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grader",
+            "--selftest",
+            "--quiet",
+            "--corpus",
+            str(CORPUS),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=env,
+        cwd=ROOT,
+        check=False,
+    )
+    assert out.is_file(), done.stderr
+    return {case["id"]: case for case in json.loads(out.read_text(encoding="utf-8"))["cases"]}
+
+
+def _params() -> list[Any]:
+    out = []
+    for case in CASES:
+        for row in ROWS:
+            gap = KNOWN_GAPS.get((case.id, row))
+            marks = [pytest.mark.xfail(reason=gap, strict=True)] if gap else []
+            out.append(pytest.param(case.id, row, marks=marks, id=f"{case.id}-{row}"))
+    return out
+
+
+@pytest.mark.parametrize(("case_id", "row_id"), _params())
+def test_row_lands_in_the_reviewers_band(
+    verdicts: dict[str, dict[str, Any]], case_id: str, row_id: str
+) -> None:
+    case = verdicts[case_id]
+    assert case["error"] is None, case["error"]
+    row = next(r for r in case["rows"] if r["id"] == row_id)
+    assert row["ok"], f"{row['score']} not in {row['band']}: {row['evidence']}"
+
+
+def test_evidence_never_points_outside_the_submission(verdicts: dict[str, dict[str, Any]]) -> None:
+    for case in verdicts.values():
+        for row in case["rows"]:
+            text = "\n".join([row["evidence"], *row["details"]])
+            assert "/tmp/" not in text and "site-packages/" not in text.replace(" site-packages/", ""), (
+                case["id"],
+                row["id"],
+                text,
+            )
