@@ -256,16 +256,20 @@ class Context:
     def _verified_replay(self) -> ReplayRun:
         # Never trust one run: outcome hooks found statically -> rerun without conftest files; tests skipped,
         # xfail(run=False) or reported passed after raising -> rerun with their skip/xfail marks stripped.
-        # Start-up files (sitecustomize.py) found statically -> rerun in a clean interpreter, from a copy.
+        # Start-up files (sitecustomize.py) found statically -> rerun in a clean interpreter. Every rerun
+        # gets a fresh copy of the pristine tree: the first run may have rewritten or deleted tests in the
+        # checkout so that a rerun there would find nothing to contradict it.
         rr = self.run_suite(self.checkout, label="replay")
         rr.scan = tamper.scan(self.repo)  # the pristine copy: what was submitted, not what the run left
         if rr.run.timed_out:
             return rr
         if rr.scan.outcome_hooks or (rr.guard is not None and rr.guard.rewritten):
-            rr.noconftest = self.run_suite(self.checkout, label="replay-noconftest", noconftest=True)
+            copy = self.scratch_copy("replay-noconftest")
+            rr.noconftest = self.run_suite(copy, label="replay-noconftest", noconftest=True)
         guard = rr.guard
         if guard is not None and (guard.skipped or guard.notrun or guard.count("xfailed")):
-            rr.unskipped = self.run_suite(self.checkout, label="replay-unskipped", unskip=True)
+            copy = self.scratch_copy("replay-unskipped")
+            rr.unskipped = self.run_suite(copy, label="replay-unskipped", unskip=True)
         if rr.scan.startup_hooks:
             rr.clean = self.run_suite(self.scratch_copy("replay-clean"), label="replay-clean", clean=True)
         return rr
