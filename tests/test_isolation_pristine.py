@@ -486,3 +486,35 @@ def test_startup_files_are_listed_by_the_tamper_scan(tmp_path: Path) -> None:
         "pluggy/__init__.py:1",
         "sitecustomize.py:1",
     ]
+
+
+@pytest.mark.slow
+def test_a_suite_deleting_its_skipped_failure_after_the_run_is_still_caught(
+    make_submission, grade_cache: Path
+) -> None:
+    # The verifying rerun (skip marks stripped) runs in a fresh copy of the pristine tree: deleting the
+    # skipped test from the checkout after the first run hides nothing.
+    repo = make_submission(
+        {
+            "pkg/__init__.py": "",
+            "tests/test_ok.py": "def test_ok():\n    assert True\n",
+            "tests/test_hidden.py": """
+                import pytest
+
+
+                @pytest.mark.skip(reason="flaky")
+                def test_hidden():
+                    assert 1 == 2
+                """,
+        }
+    )
+    (repo / "Makefile").write_text(
+        "test:\n\tpython -m pytest; status=$$?; rm -f tests/test_hidden.py; exit $$status\n", encoding="utf-8"
+    )
+    commit(repo, "makefile")
+
+    report = _grade(repo, grade_cache)
+
+    replay = report["facts"]["replay"]
+    assert replay["hidden_failures"] == 1, replay
+    assert "tests/test_hidden.py::test_hidden" in _rows(report)["offline-replay"]["evidence"]
