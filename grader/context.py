@@ -100,7 +100,7 @@ class Context:
         self.thresholds: dict[str, float] = dict(thresholds or {})
         self.timeout = timeout
         self.outputs: list[tuple[str, str]] = []
-        self.sandbox_users: set[str] = set()  # RunResult.user of every run: "nobody" | "grader"
+        self.sandbox_users: set[str] = set()  # RunResult.user of every run: "unprivileged" | "grader"
         self._replay: ReplayRun | None = None
         self._replay_error: NotAssessable | None = None
         self._runs = 0

@@ -74,7 +74,12 @@ def grade(
     """
     from grader.acquire import no_space, no_space_reason
     from grader.install import default_cache_root
+    from grader.sandbox import host_shortfall
 
+    shortfall = host_shortfall()
+    if shortfall is not None:
+        # A host limit too low for any suite: nothing is scored, rather than the candidate scored down.
+        raise NotAssessable(shortfall)
     report_progress = _one_line_progress(progress or _no_progress)
     cache_root = cache_root or default_cache_root()
     try:
@@ -171,8 +176,9 @@ def _pipeline(
     results = run_checks(ctx, check_ids, timings, progress, jobs=jobs)
     iso = asdict(isolation())
     if ctx.sandbox_users:
-        # "nobody" only when every run of submission code dropped privileges (docs/security.md).
-        iso["user"] = "nobody" if ctx.sandbox_users == {"nobody"} else "grader"
+        # "unprivileged" only when every run of submission code dropped privileges (docs/security.md).
+        iso["user"] = "unprivileged" if ctx.sandbox_users == {"unprivileged"} else "grader"
+    notes.extend(_isolation_notes(iso))
     report = _report(workspace, rubric, results, timings, notes, iso)
     if keep_workspace:
         report.setdefault("notes", []).append(f"workspace kept at {root}")
@@ -183,6 +189,21 @@ def _pipeline(
         logs = root / "logs"
         store_run(store, report=report, results=results, rubric=rubric, logs=logs, formats=store_formats)
     return report
+
+
+def _isolation_notes(iso: dict[str, Any]) -> list[str]:
+    """What a reviewer must know about the sandbox this grade ran in, when it is less than documented."""
+    notes = []
+    if iso.get("filesystem") == "host":
+        notes.append(
+            "sandbox without a mount namespace (bwrap could not run here): submission code saw the host's "
+            "files (docs/security.md)"
+        )
+    lowered = (iso.get("limits") or {}).get("lowered_by_host") or []
+    if lowered:
+        values = ", ".join(f"{name} {iso['limits'][name]}" for name in lowered)
+        notes.append(f"sandbox limits lowered to this host's hard limits: {values}")
+    return notes
 
 
 def _since(start: float) -> float:

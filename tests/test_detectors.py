@@ -285,11 +285,68 @@ def test_keys_probe_of_an_unimportable_key_function_fails_once(tmp_path):
     assert "cannot import pkg.cassette:key_for" in result.findings[0].message
 
 
-def test_keys_vcr_only_submission_goes_to_a_reviewer(tmp_path):
+def test_keys_vcr_submission_with_vcrpys_default_matcher_ignores_the_body(tmp_path):
     _copy(TAPES / "vcr", tmp_path / "cassettes")
     result = keys(_ctx(tmp_path))
-    assert result.facts["tapes_checked"] == 0
-    assert result.manual and "match_on" in result.manual
+    assert result.facts["tapes_checked"] == 0 and result.manual is None
+    assert result.facts["ignores_body"] is True
+    assert any("ignores the request body" in line for line in result.details)
+
+
+def test_keys_vcr_submission_matching_on_the_body_is_not_flagged(tmp_path):
+    _copy(TAPES / "vcr", tmp_path / "cassettes")
+    (tmp_path / "conftest.py").write_text(
+        "import pytest\n\n@pytest.fixture(scope='module')\ndef vcr_config():\n"
+        "    return {'match_on': ['method', 'uri', 'body']}\n"
+    )
+    assert keys(_ctx(tmp_path)).facts["ignores_body"] is False
+
+
+_OWN_LAYER = """
+import hashlib, json
+VOLATILE = {"user"}
+def request_key(request):
+    body = {k: v for k, v in json.loads(request.content).items() if k not in VOLATILE}
+    return hashlib.sha256(json.dumps([request.method, body], sort_keys=True).encode()).hexdigest()[:20]
+"""
+_RAW_BYTES_LAYER = """
+import hashlib
+def request_key(method, url, body):
+    return hashlib.sha256(method.encode() + url.encode() + body).hexdigest()
+"""
+
+
+def _own_layer_repo(tmp_path: Path, source: str) -> Path:
+    (tmp_path / "bot").mkdir()
+    (tmp_path / "bot" / "__init__.py").write_text("")
+    (tmp_path / "bot" / "tapes.py").write_text(source)
+    (tmp_path / "recordings").mkdir()
+    record = {
+        "recorded_at": "2026-11-30T10:00:00Z",
+        "request": {"method": "POST", "url": "https://api.openai.com/v1/chat/completions",
+                    "body": {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}},
+        "response": {"status": 200, "body": {"model": "gpt-4o-mini-2024-07-18", "choices": []}},
+    }  # fmt: skip
+    (tmp_path / "recordings" / "a.json").write_text(json.dumps(record))
+    return tmp_path
+
+
+def test_keys_probe_the_submissions_own_key_function_called_as_its_parameters_suggest(tmp_path):
+    repo = _own_layer_repo(tmp_path, _OWN_LAYER)
+    result = keys(_ctx(repo, cassette_dir="recordings", run=_sandbox_run(repo)))
+    facts = result.facts
+    assert facts["key_function"] == "bot.tapes:request_key (httpx.Request)", result.details
+    assert facts["probes_run"] == 40 and facts["volatile_failed"] == 0 and facts["differ_failed"] == 0
+    assert facts["optional_failed"] > 0  # metadata, request_id: the kit drops them, the brief does not ask
+    assert any("not required by the take-home" in f.message for f in result.findings)
+
+
+def test_keys_a_key_over_raw_request_bytes_breaks_the_take_homes_rules(tmp_path):
+    repo = _own_layer_repo(tmp_path, _RAW_BYTES_LAYER)
+    facts = keys(_ctx(repo, cassette_dir="recordings", run=_sandbox_run(repo))).facts
+    assert facts["key_function"] == "bot.tapes:request_key (method, url, bytes)"
+    # key order, whitespace and the user tag each change the key, for every seed
+    assert facts["volatile_failed"] == 12 and facts["differ_failed"] == 0
 
 
 # --------------------------------------------------------------------------------------------- replay-doc

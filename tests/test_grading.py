@@ -388,7 +388,7 @@ def test_connection_attempts_are_counted_with_their_location(make_submission, gr
     assert facts["first_network_attempt"].startswith("tests/test_net.py:"), facts
     assert facts["passed"] == 1 and facts["failed"] == 2
     row = _row(report, "offline-replay")
-    assert row["score"] == 2 or row["score"] == 1
+    assert row["score"] == 0  # two of its three tests fail: most of the suite does not pass offline
     assert "connection attempts" in row["evidence"]
     assert any("tests/test_net.py:5" in line for line in row["details"]), row["details"]
     assert any("tests/test_net.py:9" in line for line in row["details"]), row["details"]

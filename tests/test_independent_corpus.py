@@ -33,14 +33,11 @@ ROWS = (
 
 # (case, row) -> why the grader still misses the reviewers' band. Remove an entry when it lands.
 KNOWN_GAPS: dict[tuple[str, str], str] = {
-    **{
-        (case.id, "canonical-keys"): "no declared key_function and no kit tapes: the row goes to a reviewer "
-        "(manual); the grader cannot yet find and probe a submission's own key function or vcrpy matcher"
-        for case in CASES
-    },
-    ("indep-a-ticket-triage", "loud-miss"): "the made-up answer on a miss (client.py:48, a synthetic 404 "
-    "then dict.get) is not observed: with its one tape file withheld the suite fails loudly, and the "
-    "unseen-message probe needs a declared triage_command to see the CLI print a default and exit 0",
+    ("indep-a-helpdesk-triage", "canonical-keys"): "vcrpy with the suite's own body matcher "
+    "(tests/conftest.py canonical_body): no key function to probe, so 'sound but unverified' scores 2; "
+    "the reviewer verified the matcher by reading it and its tests",
+    ("indep-b-streamtriage", "canonical-keys"): "the key is tape_key(canonical_request(...)): no single "
+    "function maps a request to its key, so nothing is probed and 'unverified' scores 2",
     ("indep-b-triage-agent", "cassette-hygiene"): "the replay layer reads every recording at start-up "
     "(replay.py:49), so the 44 stale ones count as opened; the 2.05 MB tape alone costs one level",
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -9,7 +10,9 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -51,13 +54,12 @@ def test_command_output_and_exit_code(box):
 
 
 @needs_root
-def test_runs_as_nobody_and_cannot_write_root_owned_files(box):
+def test_runs_as_an_unprivileged_uid_and_cannot_write_root_owned_files(box):
     precious = box / "precious.txt"
     precious.write_text("grader data\n")
     res = _run(box, ["sh", "-c", f"id -u; echo evil >> {precious}; touch mine"])
-    assert res.user == "nobody"
-    assert res.stdout.splitlines()[0] == "65534"
-    assert "Permission denied" in res.stderr
+    assert res.user == "unprivileged"
+    assert int(res.stdout.splitlines()[0]) not in (0, os.getuid())
     assert precious.read_text() == "grader data\n"
     assert (box / "work" / "mine").exists()  # cwd is handed to the command ...
     assert (box / "work" / "mine").stat().st_uid == os.getuid()  # ... and taken back afterwards
@@ -215,3 +217,216 @@ def test_loopback_allows_server_and_client_inside(box):
 def test_missing_command_is_reported_not_raised(box):
     res = _run(box, ["definitely-not-a-command-xyz"])
     assert res.returncode != 0
+
+
+# --- the filesystem boundary (bwrap): a real mount namespace, real host processes, concurrent real runs ---
+
+BWRAP = sandbox.isolation().filesystem == "bwrap"
+needs_bwrap = pytest.mark.skipif(not BWRAP, reason="bwrap cannot run on this machine")
+
+
+@pytest.fixture
+def neighbour():
+    """Another candidate's workspace on the same host, with a secret and a tape."""
+    path = Path(tempfile.mkdtemp(prefix="sbx-neighbour-"))
+    path.chmod(0o755)
+    (path / "work" / "cassettes").mkdir(parents=True)
+    (path / "work" / "secret.txt").write_text("neighbour-secret-7351\n")
+    (path / "work" / "cassettes" / "tape.json").write_text("{}\n")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@needs_bwrap
+def test_another_workspace_and_root_are_invisible(box, neighbour):
+    target = neighbour / "work"
+    script = (
+        f"ls {neighbour} {target}; cat {target}/secret.txt; rm -f {target}/cassettes/tape.json;"
+        f" echo planted > {target}/key.txt; ls -A /root; echo '--- tmp'; ls -A /tmp; echo done"
+    )
+    res = _run(box, ["sh", "-c", script])
+    assert res.stdout.splitlines()[-1] == "done", res.stderr
+    assert "neighbour-secret" not in res.stdout
+    assert f"cannot access '{neighbour}'" in res.stderr and "cannot access '/root'" in res.stderr
+    assert (target / "cassettes" / "tape.json").is_file()
+    assert not (target / "key.txt").exists()
+    assert sorted(p.name for p in target.iterdir()) == ["cassettes", "secret.txt"]
+    # /tmp holds only the folder bwrap made to reach the run's own folders, not the host's /tmp.
+    listed = res.stdout.split("--- tmp\n", 1)[1].splitlines()[:-1]
+    assert listed == [box.name], listed
+    # A command line is the submission's (a manifest's record_command): naming a path does not show it.
+    named = _run(box, ["cat", str(target / "secret.txt")])
+    assert named.returncode != 0 and "neighbour-secret" not in named.stdout
+
+
+@needs_bwrap
+def test_host_processes_and_their_environment_are_invisible(box):
+    nonce = "host-nonce-4711"
+    host = subprocess.Popen(["sleep", "9741"], env={**os.environ, "GRADER_GUARD_NONCE": nonce})
+    try:
+        script = (
+            f"cat /proc/{host.pid}/environ; grep -l {nonce} /proc/[0-9]*/environ;"
+            " ls /proc | grep -c '^[0-9]'; ps -e 2>/dev/null | grep -c sleep; echo done"
+        )
+        res = _run(box, ["sh", "-c", script])
+    finally:
+        host.kill()
+        host.wait()
+    assert res.stdout.splitlines()[-1] == "done", res.stderr
+    assert nonce not in res.stdout
+    # Only the run's own processes: its pid namespace's init, the shell and the commands it is running.
+    own = int(res.stdout.splitlines()[-3])
+    assert own < 10, res.stdout
+
+
+@needs_bwrap
+def test_tmp_is_private_to_the_run_and_gone_afterwards(box, tmp_path):
+    other = Path(tempfile.mkdtemp(prefix="sbx-test-other-"))
+    other.chmod(0o755)
+    (other / "work").mkdir()
+    marker = f"kit-private-tmp-{os.getpid()}-{time.monotonic_ns()}"
+    results: dict[str, sandbox.RunResult] = {}
+
+    def writer() -> None:
+        results["writer"] = _run(
+            box, ["sh", "-c", f"echo x > /tmp/{marker}; echo y > /dev/shm/{marker}; sleep 3; ls /tmp"]
+        )
+
+    def reader() -> None:
+        time.sleep(1)  # the writer's files exist by now, if anyone could see them
+        results["reader"] = _run(other, ["sh", "-c", f"ls -A /tmp /dev/shm; cat /tmp/{marker}; echo done"])
+
+    threads = [threading.Thread(target=writer), threading.Thread(target=reader)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        shutil.rmtree(other, ignore_errors=True)
+    assert marker in results["writer"].stdout  # the writer did write it, in its own /tmp
+    assert results["reader"].stdout.splitlines()[-1] == "done"
+    assert marker not in results["reader"].stdout
+    assert not Path("/tmp", marker).exists() and not Path("/dev/shm", marker).exists()
+
+
+@needs_bwrap
+def test_private_tmp_is_capped_so_a_flood_cannot_eat_the_hosts_memory(box):
+    show = "import os\nfor p in ('/tmp', '/dev/shm'):\n    v = os.statvfs(p); print(v.f_blocks * v.f_frsize)"
+    res = _run(box, [PY, "-c", show])
+    tmp, shm = map(int, res.stdout.split())
+    assert 0 < tmp <= 256 * 1024**2 and 0 < shm <= 64 * 1024**2, res.stdout + res.stderr
+
+
+@needs_bwrap
+def test_the_venv_is_read_only(box):
+    venv = box / "venv"
+    subprocess.run([PY, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python*/site-packages"))
+    script = (
+        f"import pathlib, sys\n"
+        f"for p in (pathlib.Path({str(site)!r}) / 'evil.pth', pathlib.Path(sys.prefix) / 'bin' / 'pytest'):\n"
+        f"    try:\n        p.write_text('import os\\n')\n    except OSError as exc:\n"
+        f"        print('refused', exc.errno)\n    else:\n        print('wrote', p)\n"
+    )
+    res = _run(box, ["python", "-c", script], venv=venv)
+    assert res.stdout.splitlines() == ["refused 30", "refused 30"], res.stdout + res.stderr  # EROFS
+    assert not (site / "evil.pth").exists() and not (venv / "bin" / "pytest").exists()
+
+
+@needs_bwrap
+@needs_root
+def test_concurrent_runs_get_distinct_uids(box):
+    other = Path(tempfile.mkdtemp(prefix="sbx-test-other-"))
+    other.chmod(0o755)
+    (other / "work").mkdir()
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            runs = list(pool.map(lambda b: _run(b, ["sh", "-c", "id -u; sleep 1"]), (box, other)))
+    finally:
+        shutil.rmtree(other, ignore_errors=True)
+    uids = {int(r.stdout.split()[0]) for r in runs}
+    assert len(uids) == 2 and not uids & {0, 65534}, uids
+
+
+def test_isolation_says_which_filesystem_layer_ran(box):
+    iso = sandbox.isolation()
+    assert iso.filesystem in ("bwrap", "host")
+    host = subprocess.run(["findmnt", "-n", "-o", "FSTYPE", "/"], capture_output=True, text=True, check=False)
+    inside = _run(box, ["findmnt", "-n", "-o", "FSTYPE", "/"])
+    # What the report claims is what a command sees: with bwrap / is its own tmpfs, else the host's root.
+    if iso.filesystem == "bwrap":
+        assert inside.stdout.strip() == "tmpfs" != host.stdout.strip()
+    else:
+        assert inside.stdout == host.stdout
+
+
+_LIMITS_PROBE = textwrap.dedent(
+    """
+    import json, shutil, sys, tempfile
+    from pathlib import Path
+    from grader import sandbox
+    work = Path(tempfile.mkdtemp(prefix="sbx-limits-")); work.chmod(0o755)
+    show = "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[1])"
+    res = sandbox.run([sys.argv[1], "-c", show], cwd=work, home=work / "h", timeout=20)
+    shutil.rmtree(work)
+    print(json.dumps({"rc": res.returncode, "out": res.stdout, "err": res.stderr,
+                      "limits": sandbox.isolation().limits, "shortfall": sandbox.host_shortfall()}))
+    """
+)
+
+
+@pytest.mark.skipif(shutil.which("prlimit") is None, reason="no prlimit")
+def test_a_lower_host_address_space_limit_is_used_not_failed():
+    # A reviewer shell with `ulimit -v` / `prlimit --as` below our 4 GiB: setting 4 GiB would fail.
+    host = 3 * 1024**3
+    done = subprocess.run(
+        ["prlimit", f"--as={host}", "--", sys.executable, "-c", _LIMITS_PROBE, PY],
+        capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[1],
+    )  # fmt: skip
+    seen = json.loads(done.stdout)
+    assert seen["rc"] == 0, seen["err"]
+    assert int(seen["out"]) == host
+    assert seen["limits"]["address_space"] == host and seen["limits"]["lowered_by_host"] == ["address_space"]
+    assert seen["shortfall"] is None
+
+
+@pytest.mark.skipif(shutil.which("prlimit") is None, reason="no prlimit")
+def test_a_host_limit_below_the_floor_is_a_shortfall_not_a_score():
+    done = subprocess.run(
+        ["prlimit", f"--as={768 * 1024**2}", "--", sys.executable, "-c",
+         "from grader import sandbox; print(sandbox.host_shortfall())"],
+        capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[1],
+    )  # fmt: skip
+    assert "address space limit (805306368 bytes)" in done.stdout
+
+
+@needs_bwrap
+@needs_root
+def test_a_run_that_cannot_drop_privileges_is_root_without_capabilities(box):
+    # A venv the unprivileged uid cannot enter keeps the command as root: it still gets no capability, so
+    # the read-only mounts hold, and root-only host files stay hidden.
+    venv = box / "venv"
+    subprocess.run([PY, "-m", "venv", "--without-pip", str(venv)], check=True)
+    venv.chmod(0o700)
+    script = (
+        "id -u; grep CapEff /proc/self/status; cat /etc/shadow 2>/dev/null | wc -c;"
+        ' touch "$VIRTUAL_ENV/evil"; mount -t tmpfs none /usr 2>/dev/null || echo nomount'
+    )
+    res = _run(box, ["sh", "-c", script], venv=venv)
+    lines = res.stdout.split()
+    assert res.user == "grader" and lines[0] == "0", res.stdout + res.stderr
+    assert lines[1:4] == ["CapEff:", "0000000000000000", "0"], res.stdout
+    assert "Read-only file system" in res.stderr and not (venv / "evil").exists()
+    assert res.stdout.strip().endswith("nomount")
+
+
+@needs_root
+def test_two_runs_in_the_same_folder_take_turns_instead_of_locking_each_other_out(box):
+    # Under --jobs, a check's `make demo` and another check's probe may both run in the checkout: each run's
+    # uid owns the folder while it runs, so the second waits rather than take it from under the first.
+    script = "for i in 1 2 3 4 5 6; do echo x > $0-$i || exit 1; sleep 0.2; done"
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda name: _run(box, ["sh", "-c", script, name]), ("first", "second")))
+    assert [r.returncode for r in runs] == [0, 0], [r.stderr for r in runs]
+    assert len(list((box / "work").iterdir())) == 12

@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import random
-from pathlib import PurePosixPath
+import re
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
+from grader import keyprobe
 from grader.checks import CheckResult, Finding, register
 from grader.tapes import canonical_key, tapes_of
 
@@ -57,10 +61,12 @@ print(MARKER + json.dumps({"results": out}))
 def keys(ctx: Context) -> CheckResult:
     """Tape keys are canonical and every tape re-hashes to its own name.
 
-    Probes (when [tool.takehome] key_function is set and the environment is installed): key order and the
-    volatile fields user, metadata, request_id, stream_options and cache_control must not change the key;
-    model, temperature and the messages must. With neither kit tapes nor a key_function there is nothing to
-    check and the row goes to a reviewer (``manual``).
+    Probes (the environment installed; the manifest's ``key_function``, else the submission's own key
+    function found by grader/keyprobe.py and called the way its parameters suggest): key order, whitespace
+    and the volatile fields the take-home names (an end-user ``user`` tag, a ``request_id``) must not change
+    the key; model, temperature and the messages must. Dropping ``metadata``, ``stream_options`` and
+    ``cache_control`` too is reported but not required. vcrpy cassettes with no key function: the
+    ``match_on`` the suite configures is read; vcrpy's default ignores the request body.
 
     Facts:
         tapes: tapes found in the cassette folder, any format (as cassette-hygiene counts them)
@@ -68,7 +74,14 @@ def keys(ctx: Context) -> CheckResult:
         mismatched: tapes whose stored request does not hash to their key, or whose key is not their file name
         probes_run: key_function probe pairs answered
         probes_failed: wrong probe answers, plus a key_function that cannot be imported or crashes
-        key_function: the manifest's key_function ("" when not declared)
+        volatile_failed: probes where key order, whitespace, a user tag or a request_id changed the key
+        differ_failed: probes where another model, temperature or message did not change the key, plus a
+            key function that cannot be imported or crashes
+        optional_failed: probes where metadata, stream_options or cache_control changed the key (reported,
+            not required by the take-home)
+        ignores_body: requests map to tapes by vcrpy's default matcher, which ignores the body
+        key_function: the manifest's key_function, or the submission's own one the grader found and called
+            ("" when none)
         summary: one line with the counts
     """
     findings: list[Finding] = []
@@ -83,8 +96,29 @@ def keys(ctx: Context) -> CheckResult:
             line = tape.find_line('"key"') or 1
             findings.append(Finding("canonical-keys", problem, f"{tape.path}:{line}"))
 
-    key_function = getattr(ctx.manifest, "key_function", None) or ""
-    probes_run, probes_failed, note = _probe(ctx, key_function, findings)
+    declared = getattr(ctx.manifest, "key_function", None) or ""
+    first = next((i for tape in tapes for i in tape.interactions if i.path or i.url), None)
+    endpoint = next((tape.endpoint for tape in tapes if tape.endpoint), None)
+    path = (first.path or urlsplit(first.url or "").path) if first else ""
+    provider = _provider(path or "", endpoint, getattr(ctx.manifest, "api_key_env", None))
+    volatile_set, optional_set = _volatile_and_optional(provider)
+    if declared:
+        key_function = declared
+        probes_run, failed_whats, note = _probe(ctx, declared, findings, optional_set)
+    elif tapes and not kit:
+        key_function, probes_run, failed_whats, note = _probe_found(ctx, tapes, findings, optional_set)
+    else:
+        key_function, probes_run, failed_whats = "", 0, []
+        note = "no key_function in [tool.takehome]: probes not available"
+    probes_failed = len(failed_whats)
+    volatile = sum(w in volatile_set for w in failed_whats)
+    optional = sum(w in optional_set for w in failed_whats)
+    ignores_body = not key_function and any(t.format == "vcr" for t in tapes) and _vcr_ignores_body(ctx)
+    if ignores_body:
+        details.append(
+            "no key function; the suite's vcrpy matcher is the default (method and URI), which ignores the "
+            "request body: a changed prompt replays the old answer"
+        )
     if note:
         details.append(note)
     details = [f"{f.location} {f.message}" for f in findings[:_MAX_LISTED]] + details
@@ -97,6 +131,10 @@ def keys(ctx: Context) -> CheckResult:
         "mismatched": mismatched,
         "probes_run": probes_run,
         "probes_failed": probes_failed,
+        "volatile_failed": volatile,
+        "differ_failed": probes_failed - volatile - optional,
+        "optional_failed": optional,
+        "ignores_body": ignores_body,
         "key_function": key_function,
     }
     parts = [
@@ -104,21 +142,20 @@ def keys(ctx: Context) -> CheckResult:
         if kit
         else ("no kit tapes" if tapes else "no tapes: no key was ever filed")
     ]
-    parts.append(
-        f"{probes_run} probes, {probes_failed} failed" if probes_run or probes_failed else note or ""
-    )
+    if probes_run or probes_failed:
+        whose = "" if declared else f" of the submission's own {key_function}"
+        probed = f"{probes_run} probes{whose}, {probes_failed - optional} failed"
+        if optional:
+            probed += f" (and {optional} kit-only normalizations not done, not required)"
+        parts.append(probed)
+    else:
+        parts.append(note or "")
     facts["summary"] = "; ".join(p for p in parts if p)
-    if key_function and note.startswith(_NOT_RUN):
+    if declared and note.startswith(_NOT_RUN):
         # The grader's environment failed, not the submission: a declared key_function is never scored
         # as if it had no probes.
         return CheckResult(facts=facts, findings=findings, details=details, not_assessable=note)
-    manual = None
-    if not kit and probes_run == 0 and probes_failed == 0:
-        manual = (
-            "no kit-format tapes and no key probe: how requests map to tapes (e.g. vcrpy's match_on, which "
-            "ignores the body by default) must be read in the code"
-        )
-    return CheckResult(facts=facts, findings=findings, details=details, manual=manual)
+    return CheckResult(facts=facts, findings=findings, details=details)
 
 
 def _key_problem(path: str, key: str | None, inter: Any) -> str | None:
@@ -140,47 +177,153 @@ def _key_problem(path: str, key: str | None, inter: Any) -> str | None:
 _NOT_RUN = "key_function probes not run: "
 
 
-def _probe(ctx: Context, key_function: str, findings: list[Finding]) -> tuple[int, int, str]:
-    """(probes run, probes failed, a note for the reviewer)."""
-    if not key_function:
-        return 0, 0, "no key_function in [tool.takehome]: probes not available"
+# What the take-home asks of a key (end-user tags out, order and whitespace canonical), and what it does not
+# ask but the kit's own layer also drops. The end-user tag is the provider's own field: OpenAI's `user`,
+# Anthropic's `metadata.user_id`; neither API has a `request_id` body field (request ids travel in headers).
+_CANONICAL = {"reordered keys", "reformatted whitespace"}
+_USER_TAG = {"openai": "an added user field", "anthropic": "an added metadata field"}
+_KIT_EXTRAS = {
+    "an added user field",
+    "an added metadata field",
+    "an added request_id",
+    "added stream_options",
+    "an added cache_control",
+}
+
+
+def _volatile_and_optional(provider: str) -> tuple[set[str], set[str]]:
+    volatile = _CANONICAL | {_USER_TAG.get(provider, _USER_TAG["openai"])}
+    return volatile, _KIT_EXTRAS - volatile
+
+
+def _provider(path: str, endpoint: str | None, api_key_env: str | None) -> str:
+    if (
+        "anthropic" in (endpoint or "")
+        or path.endswith("/messages")
+        or (api_key_env or "").startswith("ANTH")
+    ):
+        return "anthropic"
+    return "openai"
+
+
+def _probe(
+    ctx: Context, key_function: str, findings: list[Finding], optional: set[str]
+) -> tuple[int, list[str], str]:
+    """(probes run, what each failed probe varied, a note for the reviewer) for a declared key_function."""
     if getattr(ctx, "env", None) is None:
         reason = getattr(ctx, "install_error", None) or "no installed environment"
-        return 0, 0, f"{_NOT_RUN}{reason}"
+        return 0, [], f"{_NOT_RUN}{reason}"
     cases = probe_cases()
     payloads = json.dumps([{"a": c[0], "b": c[1]} for c in cases], ensure_ascii=False)
     argv = ["python", "-c", _PROBE_SCRIPT, key_function, payloads]
     try:
         result, _audit = ctx.run(argv, label="keys-probe")
     except Exception as exc:  # the sandbox could not run it: not the submission's fault
-        return 0, 0, f"{_NOT_RUN}{str(exc).splitlines()[0] if str(exc) else exc!r}"
+        return 0, [], f"{_NOT_RUN}{str(exc).splitlines()[0] if str(exc) else exc!r}"
+    return _judge(result, cases, key_function, findings, optional)
+
+
+def _probe_found(
+    ctx: Context, tapes: list[Any], findings: list[Finding], optional: set[str]
+) -> tuple[str, int, list[str], str]:
+    """(key function found, probes run, failed whats, note) for a submission with no declared key_function."""
+    if getattr(ctx, "env", None) is None:
+        return "", 0, [], "no installed environment: the submission's key function was not probed"
+    specs = keyprobe.candidates(Path(ctx.repo))
+    if not specs:
+        return "", 0, [], "no key function found (a module-level function hashing a request): not probed"
+    method, url = "POST", "https://api.openai.com/v1/chat/completions"
+    for tape in tapes:
+        inter = next((i for i in tape.interactions if isinstance(i.request_body, dict)), None)
+        if inter is not None:
+            method = inter.method or method
+            url = inter.url or (
+                f"https://{tape.endpoint}{inter.path}" if tape.endpoint and inter.path else url
+            )
+            break
+    sample = {"method": method, "url": url, "path": urlsplit(url).path or "/"}
+    cases = probe_cases(whitespace=True)
+    payloads = json.dumps(
+        [{"a": c[0], "b": c[1], "whitespace": c[3] == "reformatted whitespace"} for c in cases],
+        ensure_ascii=False,
+    )
+    script = keyprobe.PROBE_SCRIPT.replace("MARKER", repr(_MARKER))
+    argv = ["python", "-c", script, json.dumps(specs), json.dumps(sample), payloads]
+    try:
+        result, _audit = ctx.run(argv, label="keys-probe")
+    except Exception as exc:
+        return "", 0, [], f"{_NOT_RUN}{str(exc).splitlines()[0] if str(exc) else exc!r}"
+    answer = _read_answer(result.stdout) or {}
+    spec = str(answer.get("spec") or "")
+    if not spec:
+        why = answer.get("error") or f"printed no answer (exit {result.returncode})"
+        return "", 0, [], f"key function candidates {', '.join(specs)} not probed: {str(why)[:300]}"
+    runs, failed, note = _judge(result, cases, spec, findings, optional)
+    shown = f"{spec} ({answer.get('shape')})"
+    return shown, runs, failed, note or f"probed the submission's own key function {shown}"
+
+
+def _judge(
+    result: Any,
+    cases: list[tuple[Any, Any, bool, str, int]],
+    key_function: str,
+    findings: list[Finding],
+    optional: set[str],
+) -> tuple[int, list[str], str]:
     where = f"{key_function.partition(':')[0].replace('.', '/')}.py:1"
     answer = _read_answer(result.stdout)
     if result.timed_out or answer is None:
         why = "timed out" if result.timed_out else f"printed no answer (exit {result.returncode})"
         findings.append(Finding("canonical-keys", f"key_function probe {why}", where))
-        return 0, 1, f"key_function probe {why}"
+        return 0, ["the key function itself"], f"key_function probe {why}"
     if "error" in answer:
         findings.append(Finding("canonical-keys", str(answer["error"])[:300], where))
-        return 0, 1, str(answer["error"])[:300]
+        return 0, ["the key function itself"], str(answer["error"])[:300]
     results = answer.get("results")
     if not isinstance(results, list) or len(results) != len(cases):
         findings.append(Finding("canonical-keys", "key_function probe answer is malformed", where))
-        return 0, 1, "key_function probe answer is malformed"
-    failed = 0
+        return 0, ["the key function itself"], "key_function probe answer is malformed"
+    failed: list[str] = []
     for (_a, _b, expect_same, what, seed), got in zip(cases, results, strict=True):
         if not isinstance(got, dict) or "error" in got:
-            failed += 1
+            failed.append("the key function itself")
             error = got.get("error") if isinstance(got, dict) else "no answer"
             message = f"key_function raised on a payload with {what}: {error} (seed {seed})"
             findings.append(Finding("canonical-keys", message, where))
             continue
         same = got.get("a") == got.get("b")
         if same != expect_same:
-            failed += 1
+            failed.append(what)
             wrong = "changes the key" if expect_same else "does not change the key"
-            findings.append(Finding("canonical-keys", f"{what} {wrong} (seed {seed})", where))
+            extra = " (not required by the take-home)" if what in optional else ""
+            findings.append(Finding("canonical-keys", f"{what} {wrong}{extra} (seed {seed})", where))
     return len(cases), failed, ""
+
+
+_MATCH_ON = re.compile(r"match_on[\"']?\s*[=:]\s*[\[(]([^\])]*)[\])]", re.S)
+
+
+def _vcr_ignores_body(ctx: Context) -> bool:
+    """No ``match_on`` anywhere names the body or a matcher of the suite's own: vcrpy's default applies."""
+    repo = Path(ctx.repo)
+    for dirpath, dirnames, filenames in os.walk(repo, followlinks=False):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d not in {"venv", "node_modules"}]
+        for name in filenames:
+            if not name.endswith((".py", ".cfg", ".toml", ".ini")):
+                continue
+            try:
+                with open(os.path.join(dirpath, name), "rb") as handle:
+                    text = handle.read(512_000).decode("utf-8", "replace")
+            except OSError:
+                continue
+            for match in _MATCH_ON.finditer(text):
+                names = set(re.findall(r"[\"']([\w-]+)[\"']", match.group(1)))
+                if "body" in names or names - _VCR_DEFAULT_MATCHERS:
+                    return False
+    return True
+
+
+_VCR_DEFAULT_MATCHERS = {"method", "scheme", "host", "port", "path", "query", "uri", "headers", "raw_body"}
 
 
 def _read_answer(stdout: str) -> dict[str, Any] | None:
@@ -194,16 +337,22 @@ def _read_answer(stdout: str) -> dict[str, Any] | None:
     return None
 
 
-def probe_cases(seeds: int = _SEEDS) -> list[tuple[dict[str, Any], dict[str, Any], bool, str, int]]:
-    """(payload a, payload b, keys must be equal, what differs, seed) for seeded random chat payloads."""
+def probe_cases(
+    seeds: int = _SEEDS, *, whitespace: bool = False
+) -> list[tuple[dict[str, Any], dict[str, Any], bool, str, int]]:
+    """(payload a, payload b, keys must be equal, what differs, seed) for seeded random chat payloads.
+
+    ``whitespace``: also a pair the prober sends as the same JSON indented (a key function over bytes).
+    """
     cases = []
     for seed in range(seeds):
         rng = random.Random(seed)  # noqa: S311 (reproducible payloads, not secrets)
         base = _payload(rng)
         same = {
+            **({"reformatted whitespace": copy.deepcopy(base)} if whitespace else {}),
             "reordered keys": _reordered(base),
             "an added user field": {**base, "user": f"user-{rng.randrange(10**6)}"},
-            "an added metadata field": {**base, "metadata": {"trace": str(rng.randrange(10**9))}},
+            "an added metadata field": {**base, "metadata": {"user_id": str(rng.randrange(10**9))}},
             "an added request_id": {**base, "request_id": f"req_{rng.randrange(10**9)}"},
             "added stream_options": {**base, "stream_options": {"include_usage": True}},
             "an added cache_control": _with_cache_control(base),

@@ -188,12 +188,13 @@ def _withhold_tapes(copy: Path, cassette_dir: Path) -> int:
     return removed
 
 
-def _prepare_unseen(
-    ctx: Context, command: list[str], cassette_dir: Path
-) -> Callable[[], tuple[RunResult, AuditLog]]:
-    """The triage command on a message no tape holds, ready to run in its own tapes-withheld copy."""
+def _prepare_unseen(ctx: Context, command: list[str]) -> Callable[[], tuple[RunResult, AuditLog]]:
+    """The triage command on a message no tape holds, ready to run in its own copy, tapes in place.
+
+    With the tapes in place a lenient matcher or a made-up default answers the unseen message as readily as
+    a correct layer fails it; withholding them would only test that an absent tape folder is noticed.
+    """
     copy = ctx.scratch_copy("unseen-message")
-    _withhold_tapes(copy, cassette_dir)
     message = f"Unseen grader probe {_random.token_hex(4)}: my parcel never arrived"
     env = {"CASSETTE_MODE": "replay", "CASSETTE_MISS_LOG": str(ctx.log_path("unseen", ".misses.jsonl"))}
     return lambda: ctx.run([*command, message], cwd=copy, env=env, label="unseen-message")
@@ -228,7 +229,7 @@ def start_loud_miss(ctx: Context) -> None:
 
     def unseen() -> tuple[RunResult, AuditLog] | None:
         try:
-            run = _prepare_unseen(ctx, command, cassette_dir)
+            run = _prepare_unseen(ctx, command)
         except Exception:
             return None
         return run()
@@ -238,12 +239,10 @@ def start_loud_miss(ctx: Context) -> None:
         start(_UNSEEN, unseen)
 
 
-def _start_unseen(
-    ctx: Context, command: list[str], cassette_dir: Path, background: bool
-) -> Future[tuple[RunResult, AuditLog]]:
+def _start_unseen(ctx: Context, command: list[str], background: bool) -> Future[tuple[RunResult, AuditLog]]:
     """The unseen-message probe; in the background (``--jobs`` above 1) it runs while the withheld-tape
     suite does, else it runs now."""
-    probe = _prepare_unseen(ctx, command, cassette_dir)
+    probe = _prepare_unseen(ctx, command)
     future: Future[tuple[RunResult, AuditLog]] = Future()
 
     def work() -> None:
@@ -276,7 +275,7 @@ def _probes(
     unseen = None
     if command and background_unseen is None:
         parallel = started is None and getattr(ctx, "jobs", 1) > 1
-        unseen = _start_unseen(ctx, command, cassette_dir, parallel)
+        unseen = _start_unseen(ctx, command, parallel)
     if started is None:
         try:
             rerun = run_rerun()
@@ -354,7 +353,12 @@ def loud_miss(ctx: Context) -> CheckResult:
         attempts.extend((e.where, e.target) for e in audit.network_attempts)
         unseen_ok = run.returncode == 2 and not audit.network_attempts
         if run.returncode != 2:
-            details.append(f"triage_command on an unseen message exited {run.returncode}, expected 2")
+            shown = " ".join(command or [])
+            answered = run.returncode == 0 and run.stdout.strip()
+            what = f"exited {run.returncode}"
+            if answered:
+                what = f"answered {run.stdout.strip()[:120]!r} and exited 0"
+            details.append(f"`{shown} <unseen message>` {what}; a miss must exit 2")
     facts["network_attempts"] = len(attempts)
     facts["named_miss"] = named
     for where, what in list(dict.fromkeys(attempts))[:5]:

@@ -28,7 +28,8 @@ def render(report: dict[str, Any]) -> str:
         f"- **Commit:** `{short_commit(report)}`",
         f"- **Rubric:** {_inline(rubric.get('name', ''))} (`{str(rubric.get('sha256', ''))[:12]}`)",
         f"- **Isolation:** network {_inline(isolation.get('network', '?'))}, "
-        f"credentials {_inline(isolation.get('credentials', '?'))}",
+        f"credentials {_inline(isolation.get('credentials', '?'))}, "
+        f"filesystem {_inline(isolation.get('filesystem', '?'))}",
         f"- **Graded:** {_inline(report.get('graded_at', ''))}"
         f" by grader {_inline(report.get('grader_version', ''))}",
         "",

@@ -22,7 +22,7 @@ def render(report: dict[str, Any]) -> str:
         f"commit {short_commit(report)}  rubric {_flat(rubric.get('name', ''))}"
         f" ({str(rubric.get('sha256', ''))[:12]})",
         f"isolation: network {isolation.get('network', '?')},"
-        f" credentials {isolation.get('credentials', '?')}",
+        f" credentials {isolation.get('credentials', '?')}, filesystem {isolation.get('filesystem', '?')}",
         "",
     ]
     table = [("ROW", "SCORE", "WEIGHT", "EVIDENCE")]
