@@ -167,7 +167,7 @@ def run(quick: bool = False, runs: int = 5) -> Section:
                 order = [("1", batch1), ("2", batch2)]
                 for jobs, series in order if round_ % 2 == 0 else order[::-1]:
                     out = tmp / f"batch-{round_}-{jobs}"
-                    argv = ["batch", str(listing), "--jobs", jobs, "--out", str(out), "--quiet"]
+                    argv = ["batch", str(listing), "--jobs", jobs, "--output", str(out), "--quiet"]
                     seconds, _ = _grade([*argv, "--cache-dir", str(cache), "--timeout", "120"], tmp)
                     series.values.append(seconds)
                     shutil.rmtree(out, ignore_errors=True)

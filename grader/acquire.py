@@ -61,8 +61,10 @@ _PROTOCOLS = ("file", "https", "http", "git", "ssh")
 class Workspace:
     root: Path
     repo: Path  # the checkout submission code runs in: the replay suite owns it while it runs
-    commit: str
+    commit: str | None  # None for a plain folder or an archive without .git: the snapshot is not theirs
     source: str
+    # A local repository's changes that were not committed (``git status --porcelain`` lines): not graded.
+    uncommitted: tuple[str, ...] = ()
     # The checkout as acquired, copied before any submission code ran; grader-owned and read-only to the
     # sandbox user. Every static check, the history scan and every probe's scratch copy read this one.
     pristine: Path | None = None
@@ -378,7 +380,7 @@ def _extract_tar(path: Path, dest: Path) -> None:
             raise BadInput(f"archive {name}: cannot extract safely ({exc})") from None
 
 
-def _from_archive(path: Path, root: Path, source: str) -> Path:
+def _from_archive(path: Path, root: Path, source: str) -> tuple[Path, bool]:
     staging = root / ".extract"
     staging.mkdir()
     if path.name.lower().endswith(".zip"):
@@ -392,11 +394,11 @@ def _from_archive(path: Path, root: Path, source: str) -> Path:
         # Clone rather than trust the archived .git/config (fsmonitor, hooks): only its objects are used.
         _clone(str(top), None, root, source)
         shutil.rmtree(staging, ignore_errors=True)
-        return repo
+        return repo, False
     top.rename(repo)
     shutil.rmtree(staging, ignore_errors=True)
     _commit_snapshot(repo, root)
-    return repo
+    return repo, True
 
 
 # --- entry point ------------------------------------------------------------------------------------------
@@ -428,6 +430,7 @@ def _acquire(target: str, root: Path) -> Workspace:
     root.chmod(0o755)
     source = redact(target)
     where, ref = _split_ref(target)
+    snapshot, uncommitted = False, ()
     if _URL.match(where) or _SCP.match(where):
         repo = _clone(where, ref, root, target)
     else:
@@ -436,21 +439,45 @@ def _acquire(target: str, root: Path) -> Workspace:
             raise BadInput(f"no such file or directory: {where}")
         path = path.resolve()
         if path.is_file() and path.name.lower().endswith(_ARCHIVES):
-            repo = _from_archive(path, root, target)
+            repo, snapshot = _from_archive(path, root, target)
         elif path.is_file():
             raise BadInput(f"{where}: not a directory, git repository or .zip/.tar.gz/.tgz archive")
         elif (path / ".git").exists() or ((path / "HEAD").is_file() and (path / "objects").is_dir()):
             repo = _clone(str(path), ref, root, target)
+            uncommitted = _uncommitted(repo, path, root / ".git-home") if ref is None else ()
         else:
             repo = root / "repo"
             _copy_tree(path, repo)
             _commit_snapshot(repo, root)
+            snapshot = True
     head = _git(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], cwd=repo, home=root / ".git-home")
     if head.returncode != 0:
         raise BadInput(f"{source}: the repository has no commits")
     _drop_bytecode(repo)
+    commit = None if snapshot else head.stdout.strip()
     pristine = keep_pristine(repo, root / "pristine")
-    return Workspace(root=root, repo=repo, commit=head.stdout.strip(), source=source, pristine=pristine)
+    return Workspace(
+        root=root, repo=repo, commit=commit, source=source, uncommitted=uncommitted, pristine=pristine
+    )
+
+
+def _uncommitted(clone: Path, source: Path, home: Path) -> tuple[str, ...]:
+    """What the user's working tree holds that its HEAD does not: ``git status --porcelain`` lines.
+
+    Run with our clone's git directory (hardened config, no filters or fsmonitor of theirs) over their
+    working tree, so no configuration from the submission runs; it writes only our clone's index. Nothing
+    of it is graded: the report says so. Best effort: on any failure, nothing is listed.
+    """
+    if (source / ".git").is_file() or not (source / ".git").is_dir():
+        return ()  # a worktree or a bare repository: no working tree of its own to compare
+    args = ["--git-dir", str(clone / ".git"), "--work-tree", str(source), "status", "--porcelain"]
+    try:
+        done = _git([*args, "--untracked-files=all"], cwd=clone, home=home)
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    if done.returncode != 0:
+        return ()
+    return tuple(line for line in done.stdout.splitlines() if line.strip())
 
 
 # --- the pristine copy ------------------------------------------------------------------------------------

@@ -1,7 +1,11 @@
 """`grade batch FILE`: grade many submissions in parallel into one output folder, with a summary.
 
 FILE is one target per line (blank lines and ``#`` comment lines ignored), or a CSV whose header has a
-``candidate`` column and a ``target`` (or ``repo``) column. The output folder holds one stored run per
+``candidate`` column and a ``target`` (or ``repo``) column. A first line with a comma (or a ``.csv`` file)
+is a CSV header, and one without a ``candidate`` column is bad input: it is never graded as a target.
+``--shard I/N`` grades one slice (``Shard``) and records it for `grade merge` (grader/merge.py).
+
+The output folder holds one stored run per
 candidate (grader/runstore.py), ``summary.csv``, ``summary.md`` and ``batch.json`` (``grade-batch/1``: which
 candidate is in which folder, and why a candidate could not be graded). One candidate's failure (an
 unreachable URL, a crash inside the grader) is recorded as "not assessable" with the reason and never stops
@@ -11,6 +15,7 @@ the batch.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import os
 import re
@@ -32,9 +37,12 @@ if TYPE_CHECKING:
 __all__ = [
     "BATCH_FILE",
     "BATCH_SCHEMA",
+    "RUBRIC_COPY",
     "Entry",
     "Outcome",
+    "Shard",
     "default_out",
+    "parse_shard",
     "read_batch_file",
     "run_batch",
     "write_summary",
@@ -46,6 +54,35 @@ NOT_ASSESSABLE = "not assessable"
 _TARGET_COLUMNS = ("target", "repo")
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar", ".zip", ".git")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+RUBRIC_COPY = "rubric.yaml"  # a sharded batch keeps the rubric's bytes, so `grade merge` can check and use it
+_RESERVED = {"history", "summary.csv", "summary.md", BATCH_FILE, RUBRIC_COPY}
+
+
+@dataclass(frozen=True)
+class Shard:
+    """``--shard I/N``: the I-th (1-based) of N deterministic slices of a batch file."""
+
+    index: int
+    count: int
+
+    def pick(self, entries: Sequence[Entry]) -> list[Entry]:
+        """Every N-th candidate starting at the I-th, in file order: slow candidates listed together are
+        spread over the runners, and the same FILE and N always give the same slices."""
+        return list(entries[self.index - 1 :: self.count])
+
+    def label(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+def parse_shard(text: str) -> Shard:
+    """``"2/5"`` -> Shard(2, 5); BadInput naming the option otherwise."""
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if match is None:
+        raise BadInput(f"--shard must be I/N like 2/5 (the I-th of N slices), got {text!r}")
+    index, count = int(match.group(1)), int(match.group(2))
+    if not 1 <= index <= count:
+        raise BadInput(f"--shard {text}: I must be between 1 and N ({count})")
+    return Shard(index, count)
 
 
 @dataclass(frozen=True)
@@ -88,9 +125,16 @@ def read_batch_file(path: Path) -> list[Entry]:
     first = next((i for i, raw in enumerate(lines) if _meaningful(raw)), None)
     if first is None:
         raise BadInput(f"{path}:1: no targets; write one target per line, or a CSV with candidate,target")
-    header = next(csv.reader([lines[first]]))
-    if "candidate" in [h.strip().lower() for h in header]:
+    header = [h.strip().lower() for h in next(csv.reader([lines[first]]))]
+    if "candidate" in header:
         pairs = _read_csv(path, text)
+    elif path.suffix.lower() == ".csv" or len(header) > 1:
+        # A target never holds a comma: this is a CSV header without the column that names candidates.
+        found = ", ".join(h for h in header if h) or "none"
+        raise BadInput(
+            f"{path}:{first + 1}: the CSV header has no 'candidate' column (found: {found}); expected "
+            "columns: candidate,target (or candidate,repo); or list one target per line with no header"
+        )
     else:
         pairs = [(None, raw.strip(), n) for n, raw in enumerate(lines, 1) if _meaningful(raw)]
     return _entries(path, pairs)
@@ -169,16 +213,18 @@ def _slug(name: str) -> str:
 
 def _unique(base: str, used: set[str]) -> str:
     name, n = base, 1
-    while name.lower() in used or name.lower() in {"history", "summary.csv", "summary.md", BATCH_FILE}:
+    while name.lower() in used or name.lower() in _RESERVED:
         n += 1
         name = f"{base}-{n}"
     used.add(name.lower())
     return name
 
 
-def default_out() -> Path:
-    """``grade-batch-<UTC timestamp>`` in the current folder."""
-    return Path(f"grade-batch-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}")
+def default_out(shard: Shard | None = None) -> Path:
+    """``grade-batch-<UTC timestamp>`` in the current folder (``...-shard-I-of-N`` for a shard)."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    suffix = f"-shard-{shard.index}-of-{shard.count}" if shard is not None else ""
+    return Path(f"grade-batch-{stamp}{suffix}")
 
 
 # -------------------------------------------------------------------------------------------- grading
@@ -195,9 +241,13 @@ def run_batch(
     cache_root: Path | None = None,
     formats: Sequence[str] = ("json", "markdown"),
     display: Display | None = None,
+    shard: Shard | None = None,
+    listed: int | None = None,
 ) -> list[Outcome]:
     """Grade every entry (``jobs`` at a time, default: the number of cores) into ``out``; never raises
-    for one candidate's failure. ``out`` must be new or empty."""
+    for one candidate's failure. ``out`` must be new or empty. With ``shard``, ``entries`` are that slice
+    of the ``listed`` candidates in ``source``, and the folder records it (and the rubric) for `grade merge`.
+    """
     from grader.checks import registry
     from grader.runstore import check_store_folder
 
@@ -228,8 +278,21 @@ def run_batch(
     pool.shutdown()
     ordered = [outcomes[i] for i in range(len(entries))]
     write_summary(out, ordered, rubric)
-    write_json(out / BATCH_FILE, _manifest(ordered, rubric, source))
+    manifest = _manifest(ordered, rubric, source)
+    if shard is not None:
+        (out / RUBRIC_COPY).write_bytes(rubric.path.read_bytes())
+        manifest["shard"] = {
+            "index": shard.index,
+            "count": shard.count,
+            "listed": len(entries) if listed is None else listed,
+            "source_sha256": _sha256(source) if source is not None else "",
+        }
+    write_json(out / BATCH_FILE, manifest)
     return ordered
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _grade_one(

@@ -1,4 +1,5 @@
-"""`grade TARGET [options]` and `grade checks`: argument parsing, progress lines and exit codes only.
+"""`grade TARGET [options]` and its sub-commands (checks, batch, merge, rescore, --selftest): argument
+parsing, progress lines and exit codes only.
 
 Exit codes: 0 graded; 1 internal error (one line; GRADE_DEBUG=1 shows the traceback); 2 bad input (one line
 `grade: error: ...`); 3 graded but the total is below --fail-under; 4 not assessable: the grader's own
@@ -8,7 +9,8 @@ not-assessable with the reason) to --output in any format, or on stdout (1: --fo
 
 `checks` as the first argument is always the subcommand; to grade a folder named `checks`, write `./checks`.
 `grade --selftest [--rubric PATH]` grades the calibration corpus instead (grader/selftest): exit 0 when
-every case lands in its bands, 3 naming the cases that do not, 2 on bad input.
+every case lands in its bands, 3 naming the cases that do not, 2 on bad input. `batch`, `merge` and `rescore`
+exit 0 or 2 (and 1, 130 as above). docs/reviewer.md has the one table of them all.
 """
 
 from __future__ import annotations
@@ -51,16 +53,42 @@ def _percent(text: str) -> float:
     return value
 
 
+# `grade --help` lists every command, one line each (the commands' own --help has the rest).
+COMMANDS = (
+    ("grade TARGET", "grade one submission (a git URL, repository, folder or archive): the options above"),
+    ("grade batch FILE", "grade every candidate in FILE into one folder with summary.csv/summary.md"),
+    ("grade merge OUT SHARD_DIR...", "gather the folders of `grade batch --shard I/N` into one batch folder"),
+    ("grade rescore RUN_DIR", "score stored runs again under a new rubric, from stored facts (runs no code)"),
+    ("grade checks", "list the checks and the facts rubric rows may use"),
+    ("grade --selftest", "grade the calibration corpus with a rubric (exit 3 when a case is out of band)"),
+)
+# Old option spellings still accepted, with a one-line note on stderr: one spelling per meaning everywhere.
+DEPRECATED = {"--out": "--output"}
+
+
+def _commands_epilog() -> str:
+    width = max(len(name) for name, _ in COMMANDS)
+    lines = ["commands (each has its own --help):"]
+    lines += [f"  {name.ljust(width)}  {what}" for name, what in COMMANDS]
+    lines.append("")
+    lines.append(
+        "exit codes: 0 graded, 1 internal error, 2 bad input, 3 below --fail-under (--selftest: a case "
+        "out of band), 4 not assessable (the grader's own environment failed, e.g. no disk space), "
+        "130 interrupted"
+    )
+    return "\n".join(lines)
+
+
 def _grade_parser() -> Parser:
     from grader.report import FORMATS
 
     parser = Parser(
         prog="grade",
+        deprecated=DEPRECATED,
+        usage="grade TARGET [options]\n       grade {batch,merge,rescore,checks} ... | grade --selftest ...",
         description="Grade a cassette take-home: replay it offline in a sandbox and score a rubric.",
-        epilog="`grade checks` lists the checks and the facts rubric rows may use. "
-        "`grade --selftest [--rubric PATH]` grades the calibration corpus with a rubric. "
-        "Exit codes: 0 graded, 2 bad input, 3 below --fail-under, 4 not assessable (the grader's own "
-        "environment failed, e.g. no disk space), 1 internal error.",
+        epilog=_commands_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("target", help="git URL, local git repo, folder, or .zip/.tar.gz archive")
     parser.add_argument("--rubric", type=Path, help="rubric YAML (default: the bundled default rubric)")
@@ -112,13 +140,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_batch(args[1:])
         if args and args[0] == "rescore":
             return _cmd_rescore(args[1:])
+        if args and args[0] == "merge":
+            return _cmd_merge(args[1:])
         if "--selftest" in args:
             from grader.selftest.command import main as selftest
 
             return selftest([a for a in args if a != "--selftest"])
         return _cmd_grade(args)
     except BadInput as exc:
-        _say(f"grade: error: {exc}")
+        for line in exc.problems or (str(exc),):
+            _say(f"grade: error: {line}")
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         _say("grade: interrupted")
@@ -286,14 +317,22 @@ def _batch_parser() -> Parser:
         prog="grade batch",
         description="Grade every target in FILE in parallel; write one report per candidate and a summary.",
         epilog="FILE: one target per line (blank and # lines ignored), or a CSV with a candidate column "
-        "and a target (or repo) column. Exit codes: 0 the batch completed (even with candidates that were "
+        "and a target (or repo) column. --shard I/N grades the I-th of N slices into its own folder; "
+        "`grade merge` gathers them. Exit codes: 0 the batch completed (even with candidates that were "
         "not assessable), 2 bad FILE or option.",
+        deprecated=DEPRECATED,
     )
     parser.add_argument("file", type=Path, metavar="FILE", help="the targets to grade")
     parser.add_argument(
         "--jobs", "-j", type=positive(int, "--jobs"), help="candidates graded at once (the number of cores)"
     )
-    parser.add_argument("--out", type=Path, help="a new output folder (grade-batch-<timestamp>)")
+    parser.add_argument(
+        "--output",
+        "-o",
+        type=Path,
+        metavar="DIR",
+        help="a new output folder (grade-batch-<timestamp>; with --shard, ...-shard-I-of-N)",
+    )
     parser.add_argument("--rubric", type=Path, help="rubric YAML (default: the bundled default rubric)")
     parser.add_argument(
         "--timeout",
@@ -309,19 +348,24 @@ def _batch_parser() -> Parser:
         help="extra report format per candidate (json and markdown are always written); repeatable",
     )
     parser.add_argument("--cache-dir", type=Path, help="where installed environments are cached")
+    parser.add_argument(
+        "--shard", metavar="I/N", help="grade only the I-th of N deterministic slices of FILE (1-based)"
+    )
     parser.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors on stderr")
     return parser
 
 
 def _cmd_batch(args: list[str]) -> int:
-    from grader.batch import default_out, read_batch_file, run_batch
+    from grader.batch import default_out, parse_shard, read_batch_file, run_batch
     from grader.rubric import load_rubric
     from grader.runstore import check_store_folder
 
     opts = _batch_parser().parse_args(args)
-    entries = read_batch_file(opts.file)
+    shard = parse_shard(opts.shard) if opts.shard is not None else None
+    listed = read_batch_file(opts.file)
+    entries = shard.pick(listed) if shard is not None else listed
     rubric = load_rubric(opts.rubric)
-    out = opts.out or default_out()
+    out = opts.output or default_out(shard)
     check_store_folder(out)
     started = time.monotonic()
     display = make_display(quiet=opts.quiet, batch_total=len(entries))
@@ -336,19 +380,52 @@ def _cmd_batch(args: list[str]) -> int:
             cache_root=opts.cache_dir,
             formats=opts.format,
             display=display,
+            shard=shard,
+            listed=len(listed),
         )
     finally:
         display.close()
     failed = sum(1 for o in outcomes if o.report is None)
+    which = f" (shard {shard.label()} of {len(listed)})" if shard is not None else ""
     display.say(
-        f"[done] {time.monotonic() - started:.1f}s {len(outcomes)} candidates: "
+        f"[done] {time.monotonic() - started:.1f}s {len(outcomes)} candidates{which}: "
         f"{len(outcomes) - failed} graded, {failed} not assessable -> {out / 'summary.md'}"
     )
     return EXIT_OK
 
 
+def _merge_parser() -> Parser:
+    parser = Parser(
+        prog="grade merge",
+        description="Gather the folders of `grade batch FILE --shard I/N` (all N of them) into one batch "
+        "folder with summary.csv and summary.md, as one `grade batch FILE` would have written.",
+        epilog="The shards must come from the same FILE and rubric. Exit codes: 0 merged, 2 a shard missing, "
+        "twice, from another FILE or rubric, or OUT not new.",
+        deprecated=DEPRECATED,
+    )
+    parser.add_argument("output", type=Path, metavar="OUT", help="a new folder for the merged batch")
+    parser.add_argument("shards", type=Path, nargs="+", metavar="SHARD_DIR", help="every shard's folder")
+    parser.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors on stderr")
+    return parser
+
+
+def _cmd_merge(args: list[str]) -> int:
+    from grader.merge import merge_shards
+
+    opts = _merge_parser().parse_args(args)
+    result = merge_shards(opts.output, opts.shards)
+    if not opts.quiet:
+        _say(
+            f"[done] merged {len(opts.shards)} shards: {result.candidates} candidates, "
+            f"{result.graded} graded, {result.candidates - result.graded} not assessable "
+            f"-> {result.out / 'summary.md'}"
+        )
+    return EXIT_OK
+
+
 def _rescore_parser() -> Parser:
     parser = Parser(
+        deprecated=DEPRECATED,
         prog="grade rescore",
         description="Score stored runs again under a new rubric from their stored facts (runs no code).",
         epilog="RUN_DIR: a folder written by `grade batch` or `grade --store`. The replaced reports are kept "

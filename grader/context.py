@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from grader.acquire import Workspace
     from grader.install import Env
     from grader.manifest import Manifest
+    from grader.requirements import Dependencies
     from grader.sandbox import RunResult
 
 __all__ = ["Context", "ReplayRun", "makefile_targets", "pytest_plugin_modules", "read_junit"]
@@ -85,6 +86,8 @@ class Context:
         *,
         env: Env | None,
         install_error: str | None = None,
+        install_failed: bool = False,
+        dependencies: Dependencies | None = None,
         thresholds: Mapping[str, float] | None = None,
         timeout: float = 300.0,
     ) -> None:
@@ -97,6 +100,10 @@ class Context:
         self.install_error = install_error if env is None else None
         if env is None and not self.install_error:
             self.install_error = "the submission's environment was not installed"
+        # No environment because of the submission's own dependencies (grader.install.InstallFailed): the
+        # rows that need a run are scored on that evidence, never marked not assessable.
+        self.install_failed = env is None and install_failed
+        self.dependencies = dependencies  # what was installed, refused or overridden (grader.requirements)
         self.thresholds: dict[str, float] = dict(thresholds or {})
         self.timeout = timeout
         self.outputs: list[tuple[str, str]] = []

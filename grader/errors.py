@@ -13,15 +13,21 @@ class BadInput(GradeError):
     """The user's input is unusable (unreachable target, unsafe archive, invalid rubric).
 
     The CLI prints ``grade: error: {e}`` on one line and exits 2, so the message must be one line
-    that says what is wrong, where, and what to do.
+    that says what is wrong, where, and what to do. ``problems`` (each one line, ``file:line: ...``) are
+    every problem found when there are several: the CLI prints one ``grade: error:`` line per problem
+    instead, so nobody fixes a rubric one run at a time.
     """
 
-    def __init__(self, message: str) -> None:
-        text = str(message)
-        # A multi-line message would break the CLI's one-line contract.
-        if "\n" in text or "\r" in text:
-            text = " ".join(text.split())
+    def __init__(self, message: str, problems: tuple[str, ...] = ()) -> None:
+        text = _one_line(message)
         super().__init__(text)
+        self.problems = tuple(_one_line(p) for p in problems)
+
+
+def _one_line(message: object) -> str:
+    text = str(message)
+    # A multi-line message would break the CLI's one-line-per-problem contract.
+    return " ".join(text.split()) if "\n" in text or "\r" in text else text
 
 
 class NotAssessable(GradeError):

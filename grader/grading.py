@@ -150,16 +150,22 @@ def _pipeline(
         raise BadInput(f"{workspace.source}: {refused}")
     commit = workspace.commit[:12] if workspace.commit else "no git history"
     progress("acquire", timings["acquire"], f"{workspace.source} @ {commit}")
+    if workspace.uncommitted:
+        notes.append(_uncommitted_note(workspace.commit or "", workspace.uncommitted))
     notes.extend(manifest.notes)
 
     start = time.monotonic()
-    env, install_error = _install(workspace.repo, cache_root=cache_root, timeout=timeout)
+    env, install_error, install_failed, dependencies = _install(
+        workspace.repo, cache_root=cache_root, timeout=timeout
+    )
     timings["install"] = _since(start)
     if env is not None:
         how = "cached" if env.cached else f"installed with {env.tool}"
         progress("install", timings["install"], f"{how}: {env.venv}")
+        notes.extend(env.notes)
     else:
-        notes.append(f"install failed: {' '.join(str(install_error).split())}")
+        whose = "the submission's" if install_failed else "not assessable"
+        notes.append(f"install failed ({whose}): {' '.join(str(install_error).split())}")
         progress("install", timings["install"], f"failed: {install_error}")
 
     from grader.context import Context
@@ -169,6 +175,8 @@ def _pipeline(
         manifest,
         env=env,
         install_error=install_error,
+        install_failed=install_failed,
+        dependencies=dependencies,
         thresholds=rubric.thresholds,
         timeout=timeout,
     )
@@ -180,6 +188,9 @@ def _pipeline(
         iso["user"] = "unprivileged" if ctx.sandbox_users == {"unprivileged"} else "grader"
     notes.extend(_isolation_notes(iso))
     report = _report(workspace, rubric, results, timings, notes, iso)
+    environment = _environment(env)
+    if environment:
+        report["environment"] = environment
     if keep_workspace:
         report.setdefault("notes", []).append(f"workspace kept at {root}")
     if store is not None:
@@ -210,13 +221,25 @@ def _since(start: float) -> float:
     return round(time.monotonic() - start, 3)
 
 
-def _install(repo: Path, *, cache_root: Path, timeout: float) -> tuple[Any, str | None]:
-    from grader.install import ensure_env
+def _install(repo: Path, *, cache_root: Path, timeout: float) -> tuple[Any, str | None, bool, Any]:
+    """(env, why there is none, whether that is the submission's own failure, the vetted dependencies)."""
+    from grader.install import InstallFailed, ensure_env
+    from grader.requirements import read_dependencies
 
     try:
-        return ensure_env(repo, cache_root=cache_root, timeout=timeout), None
+        env = ensure_env(repo, cache_root=cache_root, timeout=timeout)
+        return env, None, False, env.dependencies
+    except InstallFailed as exc:
+        return None, exc.reason, True, exc.dependencies
     except NotAssessable as exc:
-        return None, exc.reason
+        return None, exc.reason, False, read_dependencies(repo)
+
+
+def _environment(env: Any) -> dict[str, Any]:
+    """The report's ``environment``: the installer and the grader's pinned tools as installed."""
+    if env is None:
+        return {}
+    return {"installer": env.tool, "cached": env.cached, "tools": dict(env.tools)}
 
 
 def _ordered(check_ids: list[str]) -> list[str]:
@@ -352,8 +375,18 @@ def unassessed_report(
         iso: dict[str, Any] = asdict(isolation())
     except Exception:  # the report must not depend on the probe working
         iso = {"network": "pytest-socket only", "credentials": "scrubbed"}
-    workspace = SimpleNamespace(source=redact(target), commit="")
+    workspace = SimpleNamespace(source=redact(target), commit=None)
     return _report(workspace, rubric, results, dict(timings or {}), [reason], iso)
+
+
+def _uncommitted_note(commit: str, lines: tuple[str, ...], shown: int = 20) -> str:
+    """The report note for a dirty checkout: graded as committed, and what was left out."""
+    listed = "; ".join(" ".join(line.split()) for line in lines[:shown])
+    more = f"; and {len(lines) - shown} more" if len(lines) > shown else ""
+    return (
+        f"graded as committed ({commit[:12]}): {len(lines)} uncommitted change(s) in the working tree were "
+        f"not graded (commit them and grade again to include them): {listed}{more}"
+    )
 
 
 def _one_line(exc: BaseException) -> str:
@@ -388,7 +421,7 @@ def _report(
     report: dict[str, Any] = {
         "schema": SCHEMA,
         "target": workspace.source,
-        "commit": workspace.commit or "",
+        "commit": workspace.commit or None,
         "graded_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "grader_version": __version__,
         "rubric": rubric.reference(),

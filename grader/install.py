@@ -1,9 +1,25 @@
-"""The per-submission venv: the submission's declared dependencies plus pytest, cached by their hash.
+"""The per-submission venv: the submission's vetted dependencies plus the grader's pinned tools, cached.
 
-The only step with network. Dependencies are read statically (never by running the submission's build
-backend to ask); the install itself still runs in the sandbox because installing an sdist runs its code.
+The only step with network, and an untrusted one (docs/security.md, "Installing"):
+
+* The installer only ever sees requirements ``grader.requirements`` parsed itself; options, paths and URLs
+  are refused there with a ``file:line``, and a line that is not a requirement is the submission's failure
+  (`InstallFailed`) before any installer runs.
+* Every installer command runs through ``grader.sandbox``. The first attempt installs wheels only
+  (``--no-build``): no code of any package runs, only the grader's installer, which may fill the shared
+  download cache. Only if that fails does a second attempt allow building source distributions, with a
+  private, throw-away cache: a package's build code runs as the sandbox user and can write the venv being
+  built, never the shared cache, another venv or the grader's files.
+* A finished venv is recorded outside it (``<key>.json``: tool versions and a digest of every file, mode and
+  owner) and verified before each reuse; a venv that no longer matches its record is rebuilt.
+* Whether a failed install is the submission's fault or the grader's ("not assessable") is decided by the
+  grader's own probes (the sandbox starts; the index serves the pinned pytest; the disk had room), never by
+  reading the installer's log, which a submission can fill with any words it likes.
+
 One venv serves every checkout with the same dependencies: the submission runs from its checkout with
-``PYTHONPATH``, never installed into the venv.
+``PYTHONPATH``, never installed into the venv. (An editable install of the submission's own package would
+be a build of submission code: it must use `_untrusted_install` into a venv of that checkout's own, never
+a shared one.)
 """
 
 from __future__ import annotations
@@ -12,41 +28,45 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import shutil
+import stat
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader import audit, sandbox
 from grader.acquire import no_space, no_space_reason, no_space_text
-from grader.errors import NotAssessable
+from grader.errors import GradeError, NotAssessable
+from grader.requirements import Dependencies, read_dependencies
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
-
-__all__ = ["Env", "default_cache_root", "ensure_env", "read_requirements"]
+__all__ = ["Env", "InstallFailed", "default_cache_root", "ensure_env", "read_requirements"]
 
 # Bump when the venv layout or the grader's own additions change, so old cached venvs are not reused.
 # 2: the venv holds compiled bytecode (the sandbox user cannot write it, so every run compiled everything).
 # 3: it also holds pytest's rewritten plugin modules (`_rewrite_warmup`).
-ENV_FORMAT = "3"
-GRADER_REQUIREMENTS = ("pytest", "pytest-socket")
-_MARKER = ".grader-env-complete"
-_EXTRA_GROUPS = ("test", "tests", "testing", "dev")
-_REQUIREMENT_FILES = ("requirements.txt", "requirements-dev.txt", "requirements-test.txt")
+# 4: the grader's tools are pinned; the record and digest live beside the venv (`<key>.json`).
+ENV_FORMAT = "4"
+_RECORD = ".json"  # <key>.json beside the venv: what was installed, the tools' versions, the digest
 _TAIL_LINES = 12
-_NETWORK_TROUBLE = re.compile(
-    r"failed to fetch|error sending request|dns error|name or service not known|temporary failure in name"
-    r"|connection refused|connection reset|tcp connect error|failed to establish a new connection"
-    r"|network is unreachable|timed out|could not connect|max retries exceeded|proxyerror|ssl",
-    re.IGNORECASE,
-)
+_PROBE_TIMEOUT = 120.0
+# The disk the cache is on had less than this free before the install: a failure is the grader's disk.
+_ROOM = 256 * 1024**2
+_FULL = 1024**2  # ... and less than this after it
+
+
+class InstallFailed(GradeError):
+    """The submission's own dependencies cannot be installed: its failure, scored, never "not assessable".
+
+    Raised for a requirement the grader cannot parse, and for an install that failed while the grader's
+    probes showed the sandbox, the package index and the disk working.
+    """
+
+    def __init__(self, reason: str, dependencies: Dependencies) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.dependencies = dependencies
 
 
 @dataclass(frozen=True)
@@ -57,6 +77,10 @@ class Env:
     cached: bool
     duration: float
     tool: str  # "uv" | "pip"
+    # The grader's pinned tools as installed (name -> version, read from the venv's metadata).
+    tools: dict[str, str] = field(default_factory=dict)
+    dependencies: Dependencies | None = None
+    notes: tuple[str, ...] = ()  # e.g. a cached venv that failed verification and was rebuilt
 
 
 def default_cache_root() -> Path:
@@ -69,102 +93,9 @@ def default_cache_root() -> Path:
     return Path.home() / ".cache" / "cassette-grader"
 
 
-# --- reading the dependency spec -------------------------------------------------------------------------
-
-
-def _is_unsafe_requirement(line: str) -> bool:
-    """A local path, a URL or an editable: not fetched from the index, so not installed."""
-    text = line.strip()
-    if text.startswith((".", "/", "~", "-e", "--editable")) or "://" in text or text.startswith("file:"):
-        return True
-    return bool(re.match(r"^[A-Za-z0-9._-]+(\[[^\]]*\])?\s*@", text))  # "name @ url"
-
-
-def _from_requirements_file(path: Path, repo: Path, seen: set[Path]) -> Iterator[str]:
-    real = Path(os.path.realpath(path))
-    if real in seen:
-        return
-    seen.add(real)
-    try:
-        text = real.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return
-    for raw in text.splitlines():
-        line = raw.split(" #", 1)[0].strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith(("-r ", "--requirement ", "-r", "-c ")):
-            if line.startswith("-c"):
-                continue  # constraints narrow versions only; the resolver does fine without them
-            target = line.split(None, 1)[1] if " " in line else line[2:]
-            nested = Path(os.path.realpath(real.parent / target.strip()))
-            # Only files inside the repo: a -r must not read the grader's machine.
-            if nested.is_relative_to(repo) and nested.is_file():
-                yield from _from_requirements_file(nested, repo, seen)
-            continue
-        if line.startswith("-") or _is_unsafe_requirement(line):
-            continue  # index options, hashes, editables, paths: the submission runs from its checkout
-        yield line
-
-
-def _dependency_group(groups: dict, name: str, depth: int = 0) -> Iterator[str]:
-    if depth > 10:
-        return
-    for item in groups.get(name) or []:
-        if isinstance(item, str):
-            yield item
-        elif isinstance(item, dict) and isinstance(item.get("include-group"), str):
-            yield from _dependency_group(groups, item["include-group"], depth + 1)
-
-
 def read_requirements(repo: Path) -> list[str]:
-    """The submission's requirements, statically: pyproject first, else the requirements files.
-
-    Local paths, URLs and editables are left out (the submission runs from its checkout; installs come
-    from the index only). The grader's own ``pytest`` and ``pytest-socket`` are always added.
-    """
-    repo = Path(os.path.realpath(repo))
-    reqs: list[str] = []
-    pyproject = repo / "pyproject.toml"
-    data: dict = {}
-    if pyproject.is_file():
-        try:
-            data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError):
-            data = {}
-    project = data.get("project") if isinstance(data.get("project"), dict) else {}
-    declared = isinstance(project.get("dependencies"), list) or isinstance(
-        project.get("optional-dependencies"), dict
-    )
-    if isinstance(project.get("dependencies"), list):
-        reqs += [r for r in project["dependencies"] if isinstance(r, str)]
-    extras = project.get("optional-dependencies")
-    if isinstance(extras, dict):
-        for group in _EXTRA_GROUPS:
-            if isinstance(extras.get(group), list):
-                reqs += [r for r in extras[group] if isinstance(r, str)]
-    groups = data.get("dependency-groups")
-    if isinstance(groups, dict):
-        declared = True
-        for group in _EXTRA_GROUPS:
-            reqs += list(_dependency_group(groups, group))
-    if not declared:
-        seen: set[Path] = set()
-        for name in _REQUIREMENT_FILES:
-            if (repo / name).is_file():
-                reqs += list(_from_requirements_file(repo / name, repo, seen))
-    own = {_name(r) for r in reqs}
-    reqs = [r.strip() for r in reqs if r.strip() and not _is_unsafe_requirement(r)]
-    # A submission's self-reference (an extra pulling in its own project) cannot come from the index.
-    self_name = _name(str(project.get("name", ""))) if project.get("name") else None
-    reqs = [r for r in reqs if _name(r) != self_name]
-    reqs += [r for r in GRADER_REQUIREMENTS if _name(r) not in own]
-    return sorted(set(reqs))
-
-
-def _name(requirement: str) -> str:
-    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
-    return re.sub(r"[-_.]+", "-", match.group(1)).lower() if match else requirement.strip().lower()
+    """What the grader would install for ``repo`` (see ``grader.requirements.read_dependencies``)."""
+    return read_dependencies(repo).requirements
 
 
 # --- building --------------------------------------------------------------------------------------------
@@ -209,110 +140,208 @@ def _tail(text: str) -> str:
     return "\n".join(lines[-_TAIL_LINES:])
 
 
-def _failure(
-    step: str, tool: str, result: sandbox.RunResult, requirements: list[str], cache_root: Path
-) -> NotAssessable:
-    output = result.stderr + "\n" + result.stdout
-    if result.timed_out:
-        head = f"installing the submission's dependencies with {tool} timed out (step: {step})"
-    elif no_space_text(output):
-        # Every file an install writes (venv, tool caches, build temp) is under the cache root.
-        full = no_space_reason("environment cache", cache_root)
-        head = f"{full}; installing with {tool} failed (step: {step})"
-    elif _NETWORK_TROUBLE.search(output) and not re.search(
-        r"not found in the package registry|no solution found|could not find a version", output, re.IGNORECASE
-    ):
-        head = (
-            f"package index unreachable while installing with {tool} "
-            f"(an infrastructure problem, not the submission's; exit {result.returncode})"
-        )
-    elif step == "venv":
-        head = f"cannot create a venv with {tool} (exit {result.returncode})"
-    else:
-        head = (
-            f"the submission's dependencies cannot be installed ({tool} exit {result.returncode}; "
-            f"requirements: {', '.join(requirements)})"
-        )
-    tail = _tail(output)
-    return NotAssessable(f"{head}\n{tail}" if tail else head)
-
-
-def _build(target: Path, requirements: list[str], cache_root: Path, timeout: float) -> str:
-    """Build the venv at ``target``; returns the tool used. Raises NotAssessable."""
-    uv = _uv_bin()
-    home = Path(tempfile.mkdtemp(prefix=".home-", dir=cache_root))
-    home.chmod(0o755)
+def _free(path: Path) -> int:
     try:
-        req_file = home / "requirements.txt"
-        req_file.write_text("\n".join(requirements) + "\n", encoding="utf-8")
-        base = _base_python()
-        target.mkdir()
-        uv_cache = cache_root / "uv-cache"
-        pip_cache = cache_root / "pip-cache"
-        for d in (uv_cache, pip_cache):
-            d.mkdir(exist_ok=True)
-        env = {
-            "UV_CACHE_DIR": str(uv_cache),
-            "PIP_CACHE_DIR": str(pip_cache),
-            "UV_PYTHON_DOWNLOADS": "never",
-            # Copies, not hardlinks into the shared cache: a later install running as the same
-            # unprivileged user must not be able to reach a finished venv's files through the cache.
-            "UV_LINK_MODE": "copy",
-            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-        }
-        # Writable by the install only; the sandbox hands them back to the grader afterwards, so the finished
-        # venv and the shared caches are not writable by later submissions.
-        writable = [target, uv_cache, pip_cache]
-        # The installer and the base Python may live outside the system folders the sandbox shows.
-        readable = [Path(p) for p in (uv, base) if p]
+        return shutil.disk_usage(path).free
+    except OSError:
+        return _ROOM
 
-        def step(argv: list[str], **more: str) -> sandbox.RunResult:
+
+class _Builder:
+    """One build of one venv: its folders, environment and the sandboxed steps it runs."""
+
+    def __init__(self, target: Path, deps: Dependencies, cache_root: Path, timeout: float) -> None:
+        self.target = target
+        self.deps = deps
+        self.cache_root = cache_root
+        self.timeout = timeout
+        self.uv = _uv_bin()
+        self.base = _base_python()
+        # The grader's own files for this build (requirements, probe input, warm-up config): readable by the
+        # sandbox user, never writable by it. Each step gets a fresh home of its own instead (`_home`): a
+        # step that ran package code may leave links in its home, and nothing the grader writes goes there.
+        self.work = _fresh_folder(cache_root, ".build-")
+        self.req_file = self.work / "requirements.txt"
+        self.req_file.write_text("\n".join(deps.requirements) + "\n", encoding="utf-8")
+        self.shared_uv = cache_root / "uv-cache"
+        self.shared_pip = cache_root / "pip-cache"
+        for folder in (self.shared_uv, self.shared_pip):
+            folder.mkdir(exist_ok=True)
+        self.tool = "uv"
+        self.free_before = _free(cache_root)
+
+    def close(self) -> None:
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def step(
+        self, argv: list[str], *, trusted: bool, timeout: float | None = None, **more: str
+    ) -> sandbox.RunResult:
+        home = _fresh_folder(self.cache_root, ".home-")
+        try:
+            # Trusted: only the grader's installer runs, it may fill the shared caches. Untrusted: package
+            # code may run (a build, a .pth file, a pytest plugin); it gets a private cache in its own home,
+            # thrown away with it, and can write nothing but that home and the venv being built.
+            caches = (self.shared_uv, self.shared_pip) if trusted else (home / "uv-cache", home / "pip-cache")
+            env = {
+                "UV_CACHE_DIR": str(caches[0]),
+                "PIP_CACHE_DIR": str(caches[1]),
+                "UV_PYTHON_DOWNLOADS": "never",
+                # Copies, not hardlinks into the cache: a venv's files must not be the cache's files.
+                "UV_LINK_MODE": "copy",
+                "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+                **more,
+            }
             return sandbox.run(
                 argv,
                 cwd=home,
                 home=home,
-                timeout=timeout,
+                timeout=self.timeout if timeout is None else timeout,
                 network=True,
-                env={**env, **more},
-                writable=writable,
-                readable=readable,
+                env=env,
+                writable=[self.target, *(caches if trusted else ())],
+                # The installer, the base Python and the grader's build files may live outside the
+                # system folders the sandbox shows.
+                readable=[*(Path(p) for p in (self.uv, self.base) if p), self.work],
             )
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
 
-        tool = "uv"
+    def trusted(self, argv: list[str], **more: str) -> sandbox.RunResult:
+        return self.step(argv, trusted=True, **more)
+
+    def untrusted(self, argv: list[str], **more: str) -> sandbox.RunResult:
+        return self.step(argv, trusted=False, **more)
+
+    # -- the venv itself --
+
+    def make_venv(self) -> None:
         result = None
-        if uv is not None:
-            result = step([uv, "venv", "--quiet", "--allow-existing", "--python", str(base), str(target)])
+        if self.uv is not None:
+            argv = [self.uv, "venv", "--quiet", "--allow-existing", "--python", str(self.base)]
+            result = self.trusted([*argv, str(self.target)])
             if result.returncode != 0 and no_space_text(result.stderr + result.stdout):
-                raise _failure("venv", tool, result, requirements, cache_root)  # pip would not fit either
-        if uv is None or result is None or result.returncode != 0:
+                raise self.not_assessable("venv", result)  # pip would not fit either
+        if self.uv is None or result is None or result.returncode != 0:
             # uv could not run here (missing binary, unsupported platform): the standard library's way.
-            tool = "pip"
+            self.tool = "pip"
+            shutil.rmtree(self.target, ignore_errors=True)
+            self.target.mkdir()
+            result = self.trusted([str(self.base), "-m", "venv", str(self.target)])
+            if result.returncode != 0:
+                raise self.not_assessable("venv", result)
+        # Before any package is installed: later steps may run package code that can change this venv's
+        # folders, and the grader writes nothing into it after that.
+        audit.install_into(self.target)
+
+    def install_argv(self, *, build: bool) -> list[str]:
+        python = self.target / "bin" / "python"
+        # No --compile-bytecode: compiling starts the venv's interpreter, which runs the installed packages'
+        # .pth files, package code. `_build` compiles afterwards, in an untrusted step.
+        if self.tool == "uv":
+            argv = [self.uv or "uv", "pip", "install", "--quiet", "--python", str(python)]
+            return [*argv, *([] if build else ["--no-build"]), "-r", str(self.req_file)]
+        argv = [str(python), "-m", "pip", "install", "--quiet", "--no-compile"]
+        return [*argv, *([] if build else ["--only-binary", ":all:"]), "-r", str(self.req_file)]
+
+    def not_assessable(self, step: str, result: sandbox.RunResult) -> NotAssessable:
+        output = result.stderr + "\n" + result.stdout
+        if no_space_text(output) or _free(self.cache_root) < _FULL:
+            head = (
+                f"{no_space_reason('environment cache', self.cache_root)}; installing with {self.tool} failed"
+            )
+        else:
+            head = f"cannot create a venv with {self.tool} (exit {result.returncode}; step: {step})"
+        tail = _tail(output)
+        return NotAssessable(f"{head}\n{tail}" if tail else head)
+
+    # -- deciding who failed --
+
+    def infrastructure_trouble(self) -> str | None:
+        """Why the grader, not the submission, is to blame for a failed install; None when its probes pass."""
+        if self.free_before < _ROOM and _free(self.cache_root) < _FULL:
+            return no_space_reason("environment cache", self.cache_root)
+        started = self.untrusted([str(self.base), "-c", "pass"], timeout=_PROBE_TIMEOUT)
+        if started.returncode != 0:
+            why = "timed out" if started.timed_out else f"exit {started.returncode}"
+            return f"the sandbox cannot start a command ({why}; the grader's probe)"
+        name, version = next(iter(self.deps.tools.items()))
+        pinned = f"{name}=={version}"
+        if self.tool == "uv" and self.uv is not None:
+            probe_in = self.work / "probe.in"
+            probe_in.write_text(pinned + "\n", encoding="utf-8")
+            argv = [self.uv, "pip", "compile", "--quiet", "--no-cache", "--no-header"]
+            argv += ["--python", str(self.base), "--no-deps", str(probe_in)]
+        else:  # downloads into the step's own home (its working folder)
+            argv = [str(self.target / "bin" / "python"), "-m", "pip", "download", "--quiet", "--no-deps"]
+            argv += ["--no-cache-dir", "--only-binary", ":all:", "-d", "probe-download", pinned]
+        answered = self.untrusted(argv, timeout=_PROBE_TIMEOUT)
+        if answered.returncode != 0:
+            why = "timed out" if answered.timed_out else f"{self.tool} exit {answered.returncode}"
+            return (
+                f"package index unreachable: the grader's probe for {pinned} failed ({why}); "
+                "an infrastructure problem, not the submission's"
+            )
+        return None
+
+
+def _install_failed(builder: _Builder, result: sandbox.RunResult) -> GradeError:
+    """The error for a failed install: NotAssessable if the grader's probes fail, else InstallFailed."""
+    output = result.stderr + "\n" + result.stdout
+    tail = _tail(output)
+    trouble = builder.infrastructure_trouble()
+    if trouble is not None:
+        head = f"{trouble}; installing with {builder.tool} failed"
+        return NotAssessable(f"{head}\n{tail}" if tail else head)
+    submitted = [r for r in builder.deps.requirements if r.split("==")[0] not in builder.deps.tools]
+    listed = ", ".join(submitted) or "none besides the grader's tools"
+    if result.timed_out:
+        head = f"the submission's dependencies took longer than {builder.timeout:.0f} s to install ({listed})"
+    else:
+        head = (
+            f"the submission's dependencies cannot be installed ({builder.tool} exit {result.returncode}; "
+            f"requirements: {listed})"
+        )
+    return InstallFailed(f"{head}\n{tail}" if tail else head, builder.deps)
+
+
+def _build(target: Path, deps: Dependencies, cache_root: Path, timeout: float) -> str:
+    """Build the venv at ``target``; returns the tool used. Raises NotAssessable or InstallFailed."""
+    target.mkdir()
+    builder = _Builder(target, deps, cache_root, timeout)
+    try:
+        builder.make_venv()
+        result = builder.trusted(builder.install_argv(build=False))
+        if result.timed_out:
+            raise _install_failed(builder, result)  # a second attempt would only spend the timeout again
+        if result.returncode != 0:
+            # Some requirement has no wheel for this platform: build it, as the sandbox user, with a
+            # private cache. Start from a fresh venv so nothing of the first attempt is reused.
             shutil.rmtree(target, ignore_errors=True)
             target.mkdir()
-            result = step([str(base), "-m", "venv", str(target)])
+            builder.make_venv()
+            result = builder.untrusted(builder.install_argv(build=True))
             if result.returncode != 0:
-                raise _failure("venv", tool, result, requirements, cache_root)
+                raise _install_failed(builder, result)
         python = target / "bin" / "python"
         # Bytecode is compiled here, once: the sandbox user cannot write the venv, so without it every run
-        # would compile pytest and the dependencies again (pip compiles by default; uv only when asked).
-        if tool == "uv":
-            argv = [uv, "pip", "install", "--quiet", "--compile-bytecode", "--python", str(python)]
-            argv += ["-r", str(req_file)]
-        else:
-            argv = [str(python), "-m", "pip", "install", "--quiet", "-r", str(req_file)]
-        result = step(argv)
-        if result.returncode != 0:
-            raise _failure("install", tool, result, requirements, cache_root)
-        # The hook is imported at every start-up; a failed compile only costs speed.
-        step([str(python), "-m", "compileall", "-q", *map(str, audit.install_into(target))])
-        step(_rewrite_warmup(python, home), PYTHONDONTWRITEBYTECODE="")  # the sandbox's default is "1"
-        (target / _MARKER).write_text(json.dumps({"requirements": requirements, "tool": tool}) + "\n")
-        return tool
+        # would compile pytest, the dependencies and the audit hook again. A failed compile only costs speed.
+        site = [str(p) for p in sorted(target.glob("lib/python3*/site-packages"))]
+        builder.untrusted([str(python), "-S", "-m", "compileall", "-q", "-j", "0", *site])
+        # Loads the venv's pytest plugins, which are package code: untrusted.
+        builder.untrusted(_rewrite_warmup(python, builder.work), PYTHONDONTWRITEBYTECODE="")
+        return builder.tool
     finally:
-        shutil.rmtree(home, ignore_errors=True)
+        builder.close()
 
 
-def _rewrite_warmup(python: Path, home: Path) -> list[str]:
+def _fresh_folder(parent: Path, prefix: str) -> Path:
+    """A new folder the sandbox user can enter and read, owned by the grader."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    folder.chmod(0o755)
+    return folder
+
+
+def _rewrite_warmup(python: Path, work: Path) -> list[str]:
     """A pytest start-up in an empty folder, so pytest caches its rewritten plugin modules in the venv.
 
     pytest rewrites the asserts of every plugin module it loads (a whole distribution's when the plugin
@@ -321,19 +350,130 @@ def _rewrite_warmup(python: Path, home: Path) -> list[str]:
     modules again. It loads what a run loads: the entry-point plugins and ``-p _grader_pytest``. It collects
     nothing (exit 5), reads nothing from the checkout, and its outcome is ignored: a failure only costs speed.
     """
-    ini = home / "warmup.ini"
+    folder = work / "warmup"
+    folder.mkdir()
+    folder.chmod(0o755)
+    ini = folder / "warmup.ini"
     ini.write_text("[pytest]\n", encoding="utf-8")
     return [
-        str(python), "-m", "pytest", "--collect-only", "-q", "-c", str(ini), "--rootdir", str(home),
-        "-p", "no:cacheprovider", "-p", "_grader_pytest", str(home),
+        str(python), "-m", "pytest", "--collect-only", "-q", "-c", str(ini), "--rootdir", str(folder),
+        "-p", "no:cacheprovider", "-p", "_grader_pytest", str(folder),
     ]  # fmt: skip
 
 
-def ensure_env(repo: Path, *, cache_root: Path, timeout: float) -> Env:
-    """The submission's venv, built once per distinct dependency set; raises NotAssessable on failure.
+# --- the record beside a finished venv: tool versions and a digest of every file ---------------------------
 
-    The grader's own disk or cache folder failing (ENOSPC, a cache path that is a file, no permission) is
-    NotAssessable too, with the reason: ``no space left on device: environment cache <folder> ...``.
+
+def _digest(venv: Path) -> dict[str, str]:
+    """relative path -> sha256 of (kind, mode, owner, content or link target), for every entry in ``venv``."""
+    out: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(venv, followlinks=False):
+        dirnames.sort()
+        for name in sorted((*dirnames, *filenames)):
+            path = os.path.join(dirpath, name)
+            info = os.lstat(path)
+            head = f"{stat.S_IFMT(info.st_mode)}:{stat.S_IMODE(info.st_mode):o}:{info.st_uid}:{info.st_gid}:"
+            h = hashlib.sha256(head.encode())
+            if stat.S_ISLNK(info.st_mode):
+                h.update(os.readlink(path).encode("utf-8", "surrogateescape"))
+            elif stat.S_ISREG(info.st_mode):
+                with open(path, "rb") as handle:
+                    for chunk in iter(lambda: handle.read(1 << 20), b""):
+                        h.update(chunk)
+            out[os.path.relpath(path, venv)] = h.hexdigest()
+    return out
+
+
+def _head(path: Path, limit: int = 8192) -> str:
+    """The start of a regular file a build wrote: never through a link, never blocking on a FIFO."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    try:
+        return os.read(fd, limit).decode("utf-8", "replace") if stat.S_ISREG(os.fstat(fd).st_mode) else ""
+    finally:
+        os.close(fd)
+
+
+def _tool_versions(venv: Path, names: list[str]) -> dict[str, str]:
+    """name -> installed version, read from the venv's ``*.dist-info/METADATA`` (nothing is imported)."""
+    from packaging.utils import canonicalize_name
+
+    found: dict[str, str] = {}
+    for metadata in sorted(venv.glob("lib/python3*/site-packages/*.dist-info/METADATA")):
+        fields: dict[str, str] = {}
+        for line in _head(metadata).splitlines()[:40]:
+            key, sep, value = line.partition(": ")
+            if sep and key in ("Name", "Version"):
+                fields.setdefault(key, value.strip())
+        name = canonicalize_name(fields.get("Name", ""))
+        if name in names and "Version" in fields:
+            found[name] = fields["Version"]
+    return {name: found.get(name, "missing") for name in names}
+
+
+def _seal(venv: Path) -> None:
+    """Take group and other write access off everything in ``venv`` (uv leaves its lock file 0666)."""
+    for dirpath, dirnames, filenames in os.walk(venv, followlinks=False):
+        for name in (*dirnames, *filenames):
+            path = os.path.join(dirpath, name)
+            info = os.lstat(path)
+            if not stat.S_ISLNK(info.st_mode) and info.st_mode & 0o022:
+                os.chmod(path, stat.S_IMODE(info.st_mode) & ~0o022)
+
+
+def _write_record(path: Path, venv: Path, deps: Dependencies, tool: str) -> dict[str, object]:
+    _seal(venv)
+    record: dict[str, object] = {
+        "requirements": deps.requirements,
+        "tool": tool,
+        "tools": _tool_versions(venv, list(deps.tools)),
+        "files": _digest(venv),
+    }
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(record, sort_keys=True) + "\n", encoding="utf-8")
+    partial.chmod(0o644)
+    partial.replace(path)
+    return record
+
+
+def _read_record(path: Path) -> dict[str, object] | None:
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("files"), dict) else None
+
+
+def _changed(venv: Path, record: dict[str, object]) -> str | None:
+    """The first entry of ``venv`` that differs from its record ("added"/"removed"/"changed"), or None."""
+    try:
+        now = _digest(venv)
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    files = record["files"]
+    assert isinstance(files, dict)
+    for name in sorted(set(now) | set(files)):
+        if name not in files:
+            return f"{name} added"
+        if name not in now:
+            return f"{name} removed"
+        if now[name] != files[name]:
+            return f"{name} changed"
+    return None
+
+
+# --- the public entry point -------------------------------------------------------------------------------
+
+
+def ensure_env(repo: Path, *, cache_root: Path, timeout: float) -> Env:
+    """The submission's venv, built once per distinct dependency set.
+
+    Raises InstallFailed when the submission's own dependencies cannot be installed, NotAssessable when the
+    grader's probes show its own environment failing: the sandbox, the package index, or the disk
+    (``no space left on device: environment cache <folder> ...``; a cache path that is a file or that the
+    grader cannot write is NotAssessable too).
     """
     cache_root = Path(cache_root)
     try:
@@ -346,34 +486,49 @@ def ensure_env(repo: Path, *, cache_root: Path, timeout: float) -> Env:
         raise NotAssessable(f"cannot use the environment cache {cache_root}: {what}{where}") from None
 
 
+def _invalid_reason(deps: Dependencies) -> str:
+    first = deps.invalid[0]
+    more = f" (and {len(deps.invalid) - 1} more)" if len(deps.invalid) > 1 else ""
+    return f"the submission's dependencies cannot be installed: {first.line()}{more}"
+
+
 def _ensure_env(repo: Path, *, cache_root: Path, timeout: float) -> Env:
     start = time.monotonic()
-    requirements = read_requirements(repo)
+    deps = read_dependencies(repo)
+    if deps.invalid:
+        raise InstallFailed(_invalid_reason(deps), deps)
     cache_root.mkdir(parents=True, exist_ok=True)
-    key = _cache_key(requirements, _base_python())
+    key = _cache_key(deps.requirements, _base_python())
     target = cache_root / key
+    record_path = cache_root / f"{key}{_RECORD}"
+    notes: list[str] = []
     # Concurrent grades of submissions with the same dependencies: one builds, the others wait and reuse.
     with open(cache_root / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        cached = (target / _MARKER).is_file()
-        tool = "uv"
-        if cached:
+        record = _read_record(record_path) if target.is_dir() else None
+        changed = _changed(target, record) if record is not None else None
+        if changed is not None:
+            notes.append(f"the cached environment {key} no longer matched its record ({changed}): rebuilt")
+        cached = record is not None and changed is None
+        if not cached:
+            record_path.unlink(missing_ok=True)
+            shutil.rmtree(target, ignore_errors=True)  # half-built, or changed since it was built
             try:
-                tool = json.loads((target / _MARKER).read_text())["tool"]
-            except (OSError, ValueError, KeyError, TypeError):
-                tool = "uv"
-        else:
-            shutil.rmtree(target, ignore_errors=True)  # an earlier build that died half-way
-            try:
-                tool = _build(target, requirements, cache_root, timeout)
+                tool = _build(target, deps, cache_root, timeout)
+                record = _write_record(record_path, target, deps, tool)
             except BaseException:
                 shutil.rmtree(target, ignore_errors=True)
                 raise
+    assert record is not None
+    tools = record.get("tools")
     return Env(
         venv=target,
         python=target / "bin" / "python",
         bin=target / "bin",
         cached=cached,
         duration=time.monotonic() - start,
-        tool=tool,
+        tool=str(record.get("tool", "uv")),
+        tools=dict(tools) if isinstance(tools, dict) else {},
+        dependencies=deps,
+        notes=tuple(notes),
     )

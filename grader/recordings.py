@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["Found", "RecordParts", "find_metadata", "is_record", "split_record"]
+__all__ = ["Found", "RecordParts", "endpoint_host", "find_metadata", "is_record", "split_record", "timestamp"]
 
 _REQ = re.compile(r"^(request|req|http_request)$", re.IGNORECASE)
 _RESP = re.compile(r"^(response|resp|reply|http_response)$", re.IGNORECASE)

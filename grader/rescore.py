@@ -154,17 +154,19 @@ def _load_runs(run_dir: Path, batch: dict[str, Any] | None) -> list[tuple[str, S
 
 
 def _load_rubric(path: Path, runs: list[StoredRun], run_dir: Path) -> Rubric:
+    """The new rubric, checked twice so the two problems read apart: first on its own (a typo is "your
+    rubric is invalid", as `grade` would say), then against what the stored runs hold."""
     from grader.rubric import load_rubric
 
+    load_rubric(path)  # BadInput as-is: the rubric is wrong whatever it is used on
     try:
         return load_rubric(path, checks=_stored_checks(runs))
     except BadInput as exc:
-        if "rubric file not found" in str(exc) or "not UTF-8" in str(exc):
-            raise
-        raise BadInput(
-            f"{exc} (re-scoring can use only the checks and facts stored in {run_dir}; "
-            "re-grade to use others)"
-        ) from None
+        hint = (
+            f"the new rubric is valid, but it needs checks or facts the runs stored in {run_dir} lack; "
+            "re-grade to use them"
+        )
+        raise BadInput(f"{exc} ({hint})", problems=tuple(f"{p} ({hint})" for p in exc.problems)) from None
 
 
 def _stored_checks(runs: list[StoredRun]) -> dict[str, Check]:

@@ -9,6 +9,7 @@ strings or lists. docs/rubric.md documents the same rules.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import math
 import re
@@ -206,11 +207,14 @@ class _Loader:
         root = self._compose(text)
         rubric = self._rubric(root, sha256)
         if self.errors:
-            # Report the first problem in file order; mention the rest so nobody fixes them one run at a time.
-            line, message = min(self.errors, key=lambda e: e[0])
-            more = len(self.errors) - 1
+            # The message is the first problem in file order (one line for whoever shows one); ``problems``
+            # lists every one, so nobody fixes them one run at a time.
+            ordered = [
+                f"{self.path}:{line}: {message}" for line, message in sorted(self.errors, key=_by_line)
+            ]
+            more = len(ordered) - 1
             suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
-            raise BadInput(f"{self.path}:{line}: {message}{suffix}")
+            raise BadInput(ordered[0] + suffix, problems=tuple(ordered) if more else ())
         assert rubric is not None  # no errors means every part was built
         return rubric
 
@@ -255,13 +259,20 @@ class _Loader:
         where: str,
         line: int,
     ) -> None:
+        explained: set[str] = set()  # required keys an unknown key was probably meant to be
         for key, (key_node, _) in items.items():
-            if key not in allowed:
+            if key in allowed:
+                continue
+            guess = difflib.get_close_matches(key, sorted(allowed - set(items)), n=1, cutoff=0.6)
+            if guess:
+                explained.add(guess[0])
+                self.error(_line(key_node), f"unknown key {key!r} in {where} (did you mean {guess[0]!r}?)")
+            else:
                 self.error(
                     _line(key_node), f"unknown key {key!r} in {where}; allowed: {', '.join(sorted(allowed))}"
                 )
         for key in required:
-            if key not in items:
+            if key not in items and key not in explained:
                 self.error(line, f"{where} is missing the required key {key!r}")
 
     # -- the document
@@ -501,6 +512,10 @@ def _parse_expression(source: str) -> nodes.Expr:
     if not parser.stream.eos:
         raise TemplateSyntaxError("unexpected text after the expression", parser.stream.current.lineno)
     return expr
+
+
+def _by_line(error: tuple[int, str]) -> int:
+    return error[0]
 
 
 def _line(node: yaml.Node) -> int:

@@ -8,6 +8,9 @@ yields byte-identical tapes.
     python -m grader.standin [--port N] [--host 127.0.0.1] [--quiet] [--rules FILE]
 
 prints its base URL (`http://127.0.0.1:PORT/v1`) as the first stdout line and serves until SIGTERM/SIGINT.
+On stderr (unless --quiet) it says what to set for each flavour: `OPENAI_BASE_URL` is that URL, and
+`ANTHROPIC_BASE_URL` is the same without `/v1` (Anthropic clients add `/v1/messages` themselves); any
+non-empty API key is accepted.
 From Python: `with running() as base_url: ...`, or `server, base_url = serve()` then `server.shutdown()`.
 """
 
@@ -38,6 +41,7 @@ __all__ = [
     "StandinServer",
     "answer_text",
     "classify",
+    "flavour_settings",
     "load_rules",
     "main",
     "make_server",
@@ -600,10 +604,18 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(status, body, headers)
 
     def _not_found(self, provider: str, path: str) -> None:
+        # The commonest slip: the printed base URL (ending in /v1) given to an Anthropic client, which adds
+        # /v1 itself. Say so in the answer, which the candidate's error message shows.
+        hint = (
+            "; the path has /v1 twice: Anthropic clients add /v1 themselves, so set ANTHROPIC_BASE_URL to "
+            "the base URL without /v1"
+            if path.startswith("/v1/v1/")
+            else ""
+        )
         if provider == "openai":
-            self._error(provider, 404, f"Invalid URL ({self.command} {path})")
+            self._error(provider, 404, f"Invalid URL ({self.command} {path}){hint}")
         else:
-            self._error(provider, 404, "Not Found", "not_found_error")
+            self._error(provider, 404, f"Not Found ({self.command} {path}){hint}", "not_found_error")
 
     def _unauthorized(self, provider: str) -> None:
         if provider == "openai":
@@ -688,6 +700,16 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 # --- entry points -------------------------------------------------------------------------------------------
+
+
+def flavour_settings(base_url: str) -> list[str]:
+    """The variables a client of each flavour sets to use the stand-in at ``base_url`` (``.../v1``)."""
+    root = base_url.removesuffix("/v1")
+    return [
+        f"OpenAI flavour:    export OPENAI_BASE_URL={base_url} OPENAI_API_KEY=standin",
+        f"Anthropic flavour: export ANTHROPIC_BASE_URL={root} ANTHROPIC_API_KEY=standin "
+        "(no /v1: Anthropic clients add it)",
+    ]
 
 
 def make_server(
@@ -785,6 +807,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     print(base_url, flush=True)
+    if not args.quiet:
+        for line in flavour_settings(base_url):
+            log(f"standin: {line}")
     try:
         server.serve_forever()
     finally:

@@ -181,8 +181,11 @@ def test_plain_directory_is_copied_and_snapshotted(tmp_path):
     assert (ws.repo / "link").is_symlink() and os.readlink(ws.repo / "link") == "/etc/passwd"
     assert not (ws.repo / ".venv").exists() and not (ws.repo / "pipe").exists()
     assert git("log", "--format=%an <%ae>", cwd=ws.repo).strip() == "cassette grader <grader@localhost>"
-    # Same content, same commit: the snapshot is deterministic.
-    assert acquire(str(folder), tmp_path / "ws2").commit == ws.commit
+    # A plain folder has no commit of its own: the report says none, not the grader's snapshot.
+    assert ws.commit is None
+    # Same content, same snapshot commit: the checkout is deterministic.
+    again = acquire(str(folder), tmp_path / "ws2")
+    assert git("rev-parse", "HEAD", cwd=again.repo) == git("rev-parse", "HEAD", cwd=ws.repo)
 
 
 def test_missing_path(tmp_path):
@@ -206,7 +209,8 @@ def test_zip_with_single_top_folder_is_unwrapped(tmp_path):
     ws = acquire(str(archive), tmp_path / "ws")
     assert (ws.repo / "app.py").read_text() == "print(1)\n"
     assert (ws.repo / "tests" / "t.py").exists()
-    assert len(ws.commit) == 40
+    assert ws.commit is None  # an archive without .git: no commit of the candidate's
+    assert len(git("rev-parse", "HEAD", cwd=ws.repo).strip()) == 40
 
 
 def test_zip_slip_is_rejected(tmp_path):

@@ -139,7 +139,7 @@ def batch(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.Co
     listing.write_text("\n".join(lines) + "\n")
     out = work / "out"
     result = run_grade(
-        ["batch", str(listing), "--jobs", "2", "--out", str(out), "--timeout", "120"], cwd=work
+        ["batch", str(listing), "--jobs", "2", "--output", str(out), "--timeout", "120"], cwd=work
     )
     return out, result
 
@@ -221,7 +221,7 @@ def test_refuses_to_write_into_a_used_folder(
     listing = tmp_path / "list.txt"
     listing.write_text(f"{SAMPLE}\n")
     before = sorted(p.name for p in out.iterdir())
-    result = run_grade(["batch", str(listing), "--out", str(out)], cwd=tmp_path)
+    result = run_grade(["batch", str(listing), "--output", str(out)], cwd=tmp_path)
     assert result.returncode == 2
     assert "not empty" in result.stderr and result.stderr.count("\n") == 1
     assert sorted(p.name for p in out.iterdir()) == before
@@ -272,7 +272,7 @@ def test_bad_file_is_one_line_with_file_and_line(tmp_path: Path, text: str, wher
     with pytest.raises(BadInput) as caught:
         read_batch_file(listing)
     assert f"{listing}{where}" in str(caught.value) and words in str(caught.value)
-    result = run_grade(["batch", str(listing), "--out", str(tmp_path / "o")], cwd=tmp_path)
+    result = run_grade(["batch", str(listing), "--output", str(tmp_path / "o")], cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.startswith("grade: error: ") and result.stderr.count("\n") == 1
     assert f"{listing}{where}" in result.stderr

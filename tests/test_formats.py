@@ -271,14 +271,18 @@ def test_gradescope_results_use_documented_keys(leaky_report) -> None:
     for test, row in zip(results["tests"], rows, strict=True):
         assert set(test) <= _TEST_KEYS
         assert test["name"] == row["title"]
-        assert test["max_score"] == 3
-        assert isinstance(test["score"], (int, float)) and 0 <= test["score"] <= 3
         assert test["visibility"] in _VISIBILITY and test["output_format"] in _OUTPUT_FORMATS
         assert row["evidence"] in test["output"]
         assert test["extra_data"]["weight"] == row["weight"]
         if row["status"] == "scored":
-            assert test["score"] == row["score"]
+            # Weighted: each test is worth its row's share of the total.
+            assert test["score"] == row["score"] * row["weight"]
+            assert test["max_score"] == 3 * row["weight"]
             assert test["status"] == ("passed" if row["score"] == 3 else "failed")
+    # Gradescope shows the sum of the tests: it is the report's total, points and maximum.
+    assert sum(t["score"] for t in results["tests"]) == leaky_report["total"]["points"]
+    assert sum(t["max_score"] for t in results["tests"]) == leaky_report["total"]["max"]
+    assert results["extra_data"]["max_points"] == leaky_report["total"]["max"]
     numbers = [test["number"] for test in results["tests"]]
     assert numbers == sorted(numbers, key=int) and len(set(numbers)) == len(numbers)
     _no_key_anywhere(json.dumps(results))
@@ -288,7 +292,8 @@ def test_gradescope_gives_unscored_rows_zero_with_the_reason(sample_report) -> N
     report = json.loads(json.dumps(sample_report))
     report["rows"][2].update(status="manual", score=None, auto=False, evidence="REPLAY.md says nothing")
     test = json.loads(render(report, "gradescope"))["tests"][2]
-    assert test["score"] == 0 and test["max_score"] == 3 and "status" not in test
+    # Counted toward neither side, as in the report's total.
+    assert test["score"] == 0 and test["max_score"] == 0 and "status" not in test
     assert "Needs a reviewer" in test["output"] and "REPLAY.md says nothing" in test["output"]
 
 

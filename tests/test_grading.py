@@ -395,13 +395,13 @@ def test_connection_attempts_are_counted_with_their_location(make_submission, gr
 
 
 @pytest.mark.slow
-def test_uninstallable_submission_is_not_assessable_not_a_crash(
+def test_uninstallable_submission_is_scored_as_its_own_failure_not_a_crash(
     make_submission, grade_cache: Path, grade_cli, tmp_path: Path
 ) -> None:
     repo = make_submission(
         {"tests/test_ok.py": "def test_ok():\n    assert True\n"},
-        # No such version exists: resolution fails whatever the index holds.
-        dependencies=["pytest>=9999"],
+        # No such project on the index: the grader's probes pass, so the failure is the submission's.
+        dependencies=["cassette-grader-no-such-package-4f2a9"],
     )
 
     done = grade_cli(
@@ -413,10 +413,10 @@ def test_uninstallable_submission_is_not_assessable_not_a_crash(
     report = json.loads(done.stdout)
     for row_id in ("offline-replay", "make-targets"):
         row = _row(report, row_id)
-        assert row["status"] == "not-assessable" and row["score"] is None, row
-        assert row["evidence"].startswith("not assessable: ")
-        assert len(row["evidence"]) > len("not assessable: ") + 10
-    assert any(note.startswith("install failed: ") for note in report.get("notes", []))
+        assert row["status"] == "scored" and row["score"] == 0, row
+        assert "not run: the submission's dependencies cannot be installed" in row["evidence"], row
+        assert "cassette-grader-no-such-package-4f2a9" in row["evidence"]
+    assert any(note.startswith("install failed (the submission's): ") for note in report.get("notes", []))
     assert "[install]" in done.stderr and "failed" in done.stderr
 
 

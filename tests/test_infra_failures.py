@@ -154,7 +154,7 @@ def test_batch_marks_a_candidate_without_disk_not_assessable(tmp_path: Path, gra
     batch.write_text(f"candidate,target\nalice,{SAMPLE}\n", encoding="utf-8")
     out = tmp_path / "round"
     done = _grade_on_small_disk(
-        ["batch", str(batch), "--out", str(out), "--cache-dir", str(grade_cache), "-q"],
+        ["batch", str(batch), "--output", str(out), "--cache-dir", str(grade_cache), "-q"],
         disk=tmp_path / "tiny",
         size="64k",
         tmpdir=True,
@@ -258,3 +258,73 @@ def test_a_cache_dir_that_is_a_file_is_not_assessable_not_a_crash(
     row = _rows(_valid_report(out))["offline-replay"]
     assert row["status"] == "not-assessable"
     assert f"cannot use the environment cache {not_a_folder}" in row["evidence"], row
+
+
+# --- who failed: decided by the grader's probes, never by words in the installer's log ----------------------
+
+
+def _sample_with_dependencies(tmp_path: Path, dependencies: str) -> Path:
+    repo = tmp_path / "submission"
+    shutil.copytree(SAMPLE, repo, ignore=shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache"))
+    pyproject = repo / "pyproject.toml"
+    text = pyproject.read_text(encoding="utf-8")
+    assert 'dependencies = ["httpx>=0.27"]' in text
+    pyproject.write_text(text.replace('dependencies = ["httpx>=0.27"]', dependencies), encoding="utf-8")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "c", "GIT_AUTHOR_EMAIL": "c@example.invalid",
+           "GIT_COMMITTER_NAME": "c", "GIT_COMMITTER_EMAIL": "c@example.invalid"}  # fmt: skip
+    for argv in (["git", "init", "-q", "-b", "main"], ["git", "add", "-A"], ["git", "commit", "-qm", "work"]):
+        subprocess.run(argv, cwd=repo, env=env, check=True, capture_output=True)
+    return repo
+
+
+def test_an_invalid_requirement_is_the_submissions_failure_not_infrastructure(
+    tmp_path: Path, grade_cache: Path, grade_cli
+) -> None:
+    # uv's parse error for this line mentions "ssl" (pyopenssl): the old grader read that as network
+    # trouble and took four rows out of the total (21/21 = 100%).
+    repo = _sample_with_dependencies(tmp_path, 'dependencies = [\n  "httpx>=0.27",\n  "pyopenssl>>1",\n]')
+    out = tmp_path / "report.json"
+    done = grade_cli(
+        ["--cache-dir", str(grade_cache), "--format", "json", "-o", str(out), "-q", str(repo)], cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    report = _valid_report(out)
+    rows = _rows(report)
+    assert [r["id"] for r in report["rows"] if r["status"] != "scored"] == []
+    assert report["total"]["max"] == 54, report["total"]
+    replay = rows["offline-replay"]
+    assert replay["score"] == 0, replay
+    assert "pyproject.toml:13: not a valid requirement" in replay["evidence"], replay
+    assert "'pyopenssl>>1'" in replay["evidence"]
+    finding = next(f for f in report["findings"] if f["rule"] == "invalid-requirement")
+    assert (finding["check"], finding["location"]) == ("replay", "pyproject.toml:13")
+    assert rows["make-targets"]["score"] < 3 and rows["loud-miss"]["score"] < 3
+    assert report["total"]["percent"] < 60
+    assert "environment" not in report  # nothing was installed
+
+
+@pytest.mark.slow
+def test_a_genuinely_unreachable_index_is_not_assessable(
+    tmp_path: Path, grade_cli, make_submission: MakeSubmission
+) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a loopback port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}/simple"
+    repo = make_submission(
+        {"tests/test_ok.py": "def test_ok():\n    assert True\n"}, dependencies=["iniconfig"]
+    )
+    out = tmp_path / "report.json"
+    fresh = tmp_path / "fresh-cache"  # nothing cached: the install must reach the index
+    done = grade_cli(
+        ["--cache-dir", str(fresh), "--format", "json", "-o", str(out), "-q", str(repo)],
+        cwd=tmp_path,
+        env={"UV_INDEX_URL": dead, "UV_DEFAULT_INDEX": dead, "PIP_INDEX_URL": dead},
+    )
+    assert done.returncode == 0, done.stderr
+    rows = _rows(_valid_report(out))
+    for row_id in ("offline-replay", "make-targets", "loud-miss"):
+        row = rows[row_id]
+        assert row["status"] == "not-assessable" and row["score"] is None, row
+        assert "package index unreachable: the grader's probe for pytest==" in row["evidence"], row

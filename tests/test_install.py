@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import shutil
 import socket
 import subprocess
@@ -11,10 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from grader import install
+from grader import install, sandbox
 from grader.errors import NotAssessable
+from grader.requirements import grader_tools
 
 pytestmark = pytest.mark.slow
+
+_PINS = sorted(f"{name}=={version}" for name, version in grader_tools().items())
 
 
 @pytest.fixture
@@ -96,10 +102,11 @@ def test_sandboxed_runs_load_compiled_bytecode_from_the_cached_venv(area):
         assert any(path.endswith(f"site-packages/{module}") for path in used), module
 
 
-def test_missing_dependency_is_not_assessable_with_a_clear_reason(area):
+def test_missing_dependency_is_the_submissions_failure_with_a_clear_reason(area):
+    # The grader's probes (the sandbox starts, the index serves the pinned pytest) pass: not infrastructure.
     repo = area / "repo"
     _pyproject(repo, ["cassette-grader-no-such-package-4f2a9"])
-    with pytest.raises(NotAssessable) as caught:
+    with pytest.raises(install.InstallFailed) as caught:
         install.ensure_env(repo, cache_root=area / "cache", timeout=300)
     first, _, tail = caught.value.reason.partition("\n")
     assert first.startswith("the submission's dependencies cannot be installed")
@@ -119,7 +126,7 @@ def test_unreachable_index_is_reported_as_infrastructure(area, monkeypatch):
     _pyproject(repo, ["cassette-grader-unreachable-7c1"])
     with pytest.raises(NotAssessable) as caught:
         install.ensure_env(repo, cache_root=area / "cache", timeout=120)
-    assert caught.value.reason.startswith("package index unreachable")
+    assert caught.value.reason.startswith("package index unreachable: the grader's probe for pytest==")
 
 
 def test_requirements_txt_project(area):
@@ -130,7 +137,7 @@ def test_requirements_txt_project(area):
         "./vendored/pkg\nhttps://example.invalid/x.whl\n--index-url https://evil.invalid/simple\n"
     )
     (repo / "reqs" / "more.txt").write_text("pluggy\n")
-    assert install.read_requirements(repo) == ["iniconfig", "pluggy", "pytest", "pytest-socket"]
+    assert install.read_requirements(repo) == ["iniconfig", "pluggy", *_PINS]
     env = install.ensure_env(repo, cache_root=area / "cache", timeout=300)
     done = subprocess.run(
         [str(env.python), "-c", "import iniconfig, pluggy"], capture_output=True, check=False
@@ -146,14 +153,7 @@ def test_reads_test_extras_and_dependency_groups(tmp_path):
         '[dependency-groups]\nlint = ["ruff"]\ndev = [{include-group = "lint"}, "mypy"]\n',
     )
     (tmp_path / "requirements.txt").write_text("ignored-when-pyproject-declares\n")
-    assert install.read_requirements(tmp_path) == [
-        "httpx>=0.27",
-        "mypy",
-        "pytest",
-        "pytest-socket",
-        "respx",
-        "ruff",
-    ]
+    assert install.read_requirements(tmp_path) == sorted(["httpx>=0.27", "mypy", "respx", "ruff", *_PINS])
 
 
 def test_default_cache_root_follows_xdg(monkeypatch, tmp_path):
@@ -202,3 +202,199 @@ def test_suite_runs_use_plugin_modules_pytest_rewrote_at_install(area):
     for module in ("_grader_pytest.py", "pytest_socket/__init__.py"):
         assert any(path.endswith(f"site-packages/{module}") for path in cached), (module, sorted(cached))
     assert not any(path.endswith("test_one.py") for path in cached)  # never the checkout's own files
+
+
+# --- installing is untrusted (docs/security.md, "Installing") -----------------------------------------------
+
+
+def _drop_folder(area: Path) -> Path:
+    """A folder anyone can write: where hostile code run by the sandbox user leaves proof that it ran."""
+    drop = area / "drop"
+    drop.mkdir()
+    drop.chmod(0o777)
+    return drop
+
+
+def _site(venv: Path) -> Path:
+    (site,) = venv.glob("lib/python3*/site-packages")
+    return site
+
+
+def _needs_privilege_drop() -> None:
+    from grader import sandbox
+
+    if os.geteuid() != 0 or not sandbox._caps().setpriv:
+        pytest.skip("no privilege drop on this machine: builds run as the grader's own user")
+
+
+def test_find_links_sdist_is_refused_and_its_setup_py_never_runs(area, grade_cli):
+    from tests.helpers.pkgindex import make_sdist
+
+    wheelhouse = area / "wheelhouse"
+    wheelhouse.mkdir()
+    marker = _drop_folder(area) / "setup-py-ran"
+    make_sdist(wheelhouse, "iniconfig", "99.0", f"open({str(marker)!r}, 'w').write('ran')")
+
+    # Control: an installer handed the line verbatim does run the sdist's setup.py.
+    control = area / "control"
+    uv = install._uv_bin()
+    assert uv is not None
+    uv_env = {**os.environ, "UV_CACHE_DIR": str(area / "control-cache")}
+    subprocess.run([uv, "venv", "-q", str(control)], env=uv_env, check=True, capture_output=True)
+    subprocess.run(
+        [uv, "pip", "install", "-q", "--python", str(control / "bin" / "python"), "--find-links",
+         str(wheelhouse), "iniconfig==99.0"],
+        env=uv_env, capture_output=True, check=False,
+    )  # fmt: skip
+    assert marker.exists(), "control: the sdist's setup.py did not run under --find-links"
+    marker.unlink()
+
+    repo = area / "repo"
+    (repo / "pyproject.toml").write_text(
+        '[project]\nname = "sub"\nversion = "0"\n'
+    )  # no deps: the files count
+    (repo / "requirements.txt").write_text(f"--find-links {wheelhouse}\n-f {wheelhouse}\niniconfig\n")
+    (repo / "tests").mkdir()
+    (repo / "tests" / "test_ini.py").write_text(
+        "import iniconfig\n\n\ndef test_ini():\n    assert iniconfig\n"
+    )
+    for argv in (
+        ["git", "init", "-q", "-b", "main"],
+        ["git", "add", "-A"],
+        ["git", "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm", "work"],
+    ):
+        subprocess.run(argv, cwd=repo, check=True, capture_output=True)  # fmt: skip
+    out = area / "report.json"
+    done = grade_cli(
+        [str(repo), "--cache-dir", str(area / "cache"), "--format", "json", "-o", str(out), "-q"], cwd=area
+    )
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists(), "the refused --find-links sdist ran its setup.py"
+    report = json.loads(out.read_text())
+    jsonschema = pytest.importorskip("jsonschema")
+    from grader.schemas import load_schema
+
+    jsonschema.Draft202012Validator(load_schema("grade-report")).validate(report)
+    refused = [f for f in report["findings"] if f["rule"] == "refused-requirement"]
+    assert [(f["check"], f["location"]) for f in refused] == [
+        ("replay", "requirements.txt:1"),
+        ("replay", "requirements.txt:2"),
+    ]
+    assert refused[0]["message"].startswith("an installer option (--find-links)")
+    row = next(r for r in report["rows"] if r["id"] == "offline-replay")
+    assert row["score"] == 3, row  # the real iniconfig, from the index
+    assert any(d.startswith("requirements.txt:1: an installer option (--find-links)") for d in row["details"])
+    # The pinned tools, as installed, are in the report.
+    assert report["environment"]["tools"] == grader_tools()
+    (ini,) = _site(next(p for p in (area / "cache").iterdir() if (p / "bin").is_dir())).glob(
+        "iniconfig-*.dist-info"
+    )
+    assert not ini.name.startswith("iniconfig-99.0")
+
+
+def test_a_build_cannot_write_the_shared_cache_or_another_venv(area, monkeypatch):
+    from tests.helpers.pkgindex import make_sdist, package_index
+
+    _needs_privilege_drop()
+    cache = area / "cache"
+    first = area / "repo"
+    _pyproject(first, ["iniconfig"])
+    other = install.ensure_env(first, cache_root=cache, timeout=300)  # fills the shared download cache
+
+    targets = [cache, cache / "uv-cache", cache / "pip-cache", other.venv, _site(other.venv)]
+    # The build reports what it could do in its own failure message: the sandbox shows it no folder of the
+    # host to leave a note in (bwrap), and the installer's last lines reach the grader's InstallFailed.
+    hostile = (
+        "import os, pathlib, sys\n"
+        "wrote = []\n"
+        f"for target in {[str(t) for t in targets]!r}:\n"
+        "    try:\n"
+        "        pathlib.Path(target, 'planted-by-build').write_text('x')\n"
+        "        wrote.append(target)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "sys.exit('BUILD-PROBE uid=%d wrote=%r' % (os.getuid(), wrote))\n"
+    )
+    sdists = area / "sdists"
+    sdists.mkdir()
+    sdist = make_sdist(sdists, "cassette-grader-build-probe", "1.0", hostile)
+    second = area / "repo2"
+    second.mkdir()
+    _pyproject(second, ["cassette-grader-build-probe"])
+    with package_index(area / "index", [sdist]) as url:
+        monkeypatch.setenv("UV_EXTRA_INDEX_URL", url)
+        monkeypatch.setenv("PIP_EXTRA_INDEX_URL", url)
+        with pytest.raises(install.InstallFailed) as failed:
+            install.ensure_env(second, cache_root=cache, timeout=300)
+    report = re.search(r"BUILD-PROBE uid=(\d+) wrote=(\[.*?\])", str(failed.value))
+    assert report, f"the sdist's setup.py did not run: {failed.value}"
+    assert int(report.group(1)) not in (0, os.getuid()), "the build ran with the grader's privileges"
+    assert report.group(2) == "[]", "a build wrote outside its own venv"
+    planted = [str(p) for p in cache.rglob("planted-by-build")]
+    assert planted == []
+    # The first venv is still what was recorded: reused, not rebuilt.
+    assert install.ensure_env(first, cache_root=cache, timeout=300).cached is True
+
+
+def test_a_tampered_cached_venv_is_rebuilt_and_the_appended_line_never_runs(area):
+    repo = area / "repo"
+    _pyproject(repo, ["iniconfig"])
+    (repo / "test_one.py").write_text("def test_one():\n    assert 1\n")
+    env = install.ensure_env(repo, cache_root=area / "cache", timeout=300)
+    site = _site(env.venv)
+    (plugin,) = [
+        p for p in (site / "pytest_socket.py", site / "pytest_socket" / "__init__.py") if p.is_file()
+    ]
+    marker = _drop_folder(area) / "hostile-line-ran"
+    with plugin.open("a") as handle:  # what a run that could write the venv would do
+        handle.write(f"\nopen({str(marker)!r}, 'w').write('ran')\n")
+    # Control: as it stands, the appended line runs whenever the plugin is imported.
+    subprocess.run([str(env.python), "-c", "import pytest_socket"], check=True, capture_output=True)
+    assert marker.exists()
+    marker.unlink()
+
+    again = install.ensure_env(repo, cache_root=area / "cache", timeout=300)
+    assert again.cached is False and again.venv == env.venv
+    changed = plugin.relative_to(env.venv).as_posix()
+    assert again.notes == (f"the cached environment {env.venv.name} no longer matched its record "
+                           f"({changed} changed): rebuilt",)  # fmt: skip
+    assert str(marker) not in plugin.read_text()
+    res = sandbox.run(
+        ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=repo, home=area / "home", timeout=120, venv=again.venv,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout[-2000:]
+    assert not marker.exists()
+    assert install.ensure_env(repo, cache_root=area / "cache", timeout=300).cached is True
+
+
+def test_the_grader_tools_are_installed_at_their_pins(area):
+    repo = area / "repo"
+    _pyproject(repo, ["iniconfig", "pytest<9"])  # the submission's own bound does not move the pin
+    env = install.ensure_env(repo, cache_root=area / "cache", timeout=300)
+    tools = grader_tools()
+    assert env.tools == tools
+    probe = "import pytest, importlib.metadata as m; print(pytest.__version__, m.version('pytest-socket'))"
+    done = subprocess.run([str(env.python), "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == [tools["pytest"], tools["pytest-socket"]]
+    assert [p.text for p in env.dependencies.overridden] == ["pytest<9"]
+
+
+def test_a_build_that_prints_network_trouble_is_still_the_submissions_failure(area, monkeypatch):
+    # The old grader matched words like "ssl" or "connection refused" in the installer's log and called the
+    # failure infrastructure. The grader's probes decide now: the index answers, so it is the submission's.
+    from tests.helpers.pkgindex import make_sdist, package_index
+
+    sdists = area / "sdists"
+    sdists.mkdir()
+    words = "SSL: CERTIFICATE_VERIFY_FAILED; connection refused; network is unreachable; timed out"
+    sdist = make_sdist(sdists, "cassette-grader-fails-loudly", "1.0", f"raise SystemExit({words!r})")
+    repo = area / "repo"
+    _pyproject(repo, ["cassette-grader-fails-loudly"])
+    with package_index(area / "index", [sdist]) as url:
+        monkeypatch.setenv("UV_EXTRA_INDEX_URL", url)
+        monkeypatch.setenv("PIP_EXTRA_INDEX_URL", url)
+        with pytest.raises(install.InstallFailed) as caught:
+            install.ensure_env(repo, cache_root=area / "cache", timeout=300)
+    assert caught.value.reason.startswith("the submission's dependencies cannot be installed")
+    assert "connection refused" in caught.value.reason  # the installer's words are evidence, not a verdict

@@ -71,7 +71,7 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     out = work / "out"
     result = run_grade(
-        ["batch", str(listing), "--jobs", "2", "--out", str(out), "--timeout", "120"], cwd=work
+        ["batch", str(listing), "--jobs", "2", "--output", str(out), "--timeout", "120"], cwd=work
     )
     assert result.returncode == 0, result.stderr
     shutil.rmtree(subs)  # nothing left to run, even by mistake

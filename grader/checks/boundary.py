@@ -125,9 +125,10 @@ def boundary(ctx: Context) -> CheckResult:
     }
     names = ", ".join(m.path for m in clients[:3]) + (", ..." if len(clients) > 3 else "")
     facts["summary"] = (
-        f"{len(clients)} module(s) build network clients"
+        f"{len(clients)} {'module builds' if len(clients) == 1 else 'modules build'} network clients"
         + (f" ({names})" if names else "")
-        + f"; {len(offenders)} agent module(s) import the cassette layer"
+        + f"; {len(offenders)} agent {'module imports' if len(offenders) == 1 else 'modules import'} "
+        "the cassette layer"
     )
     return CheckResult(facts=facts, findings=findings, details=details)
 

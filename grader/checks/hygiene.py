@@ -149,6 +149,10 @@ def _replayed(
     """(repo-relative paths the replay run opened, vcrpy plays by repo-relative path, None), or
     (None, {}, reason) when there was no run."""
     if getattr(ctx, "env", None) is None:
+        if getattr(ctx, "install_failed", False):
+            # The submission's own dependencies cannot be installed: no run opened any tape, and that is
+            # the evidence (every tape unused), not a reason to leave the row to a reviewer.
+            return set(), {}, None
         return None, {}, getattr(ctx, "install_error", None) or "no installed environment"
     try:
         run = ctx.replay_run()

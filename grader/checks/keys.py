@@ -212,6 +212,10 @@ def _probe(
     """(probes run, what each failed probe varied, a note for the reviewer) for a declared key_function."""
     if getattr(ctx, "env", None) is None:
         reason = getattr(ctx, "install_error", None) or "no installed environment"
+        if getattr(ctx, "install_failed", False):
+            # The submission's own dependencies cannot be installed: its key function cannot be imported.
+            why = str(reason).splitlines()[0]
+            return 0, ["the key function itself"], f"key_function not importable: {why}"
         return 0, [], f"{_NOT_RUN}{reason}"
     cases = probe_cases()
     payloads = json.dumps([{"a": c[0], "b": c[1]} for c in cases], ensure_ascii=False)

@@ -319,6 +319,10 @@ def loud_miss(ctx: Context) -> CheckResult:
         "unseen_exit": -1,
         "loud": False,
     }
+    if ctx.env is None and getattr(ctx, "install_failed", False):
+        # The submission's own dependencies cannot be installed: no miss could be provoked, scored so.
+        facts["summary"] = f"not run: {str(ctx.install_error).splitlines()[0]}"
+        return CheckResult(facts, findings, details)
     ctx.require_env()
     cassette_dir = ctx.manifest.cassette_dir
     if cassette_dir is None:
@@ -374,8 +378,8 @@ def loud_miss(ctx: Context) -> CheckResult:
     facts["loud"] = failed > 0 and named and not attempts and unseen_ok
     if facts["loud"]:
         facts["summary"] = (
-            f"with {facts['withheld']} tapes withheld, {failed} tests failed naming the missing tape and "
-            f"nothing connected" + ("; an unseen message exits 2" if command else "")
+            f"with {_n(facts['withheld'], 'tape')} withheld, {_n(failed, 'test')} failed naming the missing "
+            f"tape and nothing connected" + ("; an unseen message exits 2" if command else "")
         )
     elif attempts:
         facts["summary"] = (
@@ -384,14 +388,18 @@ def loud_miss(ctx: Context) -> CheckResult:
         )
     elif failed == 0:
         facts["summary"] = (
-            f"with {facts['withheld']} tapes withheld, the suite still passed: misses go unnoticed"
+            f"with {_n(facts['withheld'], 'tape')} withheld, the suite still passed: misses go unnoticed"
         )
     elif not named:
         facts["summary"] = (
-            f"with the tapes withheld {failed} tests failed, but no failure names a missing tape"
+            f"with the tapes withheld {_n(failed, 'test')} failed, but no failure names a missing tape"
         )
     else:
         facts["summary"] = f"an unseen message exited {facts['unseen_exit']} instead of 2"
     if fallbacks:
         facts["summary"] += f"; {len(fallbacks)} handlers hide a miss (first: {fallbacks[0].location})"
     return CheckResult(facts, findings, details)
+
+
+def _n(count: object, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")

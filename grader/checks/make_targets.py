@@ -47,7 +47,9 @@ def make_targets(ctx: Context) -> CheckResult:
         f"; missing {', '.join(missing)}" if missing and present else ""
     )
     if ctx.env is None:
-        facts["summary"] = f"{shape}; not run: {ctx.install_error}"
+        facts["summary"] = f"{shape}; not run: {str(ctx.install_error).splitlines()[0]}"
+        if getattr(ctx, "install_failed", False):  # the submission's own dependencies: scored as not run
+            return CheckResult(facts=facts)
         return CheckResult(facts=facts, not_assessable=ctx.install_error)
 
     details: list[str] = []

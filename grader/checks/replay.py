@@ -70,9 +70,15 @@ def replay(ctx: Context) -> CheckResult:
         summary: e.g. "24 passed, 0 failed, 0 errors, 0 connection attempts (make test, 1.2 s)"
     """
     facts = _zero_facts()
+    install = _install_findings(ctx)
     if ctx.env is None:
-        facts["summary"] = f"not run: {ctx.install_error}"
-        return CheckResult(facts=facts, not_assessable=ctx.install_error)
+        facts["summary"] = f"not run: {_first_line(ctx.install_error)}"
+        if getattr(ctx, "install_failed", False):
+            # The submission's own dependencies (an invalid line, a package that does not exist or does
+            # not build): nothing ran, scored as such, the installer's words as evidence.
+            details = [f"install: {line}" for line in str(ctx.install_error).splitlines()[1:]]
+            return CheckResult(facts=facts, findings=install, details=details)
+        return CheckResult(facts=facts, findings=install, not_assessable=ctx.install_error)
     rr = ctx.replay_run()
     results = rr.results or Results()
     attempts = _attempts(rr, results)
@@ -112,7 +118,32 @@ def replay(ctx: Context) -> CheckResult:
         details.append(f"no test ran; exit {rr.run.returncode}" + (f": {tail}" if tail else ""))
     findings = [Finding(rule="network-attempt", message=what, location=where) for where, what in attempts]
     findings += [Finding(rule=f"tamper-{h.kind}", message=h.why, location=h.location) for h in evidence.hooks]
-    return CheckResult(facts=facts, findings=findings, details=details)
+    return CheckResult(facts=facts, findings=[*install, *findings], details=details)
+
+
+def _first_line(text: object) -> str:
+    return str(text or "").split("\n", 1)[0]
+
+
+def _install_findings(ctx: Context) -> list[Finding]:
+    """The requirement lines the grader did not pass to the installer: the suite ran without them.
+
+    On this check because the suite's run is what they change: refused installer options, paths and
+    URLs (rule ``refused-requirement``), lines that are not requirements (``invalid-requirement``) and a
+    grader tool whose pin replaced the submission's specifier (``pinned-tool``).
+    """
+    deps = getattr(ctx, "dependencies", None)
+    if deps is None:
+        return []
+    return [
+        Finding(rule=rule, message=f"{problem.why}: {problem.text!r}", location=problem.location)
+        for rule, problems in (
+            ("refused-requirement", deps.refused),
+            ("invalid-requirement", deps.invalid),
+            ("pinned-tool", deps.overridden),
+        )
+        for problem in problems
+    ]
 
 
 _LOOKS_FINE = ("passed", "xpassed", "skipped", "xfailed")

@@ -1,10 +1,11 @@
 """Gradescope: an autograder ``results.json`` (Gradescope's documented keys only).
 
 One test per rubric row: ``name`` the row title, ``number`` its position (Gradescope orders tests by it),
-``score`` the row's 0-3 score (0 when manual or not assessable), ``max_score`` 3 (the row's scale),
-``status`` passed/failed, ``output`` the evidence and details, ``tags`` the row id, ``extra_data`` the row id,
-weight and status. The top-level ``score`` is the report's weighted total, which overrides Gradescope's
-sum of the test scores; set the assignment's points to the report's maximum (``extra_data.max_points``).
+``score`` the row's score times its weight and ``max_score`` the scale's top times its weight, so the tests
+add up to the report's weighted total (a manual or not-assessable row counts toward neither side, as in the
+report: score 0 of 0). ``status`` passed/failed, ``output`` the evidence and details (with the unweighted
+0-3 score), ``tags`` the row id, ``extra_data`` the row id, weight, status and 0-3 score. The top-level
+``score`` is the report's weighted total; set the assignment's points to ``extra_data.max_points``.
 """
 
 from __future__ import annotations
@@ -28,20 +29,25 @@ def _test(index: int, row: dict[str, Any]) -> dict[str, Any]:
     if row.get("evidence"):
         lines.append(str(row["evidence"]))
     lines += [f"- {detail}" for detail in row.get("details") or []]
+    weight = row.get("weight", 1)
     test: dict[str, Any] = {
         "name": str(row.get("title") or row["id"]),
         "number": str(index),
-        "score": row["score"] if scored else 0,
-        "max_score": row.get("max", 3),
+        "score": _plain(row["score"] * weight) if scored else 0,
+        "max_score": _plain(row.get("max", 3) * weight) if scored else 0,
         "output": "\n".join(lines),
         "output_format": "text",
         "tags": [str(row["id"])],
         "visibility": "visible",
-        "extra_data": {"row": row["id"], "weight": row.get("weight", 1), "status": status},
+        "extra_data": {"row": row["id"], "weight": weight, "status": status, "row_score": row.get("score")},
     }
     if scored:
         test["status"] = "passed" if row["score"] >= row.get("max", 3) else "failed"
     return test
+
+
+def _plain(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else value
 
 
 def to_results(report: dict[str, Any]) -> dict[str, Any]:
@@ -60,7 +66,7 @@ def to_results(report: dict[str, Any]) -> dict[str, Any]:
         "extra_data": {
             "max_points": total.get("max", 0),
             "percent": total.get("percent", 0),
-            "commit": report.get("commit", ""),
+            "commit": report.get("commit"),
             "target": report.get("target", ""),
             "rubric_sha256": rubric.get("sha256", ""),
             "grader_version": report.get("grader_version", ""),

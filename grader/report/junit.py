@@ -104,7 +104,7 @@ def render(report: dict[str, Any]) -> str:
     total = report.get("total") or {}
     for name, value in (
         ("target", report.get("target", "")),
-        ("commit", report.get("commit", "")),
+        ("commit", report.get("commit") or ""),
         ("rubric", rubric.get("name", "")),
         ("rubric_sha256", rubric.get("sha256", "")),
         ("grader_version", report.get("grader_version", "")),

@@ -27,7 +27,8 @@ MAX_TOKENS = 200
 
 
 class ModelError(RuntimeError):
-    """The endpoint answered, but not with a usable completion."""
+    """The endpoint could not be reached, or answered without a usable completion. The message always
+    names the method and URL, so a wrong base URL shows at once."""
 
 
 @dataclass(frozen=True)
@@ -77,13 +78,20 @@ def request_body(system: str, user: str, *, model: str | None = None) -> dict[st
     }
 
 
-def _answer_text(data: Any) -> str:
+def _answer_text(data: Any, where: str) -> str:
     try:
         if PROVIDER == "anthropic":
             return "".join(block["text"] for block in data["content"] if block.get("type") == "text")
         return data["choices"][0]["message"]["content"]
     except (KeyError, IndexError, TypeError) as exc:
-        raise ModelError(f"unexpected response shape from the model endpoint: missing {exc}") from None
+        raise ModelError(f"unexpected response shape from {where}: missing {exc}") from None
+
+
+def _hint(url: str, status: int) -> str:
+    if status == 404 and "/v1/v1/" in url:
+        # The base URL already ended in /v1 and the path added another: Anthropic's base URL has no /v1.
+        return f" (the path has /v1 twice: set {BASE_URL_ENV} without the trailing /v1)"
+    return ""
 
 
 def complete(system: str, user: str, *, client: httpx.Client | None = None, model: str | None = None) -> str:
@@ -91,13 +99,23 @@ def complete(system: str, user: str, *, client: httpx.Client | None = None, mode
     own = client is None
     client = client or build_client()
     target = endpoint()
+    where = f"POST {target.url}"
     try:
         response = client.post(
             target.url, json=request_body(system, user, model=model), headers=target.headers
         )
+    except httpx.TransportError as exc:
+        raise ModelError(f"cannot reach the model endpoint: {where}: {type(exc).__name__}: {exc}") from exc
     finally:
         if own:
             client.close()
     if response.status_code != 200:
-        raise ModelError(f"model endpoint answered HTTP {response.status_code}: {response.text[:200]}")
-    return _answer_text(response.json())
+        hint = _hint(target.url, response.status_code)
+        raise ModelError(
+            f"model endpoint answered HTTP {response.status_code} to {where}{hint}: {response.text[:200]}"
+        )
+    try:
+        data = response.json()
+    except ValueError:
+        raise ModelError(f"{where} answered with a body that is not JSON: {response.text[:200]!r}") from None
+    return _answer_text(data, where)

@@ -1,15 +1,21 @@
 """Replay is the default and it is offline: no sockets, no credentials.
 
-Only ``CASSETTE_MODE=record`` (``make record``) or ``passthrough`` may reach the network.
+Only ``CASSETTE_MODE=record`` (``make record``) or ``passthrough`` may reach the network. When tests miss
+tapes, the run ends with one line saying how many and what most often differs from the nearest tape.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
+from pathlib import Path
 
 import pytest
 from pytest_socket import disable_socket, enable_socket
+
+_PACKAGE = "{{ cookiecutter.package_name }}"
+_DEFAULT_LEDGER = Path(__file__).resolve().parent.parent / "cassettes" / ".misses.jsonl"
 
 _CREDENTIAL = re.compile(
     r".*(_API_KEY|_TOKEN)$|^(OPENAI|ANTHROPIC)_(BASE_URL|ORG_ID|ORGANIZATION|PROJECT_ID)$"
@@ -34,3 +40,38 @@ def _offline_replay(monkeypatch: pytest.MonkeyPatch):
         yield
     finally:
         enable_socket()
+
+
+def _ledger() -> str:
+    return os.environ.get("CASSETTE_MISS_LOG") or str(_DEFAULT_LEDGER)
+
+
+def _ledger_size() -> int:
+    try:
+        return os.path.getsize(_ledger())
+    except OSError:
+        return 0
+
+
+_MISSES_BEFORE = {"size": 0}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _MISSES_BEFORE["size"] = _ledger_size()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter):
+    # Around pytest's own summary, so this line comes after the list of failures, just before the totals.
+    try:
+        return (yield)
+    finally:
+        # Imported here, not at the top: a package that does not import must fail its own tests, not
+        # this file (a conftest that cannot load stops the whole run).
+        try:
+            miss_summary = importlib.import_module(f"{_PACKAGE}.cassette").miss_summary
+        except Exception:
+            miss_summary = None
+        line = miss_summary(_ledger(), _MISSES_BEFORE["size"]) if miss_summary else None
+        if line:
+            terminalreporter.write_line(line)

@@ -17,7 +17,9 @@ from {{cookiecutter.package_name}}.cassette import (
     CassetteMiss,
     CassetteTransport,
     key_for,
+    miss_summary,
     prune,
+    request_differences,
 )
 
 URL = "https://api.example.test/v1/chat/completions"
@@ -293,3 +295,41 @@ def test_used_log_and_prune(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     removed = prune(tmp_path / "tapes", used)
     assert _tapes(tmp_path) == [kept]
     assert sorted(reason for _, reason in removed) == [f"duplicate of {kept.name}", "unused"]
+
+
+def test_a_miss_names_the_nearest_tape_and_what_differs(tmp_path: Path) -> None:
+    other = {**BODY, "messages": [BODY["messages"][0], {"role": "user", "content": "a different ticket"}]}
+    _record(tmp_path, BODY, Upstream())
+    nearest = _tapes(tmp_path)[0].stem  # BODY's tape: the one the edited request is nearest to
+    _record(tmp_path, other, Upstream())
+    spaced = {**BODY, "messages": [BODY["messages"][0], {"role": "user", "content": "hi "}]}
+    transport = CassetteTransport(tmp_path / "tapes", mode="replay")
+    with httpx.Client(transport=transport) as client, pytest.raises(CassetteMiss) as caught:
+        client.post(URL, json=spaced)
+    message = str(caught.value)
+    assert f"nearest recorded: {tmp_path / 'tapes' / (nearest + '.json')}" in message
+    assert "differs in messages[1].content: trailing space" in message
+    ledger = [json.loads(line) for line in (tmp_path / "misses.jsonl").read_text().splitlines()]
+    assert ledger[-1]["nearest"] == nearest
+    assert ledger[-1]["differs"] == ["messages[1].content: trailing space"]
+    summary = miss_summary(tmp_path / "misses.jsonl")
+    assert summary is not None and summary.startswith("cassette: 1 miss(es); nearest tapes differ in: ")
+
+
+def test_differences_name_each_field_and_how() -> None:
+    def stored(body: dict) -> dict:
+        return {"method": "POST", "path": "/v1/chat/completions", "body": body}
+
+    changed = {
+        **BODY,
+        "temperature": 0.0,
+        "messages": [{"role": "system", "content": "Classify"}, {"role": "user", "content": "\nhi"}],
+        "tools": [],
+    }
+    assert request_differences(stored(changed), stored(BODY)) == [
+        "messages[0].content: letter case differs",
+        "messages[1].content: leading newline",
+        "temperature: sent 0.0, recorded 0",
+        "tools: not in the recorded request",
+    ]
+    assert request_differences(stored(BODY), stored(BODY)) == []

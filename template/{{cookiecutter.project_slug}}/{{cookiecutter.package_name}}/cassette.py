@@ -12,6 +12,10 @@ Modes (``CASSETTE_MODE`` when ``mode`` is not given):
   passthrough  forward without reading or writing tapes
 
 Prune unused tapes: ``python -m <package>.cassette prune --used FILE [--dir cassettes]``.
+
+On a miss, the error and the miss ledger (``CASSETTE_MISS_LOG``, default ``<dir>/.misses.jsonl``) name the
+nearest recorded request and what differs (``messages[1].content: trailing space``): ``nearest_tape`` is
+that search, reusable by anything that has to explain a miss.
 """
 
 from __future__ import annotations
@@ -29,7 +33,17 @@ from typing import Any
 
 # The four transports are module attributes built on first access (see __getattr__ at the end), so they
 # are importable by name but not listed here.
-__all__ = ["Cassette", "CassetteMiss", "key_for", "normalize", "prune"]
+__all__ = [
+    "Cassette",
+    "CassetteMiss",
+    "Nearest",
+    "key_for",
+    "miss_summary",
+    "nearest_tape",
+    "normalize",
+    "prune",
+    "request_differences",
+]
 
 TAPE_VERSION = 1
 MODES = ("replay", "record", "passthrough")
@@ -57,15 +71,20 @@ _MIN_SECRET_LENGTH = 6
 
 
 class CassetteMiss(LookupError):
-    """Replay found no tape for a request. The message names the key, the request and the fix."""
+    """Replay found no tape for a request. The message names the key, the request, the nearest recorded
+    request and how it differs (when there is one), and the fix."""
 
-    def __init__(self, key: str, method: str, path: str, cassette_dir: Path) -> None:
+    def __init__(
+        self, key: str, method: str, path: str, cassette_dir: Path, nearest: Nearest | None = None
+    ) -> None:
         self.key = key
         self.method = method
         self.path = path
+        self.nearest = nearest
+        near = f"; {nearest.describe()}" if nearest is not None else "; no tape is recorded yet"
         super().__init__(
-            f"cassette miss: no tape {key} for {method} {path} (expected {cassette_dir / (key + '.json')}); "
-            "run `make record` to record it"
+            f"cassette miss: no tape {key} for {method} {path} (expected {cassette_dir / (key + '.json')})"
+            f"{near}; run `make record` to record it (or undo the change)"
         )
 
 
@@ -174,6 +193,165 @@ def key_for(payload: dict[str, Any], *, method: str = "POST", path: str | None =
         body = payload
     body, _ = normalize(body)
     return _hash({"method": method.upper(), "path": path or _default_path(), "body": body})
+
+
+# ---------------------------------------------------------------------------------- nearest on a miss
+
+
+@dataclass(frozen=True)
+class Nearest:
+    """The recorded request closest to one that missed, and the fields where they differ."""
+
+    key: str
+    path: Path
+    differences: tuple[str, ...]  # "messages[1].content: trailing space", sent vs recorded
+
+    def describe(self, shown: int = 3) -> str:
+        listed = "; ".join(self.differences[:shown])
+        more = len(self.differences) - shown
+        tail = f" (and {more} more)" if more > 0 else ""
+        return f"nearest recorded: {self.path} differs in {listed}{tail}"
+
+
+def nearest_tape(cassette_dir: str | os.PathLike[str], request: dict[str, Any]) -> Nearest | None:
+    """The tape in ``cassette_dir`` whose stored request is nearest to ``request`` ({method, path, body},
+    body normalized as for the key), by canonical-request distance: fewest differing fields, then fewest
+    differing characters. None when no readable tape exists."""
+    return _nearest(_recorded_requests(Path(cassette_dir)), request)
+
+
+def _recorded_requests(folder: Path) -> list[tuple[str, Path, dict[str, Any]]]:
+    recorded = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            request = json.loads(path.read_text(encoding="utf-8"))["request"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not a tape: the hygiene tooling reports it, a miss message need not
+        if isinstance(request, dict) and {"method", "path", "body"} <= set(request):
+            recorded.append((path.stem, path, request))
+    return recorded
+
+
+def _nearest(recorded: list[tuple[str, Path, dict[str, Any]]], request: dict[str, Any]) -> Nearest | None:
+    best: tuple[tuple[int, int], Nearest] | None = None
+    for key, path, stored in recorded:
+        found = _differences(request, stored)
+        distance = (len(found), sum(weight for _, weight in found))
+        if best is None or distance < best[0]:
+            best = (distance, Nearest(key, path, tuple(text for text, _ in found)))
+    return best[1] if best is not None else None
+
+
+def request_differences(sent: dict[str, Any], recorded: dict[str, Any]) -> list[str]:
+    """Where two stored requests ({method, path, body}) differ: ``field: how``, body fields by their path."""
+    return [text for text, _ in _differences(sent, recorded)]
+
+
+def _differences(sent: dict[str, Any], recorded: dict[str, Any]) -> list[tuple[str, int]]:
+    out: list[tuple[str, int]] = []
+    for name in ("method", "path"):
+        if sent.get(name) != recorded.get(name):
+            out.append((f"{name}: sent {sent.get(name)!r}, recorded {recorded.get(name)!r}", 1000))
+    _diff(sent.get("body"), recorded.get("body"), "", out)
+    return out
+
+
+def _diff(sent: Any, recorded: Any, where: str, out: list[tuple[str, int]]) -> None:
+    label = where or "body"
+    if isinstance(sent, dict) and isinstance(recorded, dict):
+        for k in sorted(set(sent) | set(recorded), key=str):
+            inner = f"{where}.{k}" if where else str(k)
+            if k not in recorded:
+                out.append((f"{inner}: not in the recorded request", _size(sent[k])))
+            elif k not in sent:
+                out.append((f"{inner}: missing (the recorded request has it)", _size(recorded[k])))
+            else:
+                _diff(sent[k], recorded[k], inner, out)
+        return
+    if isinstance(sent, list) and isinstance(recorded, list):
+        for i in range(max(len(sent), len(recorded))):
+            inner = f"{where}[{i}]"
+            if i >= len(recorded):
+                out.append((f"{inner}: not in the recorded request", _size(sent[i])))
+            elif i >= len(sent):
+                out.append((f"{inner}: missing (the recorded request has it)", _size(recorded[i])))
+            else:
+                _diff(sent[i], recorded[i], inner, out)
+        return
+    # Compared as canonical JSON, as the key is: 0 and 0.0, or 1 and true, are different requests.
+    if _canonical(sent) == _canonical(recorded):
+        return
+    if isinstance(sent, str) and isinstance(recorded, str):
+        how, weight = _text_difference(sent, recorded)
+        out.append((f"{label}: {how}", weight))
+        return
+    out.append((f"{label}: sent {_short(sent)}, recorded {_short(recorded)}", _size(sent) + _size(recorded)))
+
+
+def _text_difference(sent: str, recorded: str) -> tuple[str, int]:
+    weight = abs(len(sent) - len(recorded)) or 1
+    for grown, shrunk, suffix in ((sent, recorded, ""), (recorded, sent, " missing")):
+        if grown.startswith(shrunk) and grown[len(shrunk) :].isspace():
+            return f"trailing {_spaces(grown[len(shrunk) :])}{suffix}", weight
+        if grown.endswith(shrunk) and grown[: len(grown) - len(shrunk)].isspace():
+            return f"leading {_spaces(grown[: len(grown) - len(shrunk)])}{suffix}", weight
+    if sent.split() == recorded.split():
+        return "whitespace differs", weight
+    if sent.lower() == recorded.lower():
+        return "letter case differs", weight
+    pairs = list(zip(sent, recorded, strict=False))
+    at = next((i for i, (a, b) in enumerate(pairs) if a != b), len(pairs))
+    start = max(0, at - 10)
+    changed = sum(1 for a, b in pairs if a != b) + abs(len(sent) - len(recorded))
+    shown = f"sent {sent[start : at + 20]!r}, recorded {recorded[start : at + 20]!r}"
+    return f"differs from character {at}: {shown}", changed
+
+
+def _spaces(text: str) -> str:
+    if set(text) == {" "}:
+        return "space" if len(text) == 1 else f"{len(text)} spaces"
+    if set(text) == {"\n"}:
+        return "newline" if len(text) == 1 else f"{len(text)} newlines"
+    return f"whitespace {text!r}"
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = _canonical(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _size(value: Any) -> int:
+    return len(_canonical(value))
+
+
+def miss_summary(ledger: str | os.PathLike[str], since: int = 0) -> str | None:
+    """One line about the misses the ledger gained after byte ``since`` (None when there were none): how
+    many, and the commonest differences from the nearest tapes, so a one-space prompt change that made 27
+    tests miss reads as one cause."""
+    try:
+        with open(ledger, "rb") as fh:
+            fh.seek(since)
+            lines = fh.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    records = []
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    if not records:
+        return None
+    causes: dict[str, int] = {}
+    for record in records:
+        for difference in record.get("differs") or ["no tape recorded to compare with"]:
+            causes[str(difference)] = causes.get(str(difference), 0) + 1
+    common = sorted(causes.items(), key=lambda item: (-item[1], item[0]))[:3]
+    listed = "; ".join(f"{text} ({count}x)" for text, count in common)
+    return (
+        f"cassette: {len(records)} miss(es); nearest tapes differ in: {listed}; every miss is in {ledger}; "
+        "undo the change or run `make record`"
+    )
 
 
 # --------------------------------------------------------------------------------------------- tapes
@@ -364,6 +542,8 @@ class Cassette:
         if mode not in MODES:
             raise ValueError(f"CASSETTE_MODE={mode!r} is not a mode; use one of: {', '.join(MODES)}")
         self.mode = mode
+        # The recorded requests, read on the first miss only: a hit never pays for them.
+        self._recorded: list[tuple[str, Path, dict[str, Any]]] | None = None
 
     @property
     def forwards(self) -> bool:
@@ -393,8 +573,9 @@ class Cassette:
         try:
             raw = _read_file(f"{self.dir}/{exchange.key}.json")
         except FileNotFoundError:
-            self._log_miss(exchange)
-            raise CassetteMiss(exchange.key, exchange.method, exchange.path, self.dir) from None
+            nearest = self._nearest(exchange)
+            self._log_miss(exchange, nearest)
+            raise CassetteMiss(exchange.key, exchange.method, exchange.path, self.dir, nearest) from None
         reply = _stored_json_reply(raw) or _reply_from(_stored_response(raw))
         self._log_used(exchange.key)
         return reply
@@ -442,9 +623,21 @@ class Cassette:
         self._log_used(exchange.key)
         return reply
 
-    def _log_miss(self, exchange: Exchange) -> None:
+    def _nearest(self, exchange: Exchange) -> Nearest | None:
+        if self._recorded is None:
+            self._recorded = _recorded_requests(self.dir)
+        return _nearest(self._recorded, exchange.stored_request)
+
+    def _log_miss(self, exchange: Exchange, nearest: Nearest | None = None) -> None:
         ledger = os.environ.get("CASSETTE_MISS_LOG") or str(self.dir / ".misses.jsonl")
-        record = {"key": exchange.key, "method": exchange.method, "path": exchange.path, "time": _now()}
+        record = {
+            "key": exchange.key,
+            "method": exchange.method,
+            "path": exchange.path,
+            "time": _now(),
+            "nearest": nearest.key if nearest is not None else None,
+            "differs": list(nearest.differences) if nearest is not None else [],
+        }
         _append_jsonl(Path(ledger), record)
 
     def _log_used(self, key: str) -> None:

@@ -1,0 +1,144 @@
+"""The candidate's path as docs/candidate.md tells it: rehearse `make record` against the stand-in in either
+flavour, see a wrong base URL named in the error, and see a one-space prompt change explained by the miss.
+
+Real parts only: a baked project, the stand-in as a subprocess (`python -m grader.standin`), `make`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+from tests.helpers.bake import ROOT, bake, baked_venv, clean_env, run
+
+DOCS = (ROOT / "docs" / "candidate.md").read_text(encoding="utf-8")
+
+
+@contextmanager
+def standin_process() -> Iterator[tuple[str, list[str]]]:
+    """The stand-in as a candidate starts it: yields its stdout URL and the flavour lines it logs."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "grader.standin", "--port", "0"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        url = proc.stdout.readline().strip()
+        flavours = [proc.stderr.readline().strip(), proc.stderr.readline().strip()]
+        yield url, flavours
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _exports(line: str) -> dict[str, str]:
+    return dict(re.findall(r"([A-Z_]+)=(\S+)", line))
+
+
+def _package(project: Path) -> str:
+    return tomllib.loads((project / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"][
+        "wheel"
+    ]["packages"][0]
+
+
+@pytest.mark.parametrize("provider", ["openai-compatible", "anthropic"])
+def test_record_against_the_standin_with_the_variables_it_prints(tmp_path: Path, provider: str) -> None:
+    project = bake(tmp_path, provider=provider)
+    venv = baked_venv()
+    flavour = "Anthropic" if provider == "anthropic" else "OpenAI"
+    with standin_process() as (url, flavours):
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
+        line = next(f for f in flavours if f.startswith(f"standin: {flavour} flavour:"))
+        variables = _exports(line)
+        recorded = run(["make", "record"], project, venv.env(**variables))
+    assert recorded.returncode == 0, recorded.stdout[-2000:] + recorded.stderr[-2000:]
+    tapes = list((project / "cassettes").glob("*.json"))
+    assert tapes, "make record wrote no tape"
+    assert {json.loads(t.read_text())["meta"]["endpoint"] for t in tapes} == {"127.0.0.1"}
+    replayed = run(["make", "test"], project, venv.env(), offline=True)
+    assert replayed.returncode == 0, replayed.stdout[-2000:]
+    # The variables the stand-in prints are the ones the candidate guide tells them to set.
+    base = variables["ANTHROPIC_BASE_URL" if provider == "anthropic" else "OPENAI_BASE_URL"]
+    port = url.rsplit(":", 1)[1].split("/")[0]
+    assert base.replace(port, "8765") in DOCS
+
+
+def test_a_doubled_v1_is_named_with_method_url_and_fix(tmp_path: Path) -> None:
+    """The mistake the guide warns about: the stdout URL (…/v1) given as ANTHROPIC_BASE_URL."""
+    project = bake(tmp_path, provider="anthropic")
+    venv = baked_venv()
+    with standin_process() as (url, _):
+        env = venv.env(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="standin", CASSETTE_MODE="record")
+        result = run(["python", "-m", _package(project), "my parcel never arrived"], project, env)
+    assert result.returncode == 1
+    line = result.stderr.strip().splitlines()[-1]
+    assert f"HTTP 404 to POST {url}/v1/messages" in line, line
+    assert "set ANTHROPIC_BASE_URL without the trailing /v1" in line
+
+
+def test_an_unreachable_endpoint_is_named(tmp_path: Path) -> None:
+    project = bake(tmp_path)
+    env = baked_venv().env(
+        OPENAI_BASE_URL="http://127.0.0.1:9/v1", OPENAI_API_KEY="standin", CASSETTE_MODE="record"
+    )
+    result = run(["python", "-m", _package(project), "hello"], project, env)
+    assert result.returncode == 1
+    assert "cannot reach the model endpoint: POST http://127.0.0.1:9/v1/chat/completions" in result.stderr
+
+
+def test_a_one_space_prompt_change_names_the_nearest_tape_and_the_space(tmp_path: Path) -> None:
+    project = bake(tmp_path)
+    venv = baked_venv()
+    with standin_process() as (url, _):
+        recorded = run(["make", "record"], project, venv.env(OPENAI_BASE_URL=url, OPENAI_API_KEY="standin"))
+    assert recorded.returncode == 0, recorded.stdout[-2000:]
+    tapes = {p.stem for p in (project / "cassettes").glob("*.json")}
+    agent = project / _package(project) / "agent.py"
+    text = agent.read_text()
+    last_line = 'otherwise false}."\n)'
+    assert last_line in text
+    # One trailing space in the system prompt: the candidate's one-space prompt edit.
+    agent.write_text(text.replace(last_line, 'otherwise false}. "\n)'))
+
+    ledger = tmp_path / "misses.jsonl"
+    result = run(["make", "test"], project, venv.env(CASSETTE_MISS_LOG=str(ledger)), offline=True)
+    assert result.returncode != 0
+    assert "nearest recorded: " in result.stdout
+    assert "differs in messages[0].content: trailing space" in result.stdout
+    misses = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert len(misses) == len(tapes)
+    assert all(
+        m["nearest"] in tapes and m["differs"] == ["messages[0].content: trailing space"] for m in misses
+    )
+    # Many misses, one closing line that names the cause, just above pytest's totals.
+    lines = result.stdout.rstrip().splitlines()
+    assert lines[-2] == (
+        f"cassette: {len(misses)} miss(es); nearest tapes differ in: messages[0].content: trailing space "
+        f"({len(misses)}x); every miss is in {ledger}; undo the change or run `make record`"
+    )
+    assert sum(1 for line in lines if line.startswith("cassette: ")) == 1
+
+
+@pytest.mark.parametrize("provider", ["openai-compatible", "anthropic"])
+def test_baked_metadata_matches_the_guide(tmp_path: Path, provider: str) -> None:
+    project = bake(tmp_path, provider=provider)
+    meta = tomllib.loads((project / "pyproject.toml").read_text())["project"]
+    assert meta["requires-python"] == ">=3.10"
+    assert "\\u003e" not in (project / "pyproject.toml").read_text()
+    assert "Python ≥ 3.10" in DOCS and '`requires-python = ">=3.10"`' in DOCS
