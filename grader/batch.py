@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader.errors import BadInput, NotAssessable
+from grader.inert import csv_cell, inert, inert_tree
 from grader.progress import Display, QuietDisplay
 from grader.runstore import write_json, write_text
 
@@ -243,6 +244,7 @@ def run_batch(
     display: Display | None = None,
     shard: Shard | None = None,
     listed: int | None = None,
+    budget: float | None = None,
 ) -> list[Outcome]:
     """Grade every entry (``jobs`` at a time, default: the number of cores) into ``out``; never raises
     for one candidate's failure. ``out`` must be new or empty. With ``shard``, ``entries`` are that slice
@@ -262,7 +264,7 @@ def run_batch(
 
     def one(index: int) -> None:
         entry = entries[index]
-        outcome = _grade_one(entry, rubric, out, timeout, cache_root, formats, shown, steps)
+        outcome = _grade_one(entry, rubric, out, timeout, cache_root, formats, shown, steps, budget)
         with write_lock:
             outcomes[index] = outcome
 
@@ -287,7 +289,7 @@ def run_batch(
             "listed": len(entries) if listed is None else listed,
             "source_sha256": _sha256(source) if source is not None else "",
         }
-    write_json(out / BATCH_FILE, manifest)
+    write_json(out / BATCH_FILE, inert_tree(manifest))
     return ordered
 
 
@@ -304,6 +306,7 @@ def _grade_one(
     formats: tuple[str, ...],
     display: Display,
     steps: int,
+    budget: float | None = None,
 ) -> Outcome:
     from grader.grading import grade
     from grader.runstore import store_failure
@@ -320,6 +323,7 @@ def _grade_one(
             entry.target,
             rubric=rubric,
             timeout=timeout,
+            budget=budget,
             cache_root=cache_root,
             progress=progress,
             store=folder,
@@ -388,7 +392,8 @@ def _row_cell(report: dict[str, Any], row_id: str) -> str:
 
 def _csv(outcomes: Sequence[Outcome], row_ids: list[str]) -> str:
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
+    # Every cell through csv_cell: a reason or target starting with "=" must not run in a spreadsheet.
+    writer = _SafeWriter(csv.writer(buffer, lineterminator="\n"))
     writer.writerow(
         ["candidate", "target", "status", "points", "max", "percent", *row_ids, "report", "reason"]
     )
@@ -414,8 +419,16 @@ def _csv(outcomes: Sequence[Outcome], row_ids: list[str]) -> str:
     return buffer.getvalue()
 
 
+class _SafeWriter:
+    def __init__(self, writer: Any) -> None:
+        self._writer = writer
+
+    def writerow(self, cells: Sequence[Any]) -> None:
+        self._writer.writerow([csv_cell(cell) for cell in cells])
+
+
 def _md(text: Any) -> str:
-    return " ".join(str(text).split()).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;")
+    return " ".join(inert(str(text)).split()).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;")
 
 
 def _markdown(outcomes: Sequence[Outcome], row_ids: list[str], rubric: Rubric) -> str:

@@ -100,6 +100,13 @@ def _grade_parser() -> Parser:
         default=300.0,
         help="seconds allowed per command the submission runs (300)",
     )
+    parser.add_argument(
+        "--budget",
+        type=positive(float, "--budget"),
+        metavar="SECONDS",
+        help="seconds the whole grade may take (4 x --timeout); rows it leaves unassessed are named in the "
+        "report's notes",
+    )
     parser.add_argument("--keep-workspace", action="store_true", help="keep the temporary checkout and logs")
     parser.add_argument(
         "--fail-under", type=_percent, metavar="PERCENT", help="exit 3 when the total is below PERCENT"
@@ -166,7 +173,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    from grader.inert import inert
+
+    # Error lines quote paths and archive member names the submission chose: nothing in them may act.
+    print(inert(line), file=sys.stderr, flush=True)
 
 
 def _cmd_checks(args: list[str]) -> int:
@@ -207,6 +217,7 @@ def _cmd_grade(args: list[str]) -> int:
                 opts.target,
                 rubric=rubric,
                 timeout=opts.timeout,
+                budget=opts.budget,
                 keep_workspace=opts.keep_workspace,
                 cache_root=opts.cache_dir,
                 progress=progress,
@@ -341,6 +352,12 @@ def _batch_parser() -> Parser:
         help="seconds allowed per command a submission runs (300)",
     )
     parser.add_argument(
+        "--budget",
+        type=positive(float, "--budget"),
+        metavar="SECONDS",
+        help="seconds each candidate's grade may take (4 x --timeout)",
+    )
+    parser.add_argument(
         "--format",
         action="append",
         choices=FORMATS,
@@ -377,6 +394,7 @@ def _cmd_batch(args: list[str]) -> int:
             source=opts.file,
             jobs=opts.jobs,
             timeout=opts.timeout,
+            budget=opts.budget,
             cache_root=opts.cache_dir,
             formats=opts.format,
             display=display,

@@ -10,7 +10,9 @@ import re
 import secrets
 import shlex
 import shutil
+import subprocess
 import threading
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
@@ -90,6 +92,8 @@ class Context:
         dependencies: Dependencies | None = None,
         thresholds: Mapping[str, float] | None = None,
         timeout: float = 300.0,
+        budget: float | None = None,
+        started: float | None = None,
     ) -> None:
         self.workspace = workspace
         self.checkout: Path = workspace.repo
@@ -106,6 +110,17 @@ class Context:
         self.dependencies = dependencies  # what was installed, refused or overridden (grader.requirements)
         self.thresholds: dict[str, float] = dict(thresholds or {})
         self.timeout = timeout
+        # The grade's overall budget (seconds since ``started``, a time.monotonic() value): no run starts
+        # once it is spent, and none runs past it (docs/reviewer.md, --budget).
+        self.budget = budget
+        start = time.monotonic() if started is None else started
+        self.deadline = None if budget is None else start + budget
+        self.timeouts: list[tuple[str, float]] = []  # (label, seconds) of every run that reached its timeout
+        self.skipped: list[str] = []  # why runs were not made: the not-assessable reasons, for the notes
+        # Set once the replay suite timed out: every other run of the suite is skipped or stopped.
+        self._suite_hung = threading.Event()
+        self._suite_hung_reason = ""
+        self._suite_done = threading.Event()  # the replay suite's run ended, however it ended
         self.outputs: list[tuple[str, str]] = []
         self.sandbox_users: set[str] = set()  # RunResult.user of every run: "unprivileged" | "grader"
         self._replay: ReplayRun | None = None
@@ -207,12 +222,34 @@ class Context:
         loopback: bool = False,
         label: str = "",
         pass_fds: Sequence[int] = (),
+        suite_probe: bool = False,
     ) -> tuple[RunResult, AuditLog]:
-        """Run `argv` in the sandbox with the submission's venv, no network and no credentials."""
+        """Run `argv` in the sandbox with the submission's venv, no network and no credentials.
+
+        Within the grade's budget: NotAssessable when it is spent, or when it ran out during this run.
+        ``suite_probe``: the command runs the suite again (a rerun, a record command that runs it); once the
+        replay suite timed out it is skipped, or stopped if already running (NotAssessable).
+        """
+        if suite_probe and self._suite_hung.is_set():
+            raise self.skip(self._suite_hung_reason)
         from grader import sandbox
 
         venv = self.require_env().venv
         label = label or " ".join(argv)
+        allowed = self.timeout if timeout is None else timeout
+        if suite_probe and not self._suite_done.is_set():
+            # Started alongside the replay suite (--jobs 2): whether the suite hangs is for the replay suite
+            # to find out (it stops this run when it times out); the grace keeps this run from reaching
+            # its own timeout first, which would make a hanging suite cost two timeouts.
+            allowed += max(10.0, allowed / 2)
+        clipped = False
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left < 1.0:
+                spent = f"the grade's budget of {self.budget:g} s was spent"
+                raise self.skip(f"not run: {spent} before {label!r}")
+            if left < allowed:
+                allowed, clipped = left, True
         # No cwd: a fresh copy of the pristine tree, never the checkout an earlier run may have rewritten.
         cwd = cwd or self.scratch_copy(label)
         startup, _sealed = self._guard_files()
@@ -234,18 +271,33 @@ class Context:
                 list(argv),
                 cwd=cwd,
                 home=home,
-                timeout=self.timeout if timeout is None else timeout,
+                timeout=allowed,
                 venv=venv,
                 env=extra,
                 loopback=loopback,
                 audit_log=audit_log,
                 audit_root=cwd,
                 pass_fds=pass_fds,
+                stop=self._suite_hung if suite_probe else None,
             )
+        if result.stopped:
+            raise self.skip(self._suite_hung_reason)
+        if result.timed_out and clipped:
+            raise self.skip(f"not finished: the grade's budget of {self.budget:g} s ran out during {label!r}")
+        if result.timed_out:
+            with self._lock:
+                self.timeouts.append((label, allowed))
         self.outputs.append((label, f"{result.stdout}\n{result.stderr}"))
         self.sandbox_users.add(result.user)
         self._check_space(result, free_before, label)
         return result, read_audit_log(audit_log)
+
+    def skip(self, reason: str) -> NotAssessable:
+        """The NotAssessable for a run the grader did not make (or stopped), remembered for the notes."""
+        with self._lock:
+            if reason not in self.skipped:
+                self.skipped.append(reason)
+        return NotAssessable(reason)
 
     def replay_run(self) -> ReplayRun:
         """The replay suite (`make test` when the Makefile has it, else `python -m pytest`), run once."""
@@ -266,7 +318,7 @@ class Context:
         # Start-up files (sitecustomize.py) found statically -> rerun in a clean interpreter. Every rerun
         # gets a fresh copy of the pristine tree: the first run may have rewritten or deleted tests in the
         # checkout so that a rerun there would find nothing to contradict it.
-        rr = self.run_suite(self.checkout, label="replay")
+        rr = self.run_suite(self.checkout, label="replay", primary=True)
         rr.scan = tamper.scan(self.repo)  # the pristine copy: what was submitted, not what the run left
         if rr.run.timed_out:
             return rr
@@ -299,12 +351,15 @@ class Context:
         noconftest: bool = False,
         unskip: bool = False,
         clean: bool = False,
+        primary: bool = False,
     ) -> ReplayRun:
         """Run the suite as `replay_run` does, in another checkout (e.g. a scratch copy); not memoized.
 
         ``noconftest`` adds ``--noconftest``; ``unskip`` makes the guard strip skip/skipif/xfail marks;
         ``clean`` runs pytest itself (not `make test`) in ``python -I -B`` through the grader's launcher,
         so no start-up file, ``PYTHON*`` variable or Makefile of the submission's runs before the guard.
+        ``primary``: the replay suite itself. Once it has timed out, every other run of the suite (a
+        probe) is skipped, or stopped if it is running (NotAssessable): a hanging suite costs one timeout.
         """
         venv = self.require_env().venv
         # Which command: from the pristine copy's Makefile (the one in ``cwd`` may have been rewritten).
@@ -343,14 +398,26 @@ class Context:
         nonce = secrets.token_hex(16)
         with self._disk("opening the guard log"):
             fd = os.open(guard_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+        run: RunResult | None = None
         try:
             env["GRADER_GUARD_FD"] = str(fd)
             env["GRADER_GUARD_NONCE"] = nonce
             if unskip:
                 env["GRADER_GUARD_UNSKIP"] = "1"
-            run, audit = self.run(command, cwd=cwd, env=env, label=label, pass_fds=(fd,))
+            run, audit = self.run(
+                command, cwd=cwd, env=env, label=label, pass_fds=(fd,), suite_probe=not primary
+            )
         finally:
             os.close(fd)
+            if primary and run is not None and run.timed_out:  # hung first, then done: no probe slips by
+                self._suite_hung_reason = (
+                    f"not run: the replay suite timed out after {run.duration:.0f} s, "
+                    "so the probes that run the suite again were skipped or stopped"
+                )
+                self._suite_hung.set()
+            if primary:
+                self._suite_done.set()
+        assert run is not None  # self.run either returned or raised
         guard = tamper.read_guard(guard_log, nonce)
         logged = read_result_log(results_log)
         # JUnit is the fallback when the grader's plugin never wrote (e.g. pytest crashed loading it).
@@ -390,11 +457,21 @@ class Context:
         self.repo = self._pristine
         return True
 
+    def scratch_copy_without(
+        self, name: str, folder: Path, leave_out: Callable[[Path], bool]
+    ) -> tuple[Path, int]:
+        """`scratch_copy`, less the files under the repo-relative ``folder`` that ``leave_out`` names:
+        (the copy, how many were left out). A probe that withholds 10,000 tapes never copies them."""
+        return self._scratch(name, (Path(folder), leave_out))
+
     def scratch_copy(self, name: str) -> Path:
         """A throwaway copy of the repo (history included) for probes that mutate files.
 
         Made from the copy `keep_pristine` kept, else (nothing kept) from the checkout itself.
         """
+        return self._scratch(name, None)[0]
+
+    def _scratch(self, name: str, leave_out: tuple[Path, Callable[[Path], bool]] | None) -> tuple[Path, int]:
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "scratch"
         base = self.workspace.root / "scratch"
         with self._lock:
@@ -406,9 +483,14 @@ class Context:
             with self._disk(f"copying the repo for {name!r}"):
                 dest.mkdir(parents=True)
         with self._disk(f"copying the repo for {name!r}"):
-            _copy_tree(self._pristine or self.checkout, dest)
+            source = self._pristine or self.checkout
+            if leave_out is None:
+                _copy_tree(source, dest)
+                left = 0
+            else:
+                left = _copy_tree_without(source, dest, *leave_out)
             dest.chmod(0o755)  # cp -a gave it the pristine copy's 0700; the run's user gets it by chown
-        return dest
+            return dest, left
 
 
 _copy_tree = copy_checkout  # the name tests and older callers use
@@ -431,6 +513,59 @@ def _read_log(path: Path) -> bytes | None:
         return read_bytes(path, cap=_LOG_CAP, truncate=True)
     except OSError:
         return None
+
+
+def _copy_tree_without(source: Path, dest: Path, folder: Path, leave_out: Callable[[Path], bool]) -> int:
+    """`_copy_tree`, except the files under ``folder`` (relative) for which ``leave_out`` is true.
+
+    Everything beside the path down to ``folder`` goes through `_copy_tree` (cp); only ``folder`` itself is
+    walked here. A ``folder`` that is missing, climbs out, or has a link on its path is copied as it is
+    (nothing left out). Returns how many files were left out.
+    """
+    parts = folder.parts
+    here = source
+    for part in parts:
+        here = here / part
+        if folder.is_absolute() or part in ("", ".", "..") or here.is_symlink() or not here.is_dir():
+            _copy_tree(source, dest)
+            return 0
+    src, dst = source, dest
+    for part in parts:
+        _copy_entries([src / entry for entry in sorted(os.listdir(src)) if entry != part], dst)
+        src, dst = src / part, dst / part
+        dst.mkdir()
+        shutil.copystat(src, dst)
+    left: list[int] = [0]
+
+    def ignore(where: str, names: list[str]) -> list[str]:
+        skipped = [n for n in names if not _real_dir(os.path.join(where, n)) and leave_out(Path(where, n))]
+        left[0] += len(skipped)
+        return skipped
+
+    shutil.copytree(src, dst, symlinks=True, ignore=ignore, dirs_exist_ok=True)
+    return left[0]
+
+
+def _real_dir(path: str) -> bool:
+    return os.path.isdir(path) and not os.path.islink(path)
+
+
+def _copy_entries(paths: list[Path], dest: Path) -> None:
+    """Copy each of ``paths`` into ``dest`` (one cp for all of them; links stay links)."""
+    if not paths:
+        return
+    try:
+        argv = ["cp", "-a", "--", *map(str, paths), str(dest)]
+        code = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, check=False).returncode
+    except OSError:
+        code = None
+    if code == 0:
+        return
+    for path in paths:
+        if path.is_dir() and not path.is_symlink():
+            shutil.copytree(path, dest / path.name, symlinks=True, dirs_exist_ok=True)
+        else:
+            shutil.copy2(path, dest / path.name, follow_symlinks=False)
 
 
 def _guard_results(guard: tamper.GuardLog, fallback: Results | None) -> Results:

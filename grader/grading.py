@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Progress", "grade", "run_checks", "unassessed_report"]
 
+# The default overall budget of a grade, in per-command timeouts (docs/reviewer.md: --budget).
+BUDGET_TIMEOUTS = 4
+
 # step, seconds the step took, one-line message
 Progress = Callable[[str, float, str], None]
 
@@ -64,8 +67,13 @@ def grade(
     jobs: int = 1,
     store: Path | None = None,
     store_formats: tuple[str, ...] = ("json", "markdown"),
+    budget: float | None = None,
 ) -> dict[str, Any]:
     """Grade one submission; raises BadInput only for an unusable target (before any code runs).
+
+    ``budget``: seconds the whole grade may take (default ``BUDGET_TIMEOUTS`` × ``timeout``). No command
+    starts once it is spent and none runs past it; the rows that left unassessed are not-assessable, and
+    the report's notes say which and why.
 
     Raises NotAssessable when nothing can be graded because the grader's own environment failed (no space
     for the workspace, the run or the stored run); a failure that costs only some rows marks those rows.
@@ -76,6 +84,8 @@ def grade(
     from grader.install import default_cache_root
     from grader.sandbox import host_shortfall
 
+    started = time.monotonic()
+    budget = BUDGET_TIMEOUTS * timeout if budget is None else budget
     shortfall = host_shortfall()
     if shortfall is not None:
         # A host limit too low for any suite: nothing is scored, rather than the candidate scored down.
@@ -102,6 +112,8 @@ def grade(
             jobs=jobs,
             store=store,
             store_formats=store_formats,
+            budget=budget,
+            started=started,
         )
     except OSError as exc:
         if not no_space(exc):
@@ -134,6 +146,8 @@ def _pipeline(
     jobs: int,
     store: Path | None,
     store_formats: tuple[str, ...],
+    budget: float,
+    started: float,
 ) -> dict[str, Any]:
     from grader.acquire import acquire
     from grader.manifest import not_a_submission, read_manifest
@@ -155,9 +169,21 @@ def _pipeline(
     notes.extend(manifest.notes)
 
     start = time.monotonic()
-    env, install_error, install_failed, dependencies = _install(
-        workspace.repo, cache_root=cache_root, timeout=timeout
-    )
+    left = started + budget - time.monotonic()
+    if left < 1.0:
+        spent = f"not run: the grade's budget of {budget:g} s was spent before the install"
+        from grader.requirements import read_dependencies
+
+        env, install_error, install_failed, dependencies = (
+            None,
+            spent,
+            False,
+            read_dependencies(workspace.repo),
+        )
+    else:
+        env, install_error, install_failed, dependencies = _install(
+            workspace.repo, cache_root=cache_root, timeout=min(timeout, left)
+        )
     timings["install"] = _since(start)
     if env is not None:
         how = "cached" if env.cached else f"installed with {env.tool}"
@@ -179,9 +205,12 @@ def _pipeline(
         dependencies=dependencies,
         thresholds=rubric.thresholds,
         timeout=timeout,
+        budget=budget,
+        started=started,
     )
     check_ids = [row.check for row in rubric.rows]
     results = run_checks(ctx, check_ids, timings, progress, jobs=jobs)
+    notes.extend(_run_notes(ctx, rubric, results))
     iso = asdict(isolation())
     if ctx.sandbox_users:
         # "unprivileged" only when every run of submission code dropped privileges (docs/security.md).
@@ -200,6 +229,18 @@ def _pipeline(
         logs = root / "logs"
         store_run(store, report=report, results=results, rubric=rubric, logs=logs, formats=store_formats)
     return report
+
+
+def _run_notes(ctx: Context, rubric: Rubric, results: dict[str, CheckResult]) -> list[str]:
+    """What the report must say about runs: each that reached its timeout, and each run the grader skipped
+    or stopped (a probe of a suite that timed out, the budget spent) with the rows that left unassessed."""
+    notes = [f"timed out after {seconds:g} s: {label}" for label, seconds in ctx.timeouts]
+    for reason in ctx.skipped:
+        unassessed = {c for c, result in results.items() if reason in (result.not_assessable or "")}
+        rows = [row.id for row in rubric.rows if row.check in unassessed]
+        where = f"rows left unassessed: {', '.join(rows)}" if rows else "every row still scored without it"
+        notes.append(f"{reason}; {where}")
+    return notes
 
 
 def _isolation_notes(iso: dict[str, Any]) -> list[str]:

@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from grader.inert import inert
+
 __all__ = ["Display", "LinesDisplay", "LiveDisplay", "QuietDisplay", "make_display"]
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -165,7 +167,7 @@ def _prefix(who: str) -> str:
 
 def _clean(line: str) -> str:
     # Messages can quote submission output: no control character (an escape sequence) reaches the terminal.
-    return _CONTROL.sub(" ", line)
+    return _CONTROL.sub(" ", inert(line))
 
 
 def _fit(line: str, width: int) -> str:

@@ -150,6 +150,9 @@ class RunResult:
     truncated: bool
     # Who the command ran as: "unprivileged" (a uid of its own) or the grader's own user.
     user: str = field(default="grader")
+    # True when the grader stopped the command early (`run(stop=...)`), e.g. a probe of a suite that
+    # already timed out elsewhere: not the command's own outcome.
+    stopped: bool = False
 
 
 @dataclass(frozen=True)
@@ -610,6 +613,7 @@ def run(
     writable: Sequence[Path] = (),
     readable: Sequence[Path] = (),
     pass_fds: Sequence[int] = (),
+    stop: threading.Event | None = None,
 ) -> RunResult:
     """Run ``argv`` sandboxed; never raises for the command's own failure (see ``RunResult``).
 
@@ -621,6 +625,7 @@ def run(
     system folders and its writable folders.
     ``pass_fds``: descriptors the command inherits (the guard plugin's result log, opened by the grader in a
     folder the sandbox user cannot reach).
+    ``stop``: when set while the command runs, it is killed and the result says ``stopped``.
     """
     argv = [str(a) for a in argv]
     cwd, home = Path(cwd), Path(home)
@@ -655,7 +660,7 @@ def run(
                 _chown_tree(path, uid, uid)
         start = time.monotonic()
         try:
-            result = _start_and_collect(full, argv, cwd, child_env, timeout, output_cap, pass_fds)
+            result = _start_and_collect(full, argv, cwd, child_env, timeout, output_cap, pass_fds, stop)
         finally:
             if drop:
                 # Hand everything back (the command is dead: its pid namespace is gone), so the grader's later
@@ -676,6 +681,7 @@ def _start_and_collect(
     timeout: float,
     cap: int,
     pass_fds: Sequence[int],
+    stop: threading.Event | None = None,
 ) -> RunResult:
     try:
         proc = subprocess.Popen(
@@ -690,12 +696,15 @@ def _start_and_collect(
         )
     except OSError as exc:
         return RunResult(argv, None, "", f"cannot start {argv[0]}: {exc.strerror}", False, 0.0, False)
-    out, err, timed_out, truncated = _collect(proc, timeout=timeout, cap=cap)
-    return RunResult(argv, None if timed_out else proc.returncode, out, err, timed_out, 0.0, truncated)
+    out, err, timed_out, truncated, stopped = _collect(proc, timeout=timeout, cap=cap, stop=stop)
+    code = None if timed_out or stopped else proc.returncode
+    return RunResult(argv, code, out, err, timed_out, 0.0, truncated, stopped=stopped)
 
 
-def _collect(proc: subprocess.Popen[bytes], *, timeout: float, cap: int) -> tuple[str, str, bool, bool]:
-    """Drain both pipes with a cap until EOF, the deadline, or shortly after the command exits."""
+def _collect(
+    proc: subprocess.Popen[bytes], *, timeout: float, cap: int, stop: threading.Event | None = None
+) -> tuple[str, str, bool, bool, bool]:
+    """Drain both pipes with a cap until EOF, the deadline, ``stop``, or shortly after the command exits."""
     assert proc.stdout is not None and proc.stderr is not None
     deadline = time.monotonic() + timeout
     bufs: dict[int, bytearray] = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
@@ -704,7 +713,7 @@ def _collect(proc: subprocess.Popen[bytes], *, timeout: float, cap: int) -> tupl
     for pipe in (proc.stdout, proc.stderr):
         os.set_blocking(pipe.fileno(), False)
         sel.register(pipe, selectors.EVENT_READ)
-    timed_out = False
+    timed_out = stopped = False
     exited_at: float | None = None
     try:
         while sel.get_map():
@@ -716,6 +725,9 @@ def _collect(proc: subprocess.Popen[bytes], *, timeout: float, cap: int) -> tupl
                 break
             if now >= deadline:
                 timed_out = proc.poll() is None
+                break
+            if stop is not None and stop.is_set() and exited_at is None:
+                stopped = True
                 break
             wait = min(deadline - now, 0.1)
             for key, _ in sel.select(wait):
@@ -749,4 +761,4 @@ def _collect(proc: subprocess.Popen[bytes], *, timeout: float, cap: int) -> tupl
         if sizes[fd] > cap:
             text += _TRUNCATED_MARK
         texts.append(text)
-    return texts[0], texts[1], timed_out, truncated
+    return texts[0], texts[1], timed_out, truncated, stopped

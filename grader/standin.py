@@ -6,12 +6,15 @@ with `--rules`): the last user message is classified into `{"intent": ..., "need
 yields byte-identical tapes.
 
     python -m grader.standin [--port N] [--host 127.0.0.1] [--quiet] [--rules FILE]
+                             [--profile FILE|baseline|drifted] [--truth-log FILE]
 
 prints its base URL (`http://127.0.0.1:PORT/v1`) as the first stdout line and serves until SIGTERM/SIGINT.
 On stderr (unless --quiet) it says what to set for each flavour: `OPENAI_BASE_URL` is that URL, and
 `ANTHROPIC_BASE_URL` is the same without `/v1` (Anthropic clients add `/v1/messages` themselves); any
 non-empty API key is accepted.
 From Python: `with running() as base_url: ...`, or `server, base_url = serve()` then `server.shutdown()`.
+`--profile` plays a model that drifts (grader/standin_profile.py, grader/standin_drift.py, docs/standin.md);
+without it the stand-in answers exactly as above.
 """
 
 from __future__ import annotations
@@ -32,8 +35,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:  # imported lazily: the canary probe runs this file alone, without the grader package
+    from grader.standin_drift import Drifter
 
 __all__ = [
     "Rules",
@@ -433,6 +439,8 @@ class StandinServer(ThreadingHTTPServer):
     block_on_close = False
     # Reusing the address lets a restarted stand-in take its old port at once.
     allow_reuse_address = True
+    # Set by --profile: answers then go through the profile's drift (grader/standin_drift.py).
+    drift: Drifter | None = None
 
     def __init__(self, address: tuple[str, int], rules: Rules, log: Callable[[str], None] | None) -> None:
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
@@ -653,6 +661,9 @@ class _Handler(BaseHTTPRequestHandler):
         except _BadRequest as exc:
             self._error("openai", 400, str(exc))
             return
+        if self.server.drift is not None:
+            self.server.drift.answer(self, "openai", path, body, reply)
+            return
         headers = self._common_headers("openai", reply.digest, reply.served)
         if body.get("stream") is True:
             options = body.get("stream_options")
@@ -670,6 +681,9 @@ class _Handler(BaseHTTPRequestHandler):
             reply = _reply(path, body, "anthropic", limit, self.server.rules)
         except _BadRequest as exc:
             self._error("anthropic", 400, str(exc))
+            return
+        if self.server.drift is not None:
+            self.server.drift.answer(self, "anthropic", path, body, reply)
             return
         headers = self._common_headers("anthropic", reply.digest)
         if body.get("stream") is True:
@@ -764,6 +778,27 @@ def _port(text: str) -> int:
     return value
 
 
+def _drifter(spec: str, truth_log: Path | None, rules: Rules | None) -> Drifter:
+    from dataclasses import replace
+
+    try:
+        from grader.standin_drift import Drifter
+        from grader.standin_profile import ProfileError, load_profile, resolve_profile
+    except ImportError:  # this file copied alone, as the canary probe does
+        raise RulesError("--profile needs the grader package: run python -m grader.standin") from None
+
+    try:
+        profile = load_profile(resolve_profile(spec))
+    except ProfileError as exc:
+        raise RulesError(str(exc)) from None
+    if truth_log is not None:
+        try:
+            truth_log.open("a", encoding="utf-8").close()
+        except OSError as exc:
+            raise RulesError(f"{truth_log}: cannot append to the truth log: {exc.strerror}") from None
+    return Drifter(replace(profile, rules=rules) if rules is not None else profile, truth_log)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m grader.standin",
@@ -778,7 +813,20 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         default=None,
         metavar="FILE",
-        help="answering rules, YAML or .json (default: the bundled rules/standin.yaml)",
+        help="answering rules, YAML or .json (default: the bundled rules/standin.yaml, or the profile's)",
+    )
+    parser.add_argument(
+        "--profile",
+        default=None,
+        metavar="FILE",
+        help="play the model a profile describes, drift included (YAML; shipped: baseline, drifted)",
+    )
+    parser.add_argument(
+        "--truth-log",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="with --profile: append one JSON line per answer (intended label, drift applied) to FILE",
     )
     args = parser.parse_args(argv)
 
@@ -786,8 +834,14 @@ def main(argv: list[str] | None = None) -> int:
         print(line, file=sys.stderr, flush=True)
 
     try:
+        if args.truth_log is not None and args.profile is None:
+            raise RulesError("--truth-log needs --profile (the truth it logs is the profile's drift)")
         rules = load_rules(args.rules) if args.rules is not None else None
+        drifter = _drifter(args.profile, args.truth_log, rules) if args.profile is not None else None
+        if drifter is not None:
+            rules = drifter.profile.rules
         server, base_url = make_server(args.host, args.port, rules=rules, log=None if args.quiet else log)
+        server.drift = drifter
     except RulesError as exc:
         print(f"standin: error: {exc}", file=sys.stderr)
         return 2

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import stat
+import threading
 import zlib
 from dataclasses import dataclass, field
 from datetime import timezone
@@ -577,14 +578,33 @@ def _int(value: Any) -> int | None:
         return None
 
 
+_LOCKS_LOCK = threading.Lock()
+
+
 def tapes_of(ctx: Any) -> list[Tape]:
-    """The context's tapes, loaded once per context (four checks read them; big YAML is slow to parse)."""
+    """The context's tapes, loaded once per context (four checks read them; big YAML is slow to parse).
+
+    Checks run in parallel (``--jobs``): the first caller loads while the others wait for it, so 10,000
+    tapes are held in memory once, not once per check that asked at the same moment.
+    """
     cached = getattr(ctx, "_grader_tapes", None)
     if cached is not None:
         return cached
-    tapes = load_tapes(ctx.repo, getattr(ctx.manifest, "cassette_dir", None))
-    try:
-        ctx._grader_tapes = tapes
-    except AttributeError:  # a context with __slots__: just reload next time
-        pass
-    return tapes
+    with _LOCKS_LOCK:
+        lock = getattr(ctx, "_grader_tapes_lock", None)
+        if lock is None:
+            lock = threading.Lock()
+            try:
+                ctx._grader_tapes_lock = lock
+            except AttributeError:  # a context with __slots__: no sharing, each caller loads its own
+                pass
+    with lock:
+        cached = getattr(ctx, "_grader_tapes", None)
+        if cached is not None:
+            return cached
+        tapes = load_tapes(ctx.repo, getattr(ctx.manifest, "cassette_dir", None))
+        try:
+            ctx._grader_tapes = tapes
+        except AttributeError:  # a context with __slots__: just reload next time
+            pass
+        return tapes

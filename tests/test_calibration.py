@@ -209,3 +209,14 @@ def test_a_malformed_corpus_is_bad_input(tmp_path: Path, text: str, message: str
     path.write_text(text, encoding="utf-8")
     with pytest.raises(BadInput, match=re.escape(message)):
         load_corpus(path)
+
+
+def test_an_answer_edited_after_recording_caps_offline_replay_naming_both_commits(
+    corpus_run: tuple[Any, dict],
+) -> None:
+    case = _case(corpus_run, "edited-answer")
+    row = _row(case, "offline-replay")
+    planted = case["planted"]
+    assert row["score"] is not None and row["score"] <= 2
+    assert planted["file"] in row["evidence"]
+    assert planted["commit"] in row["evidence"] and planted["before"] in row["evidence"]

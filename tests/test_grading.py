@@ -75,6 +75,48 @@ def test_a_scratch_copy_keeps_links_as_links_with_or_without_cp(
     assert (dest / "outside").is_symlink() and str((dest / "outside").readlink()) == "/etc/passwd"
 
 
+@pytest.mark.parametrize("with_cp", [True, False])
+def test_a_copy_without_the_tapes_never_copies_them_and_keeps_everything_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, with_cp: bool
+) -> None:
+    from grader.context import _copy_tree_without
+
+    source = tmp_path / "source"
+    tapes = source / "tests" / "cassettes"
+    (tapes / "sub").mkdir(parents=True)
+    for name in ("a.json", "b.yaml", "sub/c.json"):
+        (tapes / name).write_text("{}\n")
+    (tapes / "README.md").write_text("how the tapes were made\n")
+    (source / "tests" / "test_x.py").write_text("def test_x(): pass\n")
+    (source / "pkg").mkdir()
+    (source / "pkg" / "outside").symlink_to("/etc/passwd")
+    if not with_cp:
+        monkeypatch.setenv("PATH", str(tmp_path / "no-tools-here"))
+    dest = tmp_path / "dest"
+    dest.mkdir()
+
+    left = _copy_tree_without(source, dest, Path("tests/cassettes"), lambda p: p.suffix in (".json", ".yaml"))
+
+    assert left == 3
+    copied = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*"))
+    assert copied == [
+        "pkg",
+        "pkg/outside",
+        "tests",
+        "tests/cassettes",
+        "tests/cassettes/README.md",
+        "tests/cassettes/sub",
+        "tests/test_x.py",
+    ]
+    assert (dest / "pkg" / "outside").is_symlink()
+    # A folder that is absolute (or climbs out, or is missing) leaves nothing out and reads nothing outside.
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    assert _copy_tree_without(source, whole, Path("/etc"), lambda p: True) == 0
+    assert sorted(p.name for p in whole.iterdir()) == ["pkg", "tests"]
+    assert (whole / "tests" / "cassettes" / "a.json").is_file()
+
+
 def test_junit_fallback_counts_outcomes(tmp_path: Path) -> None:
     (tmp_path / "test_mix.py").write_text(
         "import pytest\n"

@@ -195,3 +195,31 @@ def test_canonical_key_ignores_key_order(body):
 def test_canonical_key_changes_with_the_request(change):
     body = {"model": "gpt-4o-mini", "temperature": 0}
     assert canonical_key("POST", "/p", body) != canonical_key("POST", "/p", {**body, **change})
+
+
+def test_checks_asking_for_the_tapes_at_once_share_one_load(tmp_path: Path) -> None:
+    # --jobs 2 runs metadata and hygiene side by side: the tapes must be parsed and held once, not twice.
+    import threading
+    from types import SimpleNamespace
+
+    from grader.tapes import tapes_of
+
+    folder = tmp_path / "cassettes"
+    folder.mkdir()
+    for i in range(300):
+        (folder / f"{i:04d}.json").write_text('{"version": 1, "key": "k", "request": {}}\n', encoding="utf-8")
+    ctx = SimpleNamespace(repo=tmp_path, manifest=SimpleNamespace(cassette_dir=Path("cassettes")))
+    start = threading.Barrier(4)
+    got: list[object] = []
+
+    def ask() -> None:
+        start.wait()
+        got.append(tapes_of(ctx))
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(got) == 4 and all(tapes is got[0] for tapes in got)
+    assert len(got[0]) == 300

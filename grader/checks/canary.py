@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grader.checks import Finding
+from grader.errors import NotAssessable
 from grader.safeio import read_bytes
 from grader.secrets import redact, scan_text
 from grader.secrets.findings import fingerprint
@@ -276,7 +277,11 @@ def _shown(record: list[str]) -> str:
 
 def _execute(ctx: Context, plan: _Plan) -> CanaryProbe:
     argv, scratch, canary, key_env, shown = plan.argv, plan.scratch, plan.canary, plan.key_env, plan.shown
-    run, _audit = ctx.run(argv, cwd=scratch, env=plan.env, loopback=True, label=_LABEL)
+    try:
+        # The template's record command runs the suite: once the replay suite hung, this is not run.
+        run, _audit = ctx.run(argv, cwd=scratch, env=plan.env, loopback=True, label=_LABEL, suite_probe=True)
+    except NotAssessable as exc:  # skipped, or the grade's budget is spent: the static scan still counts
+        return CanaryProbe(f"not available: {exc.reason}")
     ran = {"fingerprint": fingerprint(canary), "output_label": _LABEL}
     if run.returncode == _NO_STANDIN and "stand-in server did not start" in run.stderr:
         return CanaryProbe("not available: the stand-in server did not start in the sandbox", **ran)

@@ -176,16 +176,13 @@ def _said(texts: list[str]) -> str:
     return "\n".join(kept)
 
 
-def _withhold_tapes(copy: Path, cassette_dir: Path) -> int:
-    folder = copy / cassette_dir
-    if not folder.is_dir() or folder.is_symlink():
-        return 0
-    removed = 0
-    for path in sorted(folder.rglob("*")):
-        if (path.is_file() or path.is_symlink()) and path.name.lower().endswith((*TAPE_SUFFIXES, ".gz")):
-            path.unlink()
-            removed += 1
-    return removed
+def _is_tape_file(path: Path) -> bool:
+    return path.name.lower().endswith((*TAPE_SUFFIXES, ".gz"))
+
+
+def _withheld_copy(ctx: Context, name: str, cassette_dir: Path) -> tuple[Path, int]:
+    """A scratch copy with every tape under ``cassette_dir`` left out (never copied), and how many."""
+    return ctx.scratch_copy_without(name, cassette_dir, _is_tape_file)
 
 
 def _prepare_unseen(ctx: Context, command: list[str]) -> Callable[[], tuple[RunResult, AuditLog]]:
@@ -202,8 +199,7 @@ def _prepare_unseen(ctx: Context, command: list[str]) -> Callable[[], tuple[RunR
 
 def _prepare_rerun(ctx: Context, cassette_dir: Path) -> tuple[int, Callable[[], ReplayRun]]:
     """(tapes withheld, the suite rerun in a copy without them), ready to run."""
-    copy = ctx.scratch_copy("withheld-tapes")
-    withheld = _withhold_tapes(copy, cassette_dir)
+    copy, withheld = _withheld_copy(ctx, "withheld-tapes", cassette_dir)
     return withheld, lambda: ctx.run_suite(copy, label="withheld-tapes")
 
 

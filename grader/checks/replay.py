@@ -9,6 +9,7 @@ from grader.audit import Results
 from grader.checks import CheckResult, Finding, register
 from grader.context import ReplayRun
 from grader.tamper import Hook
+from grader.tape_history import TapeEdit, tape_edits
 
 if TYPE_CHECKING:
     from grader.context import Context
@@ -36,6 +37,8 @@ def _zero_facts() -> dict[str, object]:
         "timed_out": False,
         "duration": 0.0,
         "command": "",
+        "tape_edits": 0,
+        "first_tape_edit": "",
         "summary": "",
     }
 
@@ -67,18 +70,34 @@ def replay(ctx: Context) -> CheckResult:
         timed_out: true when the suite ran past the grader's timeout and was killed
         duration: seconds the suite ran
         command: the command the grader ran (e.g. "make test")
+        tape_edits: recorded responses changed in a later commit while their request (and key) stayed the
+            same, not as part of re-recording the whole set: answers edited by hand (read from git history)
+        first_tape_edit: commit:file:line of the first such edit, or "" when none
         summary: e.g. "24 passed, 0 failed, 0 errors, 0 connection attempts (make test, 1.2 s)"
     """
     facts = _zero_facts()
+    history = tape_edits(ctx.repo, ctx.manifest.cassette_dir)
+    edits = history.edits
+    facts.update(tape_edits=len(edits), first_tape_edit=edits[0].location if edits else "")
+    edit_findings = [Finding(rule="tape-edited", message=e.message, location=e.location) for e in edits]
+    edit_details = [f"tape edited: {e.location}: {e.message}" for e in edits[:_MAX_DETAILS]]
+    edit_details += history.notes
     install = _install_findings(ctx)
     if ctx.env is None:
-        facts["summary"] = f"not run: {_first_line(ctx.install_error)}"
+        facts["summary"] = f"not run: {_first_line(ctx.install_error)}" + _edits_summary(edits)
         if getattr(ctx, "install_failed", False):
             # The submission's own dependencies (an invalid line, a package that does not exist or does
             # not build): nothing ran, scored as such, the installer's words as evidence.
             details = [f"install: {line}" for line in str(ctx.install_error).splitlines()[1:]]
-            return CheckResult(facts=facts, findings=install, details=details)
-        return CheckResult(facts=facts, findings=install, not_assessable=ctx.install_error)
+            return CheckResult(
+                facts=facts, findings=[*edit_findings, *install], details=[*edit_details, *details]
+            )
+        return CheckResult(
+            facts=facts,
+            findings=[*edit_findings, *install],
+            details=edit_details,
+            not_assessable=ctx.install_error,
+        )
     rr = ctx.replay_run()
     results = rr.results or Results()
     attempts = _attempts(rr, results)
@@ -108,9 +127,9 @@ def replay(ctx: Context) -> CheckResult:
     if broken and rr.run.returncode != 0:
         # Nothing ran and the command failed: collection crashed, or `make test` never reached pytest.
         facts["errors"] = 1
-    facts["summary"] = _summary(ctx, rr, facts) + evidence.summary()
+    facts["summary"] = _summary(ctx, rr, facts) + evidence.summary() + _edits_summary(edits)
 
-    details = [*evidence.details()]
+    details = [*edit_details, *evidence.details()]
     details += [f"connection attempt at {where}: {what}" for where, what in attempts[:_MAX_DETAILS]]
     details += [f"failed: {line}" for line in results.first_failures]
     if broken:
@@ -118,7 +137,19 @@ def replay(ctx: Context) -> CheckResult:
         details.append(f"no test ran; exit {rr.run.returncode}" + (f": {tail}" if tail else ""))
     findings = [Finding(rule="network-attempt", message=what, location=where) for where, what in attempts]
     findings += [Finding(rule=f"tamper-{h.kind}", message=h.why, location=h.location) for h in evidence.hooks]
-    return CheckResult(facts=facts, findings=[*install, *findings], details=details)
+    return CheckResult(facts=facts, findings=[*edit_findings, *install, *findings], details=details)
+
+
+def _edits_summary(edits: list[TapeEdit]) -> str:
+    """Why the default rubric caps the row: the tapes whose recorded answer was edited, and when."""
+    if not edits:
+        return ""
+    first = edits[0]
+    noun = "tape's recorded response" if len(edits) == 1 else "tapes' recorded responses"
+    return (
+        f"; {len(edits)} {noun} edited after recording: {first.path} changed in {first.after}, "
+        f"request unchanged since {first.before}"
+    )
 
 
 def _first_line(text: object) -> str:

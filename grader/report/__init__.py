@@ -1,6 +1,8 @@
 """Render a grade-report/1 dict as json, markdown, text, sarif, junit, gradescope or html.
 
-One module per format; this is the dispatcher.
+One module per format; this is the dispatcher. Every string of the report goes through
+`grader.inert.inert_tree` here, once, before any renderer sees it: test ids, skip reasons, paths and excerpts
+come from the submission, and no format may carry an escape sequence or a bidi override to the reviewer.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from grader.inert import inert_tree
 from grader.report import as_json, as_markdown, as_text, gradescope, html, junit, sarif
 
 __all__ = ["FORMATS", "render"]
@@ -30,4 +33,4 @@ def render(report: dict[str, Any], fmt: str) -> str:
         renderer = _RENDERERS[fmt]
     except KeyError:
         raise ValueError(f"unknown report format {fmt!r}; choose one of: {', '.join(FORMATS)}") from None
-    return renderer(report)
+    return renderer(inert_tree(report))

@@ -6,16 +6,21 @@ in details and findings is a link to ``repo/<file>#L<line>``, relative to the pa
 beside the report as ``repo/`` (``grade --keep-workspace`` keeps one; ``git clone`` the submission there
 otherwise) and the links open the files offline. Absolute paths and paths with ``..`` are never linked.
 
-Every string from the report is escaped: test names, file names and evidence come from the submission.
-A Content-Security-Policy meta tag forbids scripts and remote loads as a second fence.
+The page is a Jinja2 template rendered with autoescaping on: every string from the report is escaped
+unless this module built it as markup itself (the file:line links, from escaped pieces). Test names, file
+names and evidence come from the submission. A Content-Security-Policy meta tag forbids scripts and remote
+loads as a second fence.
 """
 
 from __future__ import annotations
 
 import re
-from html import escape
+from functools import cache
 from typing import Any
 from urllib.parse import quote
+
+from jinja2 import Environment, StrictUndefined, Template
+from markupsafe import Markup, escape
 
 from grader.report._common import number, row_state, score_cell, short_commit, total_line
 from grader.report.sarif import parse_location
@@ -59,18 +64,20 @@ def link_target(location: str) -> str | None:
     return f"repo/{quote(path, safe='/')}#L{where.line}"
 
 
-def _linked_location(location: str) -> str:
+def _linked_location(location: str) -> Markup:
     href = link_target(location)
-    text = escape(location)
     if href is None:
-        return f"<code>{text}</code>"
+        return Markup("<code>{}</code>").format(location)
     commit = parse_location(location).commit
-    title = f' title="{escape(f"found in commit {commit}; the link opens the checkout beside this page")}"'
-    return f'<a class="loc" href="{escape(href)}"{title if commit else ""}><code>{text}</code></a>'
+    if commit:
+        title = f"found in commit {commit}; the link opens the checkout beside this page"
+        return Markup('<a class="loc" href="{}" title="{}"><code>{}</code></a>').format(href, title, location)
+    return Markup('<a class="loc" href="{}"><code>{}</code></a>').format(href, location)
 
 
-def _linkify(text: str) -> str:
+def _linkify(text: Any) -> Markup:
     """Escaped ``text`` with every file:line in it turned into a link."""
+    text = str(text)
     out, last = [], 0
     for match in _LOCATION.finditer(text):
         token = match.group(0)
@@ -80,7 +87,7 @@ def _linkify(text: str) -> str:
         out += [escape(text[last : match.start()]), _linked_location(token)]
         last = match.end()
     out.append(escape(text[last:]))
-    return "".join(out)
+    return Markup("").join(out)
 
 
 def _score_class(row: dict[str, Any]) -> str:
@@ -92,118 +99,133 @@ def _anchor(row_id: Any) -> str:
     return "row-" + re.sub(r"[^a-z0-9-]", "-", str(row_id).lower())
 
 
-def _header(report: dict[str, Any]) -> list[str]:
-    rubric = report.get("rubric") or {}
-    isolation = report.get("isolation") or {}
-    sha = str(rubric.get("sha256", ""))
-    network, credentials = isolation.get("network", "?"), isolation.get("credentials", "?")
-    items = (
-        ("Target", escape(str(report.get("target", "")))),
-        ("Commit", f"<code>{escape(str(report.get('commit') or short_commit(report)))}</code>"),
-        ("Total", f'<strong id="total">{escape(total_line(report))}</strong>'),
-        ("Rubric", f"{escape(str(rubric.get('name', '')))} <code>{escape(sha[:12])}</code>"),
-        ("Isolation", escape(f"network {network}, credentials {credentials}")),
-        (
-            "Graded",
-            escape(f"{report.get('graded_at', '')} by grader {report.get('grader_version', '')}"),
-        ),
-    )
-    out = ["<header>", "<h1>Grade report</h1>", '<dl class="meta">']
-    out += [f"<dt>{name}</dt><dd>{value}</dd>" for name, value in items]
-    out += ["</dl>", "</header>"]
-    return out
+# One template; autoescape is on, so only what `_linkify`/`_linked_location` return (Markup) is not escaped.
+_PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{{ csp }}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Grade report: {{ report.target }}</title>
+<style>{{ style | safe }}</style>
+</head>
+<body>
+<header>
+<h1>Grade report</h1>
+<dl class="meta">
+<dt>Target</dt><dd>{{ report.target }}</dd>
+<dt>Commit</dt><dd><code>{{ commit }}</code></dd>
+<dt>Total</dt><dd><strong id="total">{{ total }}</strong></dd>
+<dt>Rubric</dt><dd>{{ rubric.name }} <code>{{ rubric_sha }}</code></dd>
+<dt>Isolation</dt><dd>network {{ isolation.network }}, credentials {{ isolation.credentials }}</dd>
+<dt>Graded</dt><dd>{{ report.graded_at }} by grader {{ report.grader_version }}</dd>
+</dl>
+</header>
+<main>
+<h2>Rows</h2>
+<table id="rows">
+<thead><tr><th>Row</th><th>Title</th><th class="num">Score</th><th class="num">Weight</th>
+<th>Evidence</th></tr></thead>
+<tbody>
+{% for row in rows -%}
+<tr data-row="{{ row.id }}"><td class="id"><code>
+{%- if row.details %}<a href="#{{ row.anchor }}">{{ row.id }}</a>{% else %}{{ row.id }}{% endif -%}
+</code></td><td>{{ row.title }}</td><td class="num {{ row.score_class }}">{{ row.score }}</td>
+<td class="num">{{ row.weight }}</td><td>{{ row.evidence | linkify }}</td></tr>
+{% endfor -%}
+</tbody>
+</table>
+{% if detailed -%}
+<section id="details">
+<h2>Details</h2>
+{% for row in detailed -%}
+<h3 id="{{ row.anchor }}"><code>{{ row.id }}</code>: {{ row.title }} ({{ row.score }})</h3>
+<ul class="details">
+{% for line in row.details %}<li>{{ line | linkify }}</li>
+{% endfor -%}
+</ul>
+{% endfor -%}
+</section>
+{% endif -%}
+{% if findings -%}
+<section id="findings">
+<h2>Findings</h2>
+<table><thead><tr><th>Check</th><th>Rule</th><th>Location</th><th>Message</th></tr></thead>
+<tbody>
+{% for f in findings -%}
+<tr><td>{{ f.check }}</td><td><code>{{ f.rule }}</code></td><td>{{ f.location | location }}</td>
+<td>{{ f.message }}</td></tr>
+{% endfor -%}
+</tbody></table>
+</section>
+{% endif -%}
+{% if notes -%}
+<section id="notes">
+<h2>Notes</h2>
+<ul>
+{% for note in notes %}<li>{{ note | linkify }}</li>
+{% endfor -%}
+</ul>
+</section>
+{% endif -%}
+</main>
+<footer>Links to <code>file:line</code> open <code>repo/&lt;file&gt;</code> next to this page: \
+keep the graded checkout there as <code>repo/</code>. \
+Manual rows need a reviewer; <em>n/a</em> rows could not be assessed.</footer>
+</body>
+</html>
+"""
 
 
-def _row_table(rows: list[dict[str, Any]]) -> list[str]:
-    out = [
-        "<h2>Rows</h2>",
-        '<table id="rows">',
-        '<thead><tr><th>Row</th><th>Title</th><th class="num">Score</th><th class="num">Weight</th>'
-        "<th>Evidence</th></tr></thead>",
-        "<tbody>",
-    ]
-    for row in rows:
-        row_id = escape(str(row["id"]))
-        link = f'<a href="#{_anchor(row["id"])}">{row_id}</a>' if row.get("details") else row_id
-        title = escape(str(row.get("title", "")))
-        out.append(
-            f'<tr data-row="{row_id}"><td class="id"><code>{link}</code></td><td>{title}</td>'
-            f'<td class="num {_score_class(row)}">{escape(score_cell(row))}</td>'
-            f'<td class="num">{escape(number(row.get("weight", 1)))}</td>'
-            f"<td>{_linkify(str(row.get('evidence', '')))}</td></tr>"
-        )
-    out += ["</tbody>", "</table>"]
-    return out
+@cache
+def _template() -> Template:
+    env = Environment(autoescape=True, undefined=StrictUndefined, keep_trailing_newline=True)
+    env.filters["linkify"] = _linkify
+    env.filters["location"] = lambda location: _linked_location(str(location))
+    return env.from_string(_PAGE)
 
 
-def _details(rows: list[dict[str, Any]]) -> list[str]:
-    detailed = [row for row in rows if row.get("details")]
-    if not detailed:
-        return []
-    out = ['<section id="details">', "<h2>Details</h2>"]
-    for row in detailed:
-        out.append(
-            f'<h3 id="{_anchor(row["id"])}"><code>{escape(str(row["id"]))}</code>: '
-            f"{escape(str(row.get('title', '')))} ({escape(score_cell(row))})</h3>"
-        )
-        out.append('<ul class="details">')
-        out += [f"<li>{_linkify(str(line))}</li>" for line in row["details"]]
-        out.append("</ul>")
-    out.append("</section>")
-    return out
-
-
-def _findings(findings: list[dict[str, Any]]) -> list[str]:
-    if not findings:
-        return []
-    out = [
-        '<section id="findings">',
-        "<h2>Findings</h2>",
-        "<table><thead><tr><th>Check</th><th>Rule</th><th>Location</th><th>Message</th></tr></thead>",
-        "<tbody>",
-    ]
-    for finding in findings:
-        out.append(
-            f"<tr><td>{escape(str(finding.get('check', '')))}</td>"
-            f"<td><code>{escape(str(finding.get('rule', '')))}</code></td>"
-            f"<td>{_linked_location(str(finding.get('location', '')))}</td>"
-            f"<td>{escape(str(finding.get('message', '')))}</td></tr>"
-        )
-    out += ["</tbody></table>", "</section>"]
-    return out
+def _row_view(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": str(row.get("id", "")),
+        "anchor": _anchor(row.get("id", "")),
+        "title": str(row.get("title", "")),
+        "score": score_cell(row),
+        "score_class": _score_class(row),
+        "weight": number(row.get("weight", 1)),
+        "evidence": str(row.get("evidence", "")),
+        "details": [str(line) for line in row.get("details") or []],
+    }
 
 
 def render(report: dict[str, Any]) -> str:
     """The report as one HTML5 page (UTF-8, trailing newline)."""
-    rows = report.get("rows") or []
-    notes = report.get("notes") or []
-    out = [
-        "<!DOCTYPE html>",
-        '<html lang="en">',
-        "<head>",
-        '<meta charset="utf-8">',
-        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>Grade report: {escape(str(report.get('target', '')))}</title>",
-        f"<style>{_STYLE}</style>",
-        "</head>",
-        "<body>",
-        *_header(report),
-        "<main>",
-        *_row_table(rows),
-        *_details(rows),
-        *_findings(report.get("findings") or []),
+    rubric = report.get("rubric") or {}
+    isolation = report.get("isolation") or {}
+    rows = [_row_view(row) for row in report.get("rows") or []]
+    findings = [
+        {key: str(finding.get(key, "")) for key in ("check", "rule", "location", "message")}
+        for finding in report.get("findings") or []
     ]
-    if notes:
-        out += ['<section id="notes">', "<h2>Notes</h2>", "<ul>"]
-        out += [f"<li>{_linkify(str(note))}</li>" for note in notes]
-        out += ["</ul>", "</section>"]
-    out += [
-        "</main>",
-        "<footer>Links to <code>file:line</code> open <code>repo/&lt;file&gt;</code> next to this page: "
-        "keep the graded checkout there as <code>repo/</code>. "
-        "Manual rows need a reviewer; <em>n/a</em> rows could not be assessed.</footer>",
-        "</body>",
-        "</html>",
-    ]
-    return "\n".join(out) + "\n"
+    page = _template().render(
+        csp=_CSP,
+        style=_STYLE,  # our constant; `safe` in the template (quotes in CSS must stay quotes)
+        report={
+            "target": str(report.get("target", "")),
+            "graded_at": str(report.get("graded_at", "")),
+            "grader_version": str(report.get("grader_version", "")),
+        },
+        commit=str(report.get("commit") or short_commit(report)),
+        total=total_line(report),
+        rubric={"name": str(rubric.get("name", ""))},
+        rubric_sha=str(rubric.get("sha256", ""))[:12],
+        isolation={
+            "network": str(isolation.get("network", "?")),
+            "credentials": str(isolation.get("credentials", "?")),
+        },
+        rows=rows,
+        detailed=[row for row in rows if row["details"]],
+        findings=findings,
+        notes=[str(note) for note in report.get("notes") or []],
+    )
+    return page if page.endswith("\n") else page + "\n"

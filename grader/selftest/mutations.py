@@ -215,6 +215,26 @@ def _hand_edit_tape(repo: Path, planted: dict[str, str]) -> None:
     planted.update(file=_rel(repo, tape), line=str(_line_of(tape, '"key"')))
 
 
+@mutation("edit-recorded-answer")
+def _edit_recorded_answer(repo: Path, planted: dict[str, str]) -> None:
+    """Change one committed tape's recorded answer by hand, in a commit of its own.
+
+    Request, key and recording time stay as recorded, and the suite still passes: only the history shows
+    that the answer is not the one the model gave.
+    """
+    if git(repo, "status", "--porcelain").strip():
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", "record the tapes")
+    planted["before"] = git(repo, "rev-parse", "--short=7", "HEAD").strip()
+    tape = _tapes(repo)[0]
+    data = _read(tape)
+    data["response"]["body"]["id"] = str(data["response"]["body"].get("id", "")) + "-fixed"
+    _write(tape, data)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "tidy")
+    planted.update(commit=git(repo, "rev-parse", "--short=7", "HEAD").strip(), file=_rel(repo, tape))
+
+
 @mutation("remove-file")
 def _remove_file(repo: Path, planted: dict[str, str], *, path: str) -> None:
     """Delete one file of the submission."""

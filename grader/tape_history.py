@@ -1,0 +1,253 @@
+"""Tape history as evidence: a recorded response changed in a later commit while its request did not.
+
+A tape is a recording; a candidate who re-records changes the whole set at once (every answer is asked again).
+A commit that changes the *answer* of one tape while its request (and, for the kit's tapes, its key) stays
+as it was is an edit by hand: a failing label made to pass. Each such change is a `TapeEdit` naming the
+commit that had the recorded answer, the commit that changed it, and the tape's ``file:line``.
+
+Not an edit: a tape deleted, a tape whose request changed (a new recording), and a commit that changes every
+tape the set held before it (re-recording the whole set). Headers are not compared (a re-recording changes
+``date``), only status and body.
+
+History is read from the first-parent line of HEAD (what is graded), merges compared with their first
+parent, through one hardened git call (`_git`): no system or global config, no hooks, no fsmonitor, no
+signatures, no textconv or external diff, no replace objects, literal pathspecs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import subprocess
+import tempfile
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grader import gitsafe
+from grader.tapes import DISCOVERY_DIRS, MAX_PARSE_BYTES, TAPE_SUFFIXES, Interaction, Tape, _parse
+
+__all__ = ["TapeEdit", "TapeHistory", "tape_edits"]
+
+_RESPONSE_KEY = re.compile(r'^\s*"?response"?\s*:')  # where the answer starts, JSON or YAML
+_SHORT = 7  # commit ids as the history scan shows them
+_MAX_PAIRS = 20_000  # changed tape versions compared per grade; more is noted, never a crash
+
+
+@dataclass(frozen=True)
+class TapeEdit:
+    """One tape whose recorded response changed in ``after`` while its request stayed as in ``before``."""
+
+    path: str  # repo-relative tape path
+    line: int  # line of the changed interaction's response in the ``after`` version (1 when unknown)
+    before: str  # short sha of the commit whose version held the original answer
+    after: str  # short sha of the commit that changed the answer
+    request: str  # e.g. "POST /v1/chat/completions"
+
+    @property
+    def location(self) -> str:
+        return f"{self.after}:{self.path}:{self.line}"
+
+    @property
+    def message(self) -> str:
+        return (
+            f"{self.path}: the recorded response of {self.request} was changed in {self.after}, "
+            f"its request unchanged since {self.before} (not a re-recording of the whole set)"
+        )
+
+
+@dataclass
+class TapeHistory:
+    """What `tape_edits` found: the edits, and notes on what it did not compare."""
+
+    edits: list[TapeEdit]
+    notes: list[str]
+
+
+def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
+    """Every hand edit of a recorded response in the history of ``repo``'s tapes (oldest first)."""
+    dirs = [Path(cassette_dir).as_posix()] if cassette_dir is not None else list(DISCOVERY_DIRS)
+    try:
+        log = _git(
+            repo,
+            "log",
+            "--reverse",
+            "--first-parent",
+            "--diff-merges=first-parent",
+            "--raw",
+            "--no-abbrev",
+            "--no-renames",
+            "--no-textconv",
+            "--no-ext-diff",
+            "--no-show-signature",
+            "--format=@%H",
+            "HEAD",
+            "--",
+            *dirs,
+        )
+    except (OSError, _GitError):
+        return TapeHistory([], [])  # no history (a folder, an archive without .git): nothing to compare
+    pairs: list[tuple[str, str, str, str, str]] = []  # (path, old blob, new blob, before commit, after)
+    current: dict[str, str] = {}  # tape path -> commit that last wrote it
+    for commit, changes in _commits(log.decode("utf-8", "surrogateescape")):
+        tapes = {p: c for p, c in changes.items() if p.lower().endswith(TAPE_SUFFIXES)}
+        modified = {p for p, (status, _, _) in tapes.items() if status == "M" and p in current}
+        existing = {p for p in current if tapes.get(p, ("",))[0] != "D"}
+        whole_set = bool(modified) and modified >= existing
+        for path, (status, old, new) in sorted(tapes.items()):
+            if status == "M" and path in modified and not whole_set:
+                pairs.append((path, old, new, current[path], commit))
+            if status == "D":
+                current.pop(path, None)
+            else:
+                current[path] = commit
+    notes: list[str] = []
+    if len(pairs) > _MAX_PAIRS:
+        notes.append(f"tape history: {len(pairs) - _MAX_PAIRS} changed tape versions not compared (cap)")
+        pairs = pairs[:_MAX_PAIRS]
+    edits: list[TapeEdit] = []
+    blobs = [sha for _, old, new, _, _ in pairs for sha in (old, new)]
+    with contextlib.closing(_cat(repo, blobs)) as contents:
+        for path, _old, _new, before, after in pairs:
+            old_data, new_data = next(contents, None), next(contents, None)
+            if old_data is None or new_data is None:
+                continue
+            edits += _compare(path, old_data, new_data, before[:_SHORT], after[:_SHORT])
+    return TapeHistory(edits, notes)
+
+
+def _commits(log: str) -> Iterator[tuple[str, dict[str, tuple[str, str, str]]]]:
+    """(commit, {path: (status letter, old blob, new blob)}) from ``git log --raw --format=@%H``."""
+    commit, changes = "", {}
+    for line in log.splitlines():
+        if line.startswith("@"):
+            if commit:
+                yield commit, changes
+            commit, changes = line[1:], {}
+        elif line.startswith(":") and "\t" in line:
+            meta, _, path = line.partition("\t")
+            fields = meta.split()
+            if len(fields) >= 5:
+                changes[path] = (fields[4][:1], fields[2], fields[3])
+    if commit:
+        yield commit, changes
+
+
+def _compare(path: str, old_data: bytes, new_data: bytes, before: str, after: str) -> list[TapeEdit]:
+    new_text = new_data.decode("utf-8", "replace")
+    old, new = _parse(path, old_data.decode("utf-8", "replace")), _parse(path, new_text)
+    new.text = new_text
+    if "invalid" in (old.format, new.format):
+        return []
+    if old.format == "kit" and new.format == "kit" and old.key != new.key:
+        return []  # a new key is a new recording
+    out: list[TapeEdit] = []
+    olds: dict[str, list[Interaction]] = defaultdict(list)
+    for inter in old.interactions:
+        olds[_request(inter)].append(inter)
+    seen: dict[str, int] = defaultdict(int)
+    for inter in new.interactions:
+        sig = _request(inter)
+        index = seen[sig]
+        seen[sig] += 1
+        if index >= len(olds[sig]):
+            continue  # an interaction added: a recording, not an edit
+        if _response(olds[sig][index]) != _response(inter):
+            out.append(
+                TapeEdit(
+                    path=path,
+                    line=_response_line(new, inter),
+                    before=before,
+                    after=after,
+                    request=f"{inter.method or '?'} {inter.path or inter.url or '?'}",
+                )
+            )
+    return out
+
+
+def _request(inter: Interaction) -> str:
+    return repr((inter.method, inter.url or inter.path, _canon(inter.request_body)))
+
+
+def _response(inter: Interaction) -> str:
+    return repr((inter.status, _canon(inter.response_body), inter.response_text))
+
+
+def _canon(value: Any) -> str:
+    try:
+        return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    except (TypeError, ValueError, RecursionError):
+        return repr(value)
+
+
+def _response_line(tape: Tape, inter: Interaction) -> int:
+    start = inter.line or 1
+    text = tape.text or ""
+    for number, line in enumerate(text.splitlines(), 1):
+        if number >= start and _RESPONSE_KEY.match(line):
+            return number
+    return start
+
+
+# ----------------------------------------------------------------------------------------------- git
+
+
+class _GitError(RuntimeError):
+    pass
+
+
+# The one place this module runs git, through grader/gitsafe.py: the checkout's own config is the
+# candidate's, and nothing in it may run (hooks, fsmonitor, gpg.program via log.showSignature, textconv or
+# external diff, credential helpers); no config outside it is read either.
+_ENV = {"GIT_LITERAL_PATHSPECS": "1"}
+
+
+def _git(repo: Path, *args: str, stdin: Any = None, popen: bool = False) -> Any:
+    argv = gitsafe.argv("--no-replace-objects", "-C", str(repo), *args)
+    env = gitsafe.env(extra=_ENV)
+    if popen:
+        return subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, env=env)
+    proc = subprocess.run(argv, capture_output=True, check=False, env=env, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        raise _GitError(proc.stderr.decode("utf-8", "replace").strip()[:200])
+    return proc.stdout
+
+
+def _cat(repo: Path, shas: Sequence[str]) -> Iterator[bytes | None]:
+    """Each blob's content in order (None when missing or over the parse cap), one ``cat-file`` stream."""
+    if not shas:
+        return
+    with tempfile.TemporaryFile() as request:
+        request.write("".join(f"{sha}\n" for sha in shas).encode())
+        request.seek(0)
+        proc = _git(repo, "cat-file", "--batch", stdin=request, popen=True)
+        out = proc.stdout
+        try:
+            for _ in shas:
+                header = out.readline().split()
+                if len(header) != 3:
+                    yield None
+                    continue
+                size = int(header[2])
+                if size > MAX_PARSE_BYTES:
+                    _skip(out, size + 1)
+                    yield None
+                    continue
+                data = out.read(size)
+                out.read(1)
+                yield data
+        finally:
+            proc.kill()
+            out.close()
+            proc.wait()
+
+
+def _skip(stream: Any, size: int) -> None:
+    while size > 0:
+        chunk = stream.read(min(size, 1 << 20))
+        if not chunk:
+            return
+        size -= len(chunk)

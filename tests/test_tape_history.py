@@ -1,0 +1,221 @@
+"""Tape history is evidence: a recorded answer edited in a later commit is a finding naming both commits.
+
+Real git repositories throughout: the sample solution's recorded tapes (kit format) and vcrpy cassettes
+recorded against the stand-in, committed, then changed the way a candidate would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from grader.tape_history import tape_edits
+from tests.adversarial.builders import commit, sample_copy
+from tests.helpers.bake import standin
+from tests.helpers.git import GIT_ENV
+from tests.vcr_builders import build_vcr_submission
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _head(repo: Path) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def _tapes(repo: Path) -> list[Path]:
+    return sorted((repo / "cassettes").glob("*.json"))
+
+
+def _edit_kit(path: Path, change: Any) -> None:
+    tape = json.loads(path.read_text(encoding="utf-8"))
+    change(tape)
+    path.write_text(json.dumps(tape, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _bump_id(tape: dict[str, Any]) -> None:
+    # A change to the answer that the sample's suite does not read: the suite still passes, so only the
+    # history can tell.
+    tape["response"]["body"]["id"] += "x"
+
+
+@pytest.fixture
+def recorded(tmp_path: Path) -> tuple[Path, str]:
+    repo = commit(sample_copy(tmp_path / "sub"), "record the tapes")
+    return repo, _head(repo)
+
+
+def test_a_hand_edited_answer_is_a_finding_naming_both_commits_and_the_tape(recorded) -> None:
+    repo, first = recorded
+    tape = _tapes(repo)[3]
+    _edit_kit(tape, _bump_id)
+    commit(repo, "tidy")
+    second = _head(repo)
+
+    found = tape_edits(repo, "cassettes")
+    assert len(found.edits) == 1, found
+    edit = found.edits[0]
+    rel = f"cassettes/{tape.name}"
+    assert (edit.path, edit.before, edit.after) == (rel, first[:7], second[:7])
+    line = tape.read_text(encoding="utf-8").splitlines()[edit.line - 1]
+    assert edit.location == f"{second[:7]}:{rel}:{edit.line}" and '"response"' in line
+    assert first[:7] in edit.message and second[:7] in edit.message
+
+
+def test_re_recording_the_whole_set_at_once_is_not_an_edit(recorded) -> None:
+    repo, _ = recorded
+    for tape in _tapes(repo):
+        _edit_kit(tape, _bump_id)
+    commit(repo, "re-record everything")
+    assert tape_edits(repo, "cassettes").edits == []
+
+
+def test_deleting_a_tape_or_changing_its_request_is_not_an_edit(recorded) -> None:
+    repo, _ = recorded
+    first, second, third = _tapes(repo)[:3]
+    first.unlink()
+
+    def new_question(tape: dict[str, Any]) -> None:
+        tape["request"]["body"]["messages"][-1]["content"] += "?"
+        tape["response"]["body"]["id"] += "x"
+
+    _edit_kit(second, new_question)
+    commit(repo, "drop one, re-ask one")
+
+    def new_key(tape: dict[str, Any]) -> None:
+        tape["key"] = "0" * 16
+        tape["response"]["body"]["id"] += "x"
+
+    _edit_kit(third, new_key)
+    commit(repo, "re-key one")
+    assert tape_edits(repo, "cassettes").edits == []
+
+
+def test_an_edit_after_several_commits_names_the_commit_that_held_the_answer(recorded) -> None:
+    repo, _ = recorded
+    (repo / "NOTES.md").write_text("notes\n", encoding="utf-8")
+    tape = _tapes(repo)[0]
+    _edit_kit(tape, lambda t: t["meta"].update(recorded_at="2026-11-30T00:00:00Z"))  # meta only
+    commit(repo, "fix the date")
+    dated = _head(repo)
+    _edit_kit(tape, _bump_id)
+    commit(repo, "small fix")
+    assert [(e.before, e.after) for e in tape_edits(repo, "cassettes").edits] == [
+        (dated[:7], _head(repo)[:7])
+    ]
+
+
+def test_the_submissions_git_config_runs_nothing_while_history_is_read(recorded, tmp_path: Path) -> None:
+    # A signed commit, and a .git/config that verifies signatures with the candidate's program and sets
+    # an fsmonitor and an external diff: git would run them as the grader if it read this config.
+    repo, _ = recorded
+    marker = tmp_path / "ran"
+    program = tmp_path / "evil.sh"
+    program.write_text(f"#!/bin/sh\necho ran >> {marker}\nexit 1\n", encoding="utf-8")
+    program.chmod(0o755)
+    env = {**os.environ, **GIT_ENV, "HOME": str(tmp_path)}
+    _edit_kit(_tapes(repo)[1], _bump_id)
+    commit(repo, "tidy")
+    # Make HEAD a signed commit: the same commit object with a gpgsig header (git verifies it with
+    # gpg.program whenever a log shows signatures).
+    raw = subprocess.run(
+        ["git", "-C", str(repo), "cat-file", "commit", "HEAD"], env=env, capture_output=True, check=True
+    ).stdout
+    head, _, message = raw.partition(b"\n\n")
+    signature = b"gpgsig -----BEGIN PGP SIGNATURE-----\n \n iQEz\n -----END PGP SIGNATURE-----"
+    signed = head + b"\n" + signature + b"\n\n" + message
+    sha = (
+        subprocess.run(
+            ["git", "-C", str(repo), "hash-object", "-t", "commit", "-w", "--stdin"],
+            input=signed,
+            env=env,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .strip()
+    )
+    subprocess.run(["git", "-C", str(repo), "update-ref", "HEAD", sha], env=env, check=True)
+    for key, value in (
+        ("log.showSignature", "true"),
+        ("gpg.program", str(program)),
+        ("core.fsmonitor", str(program)),
+        ("diff.external", str(program)),
+        ("core.hooksPath", str(tmp_path)),
+    ):
+        subprocess.run(["git", "-C", str(repo), "config", key, value], env=env, check=True)
+    # The trap is live: a plain git log in this repository runs the program.
+    subprocess.run(["git", "-C", str(repo), "log", "-1"], env=env, capture_output=True, check=False)
+    assert marker.exists()
+    marker.unlink()
+
+    found = tape_edits(repo, "cassettes")
+    assert len(found.edits) == 1
+    assert not marker.exists()
+
+
+@pytest.mark.slow
+def test_a_vcr_cassette_edit_is_found_by_request_not_by_position(tmp_path: Path) -> None:
+    with standin() as base_url:
+        sub = build_vcr_submission(tmp_path / "vcr", "recording", base_url)
+    repo = sub.repo
+    first, second = (repo / c for c in sub.cassettes[:2])
+    data = [yaml.safe_load(p.read_text(encoding="utf-8")) for p in (first, second)]
+    combined = repo / "tests" / "cassettes" / "test_triage" / "both.yaml"
+    both = {"interactions": data[0]["interactions"] + data[1]["interactions"], "version": 1}
+    combined.write_text(yaml.safe_dump(both, sort_keys=False), encoding="utf-8")
+    commit(repo, "one cassette for two")
+
+    # Reordered, nothing changed: no edit.
+    both["interactions"].reverse()
+    combined.write_text(yaml.safe_dump(both, sort_keys=False), encoding="utf-8")
+    commit(repo, "reorder")
+    reordered = _head(repo)
+    assert tape_edits(repo, None).edits == []
+
+    # The (now first) interaction's recorded answer edited by hand.
+    body = both["interactions"][0]["response"]["body"]
+    answer = json.loads(body["string"])
+    answer["choices"][0]["message"]["content"] = '{"intent": "refund", "needs_human": false}'
+    body["string"] = json.dumps(answer)
+    combined.write_text(yaml.safe_dump(both, sort_keys=False), encoding="utf-8")
+    commit(repo, "fix typo")
+    edits = tape_edits(repo, None).edits
+    rel = "tests/cassettes/test_triage/both.yaml"
+    assert [(e.path, e.before, e.after) for e in edits] == [(rel, reordered[:7], _head(repo)[:7])]
+    lines = combined.read_text(encoding="utf-8").splitlines()
+    assert lines[edits[0].line - 1].strip().startswith("response")
+
+
+@pytest.mark.slow
+def test_grading_a_hand_edited_tape_caps_offline_replay_at_2_and_says_why(recorded) -> None:
+    repo, first = recorded
+    tape = _tapes(repo)[5]
+    _edit_kit(tape, _bump_id)
+    commit(repo, "tidy")
+    second = _head(repo)
+    proc = subprocess.run(
+        [sys.executable, "-m", "grader", str(repo), "--format", "json", "--quiet"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    row = next(r for r in report["rows"] if r["id"] == "offline-replay")
+    facts = report["facts"]["replay"]
+    assert facts["failed"] == 0 and facts["passed"] > 0  # the suite itself is green
+    assert facts["tape_edits"] == 1 and row["score"] == 2
+    assert f"cassettes/{tape.name}" in row["evidence"]
+    assert first[:7] in row["evidence"] and second[:7] in row["evidence"]
+    finding = next(f for f in report["findings"] if f["rule"] == "tape-edited")
+    assert finding["location"].startswith(f"{second[:7]}:cassettes/{tape.name}:")
