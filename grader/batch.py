@@ -46,6 +46,7 @@ __all__ = [
     "parse_shard",
     "read_batch_file",
     "run_batch",
+    "run_digests",
     "write_summary",
 ]
 
@@ -288,6 +289,8 @@ def run_batch(
             "count": shard.count,
             "listed": len(entries) if listed is None else listed,
             "source_sha256": _sha256(source) if source is not None else "",
+            # What each candidate's stored files held when graded, for `grade merge` to refuse an edited one.
+            "digests": _run_digests(out, ordered),
         }
     write_json(out / BATCH_FILE, inert_tree(manifest))
     return ordered
@@ -295,6 +298,18 @@ def run_batch(
 
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+_DIGESTED = ("report.json", "run.json", "results.json")
+
+
+def run_digests(folder: Path) -> dict[str, str]:
+    """sha256 of the stored run's report, run record and check results (the files scores come from)."""
+    return {name: _sha256(folder / name) for name in _DIGESTED if (folder / name).is_file()}
+
+
+def _run_digests(out: Path, outcomes: list[Outcome]) -> dict[str, dict[str, str]]:
+    return {o.entry.folder: run_digests(out / o.entry.folder) for o in outcomes}
 
 
 def _grade_one(

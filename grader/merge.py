@@ -57,6 +57,8 @@ def merge_shards(out: Path, folders: Sequence[Path]) -> MergeResult:
         key=lambda pair: int(pair[0].get("line", 0)),
     )
     _check_candidates(items, shards)
+    for item, shard in items:  # before anything is written: a refused merge leaves no OUT
+        _check_digests(shard.folder / item["folder"], shard.info.get("digests", {}).get(item["folder"]))
 
     out.mkdir(parents=True, exist_ok=True)
     try:
@@ -146,6 +148,21 @@ def _check_candidates(items: list[tuple[dict[str, Any], _Shard]], shards: list[_
         if folder.lower() in folders:
             raise BadInput(f"{shard.folder}: candidate folder {folder!r} is in two shards")
         folders.add(folder.lower())
+
+
+def _check_digests(source: Path, recorded: object) -> None:
+    """The stored run is what the shard's batch.json says it graded: an edited report is refused."""
+    from grader.batch import run_digests
+
+    if not isinstance(recorded, dict):
+        return  # a shard from before digests were recorded: nothing to compare with
+    now = run_digests(source)
+    for name, digest in recorded.items():
+        if now.get(str(name)) != digest:
+            raise BadInput(
+                f"{source / str(name)}: does not match the digest in batch.json; was it edited? "
+                "Merge the shard folders as `grade batch --shard` wrote them"
+            )
 
 
 def _copy_run(source: Path, dest: Path) -> None:

@@ -15,6 +15,7 @@ Only scoring runs again. Facts a check computed from a threshold at grading time
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -166,7 +167,17 @@ def _load_rubric(path: Path, runs: list[StoredRun], run_dir: Path) -> Rubric:
             f"the new rubric is valid, but it needs checks or facts the runs stored in {run_dir} lack; "
             "re-grade to use them"
         )
-        raise BadInput(f"{exc} ({hint})", problems=tuple(f"{p} ({hint})" for p in exc.problems)) from None
+
+        def stored(problem: str) -> str:
+            # Checked against what was stored, a check the grader knows reads as "not stored", not "unknown".
+            return _UNKNOWN_CHECK.sub(r"check \1 is not in the stored runs (they ran: \2)", problem)
+
+        raise BadInput(
+            f"{stored(str(exc))} ({hint})", problems=tuple(f"{stored(p)} ({hint})" for p in exc.problems)
+        ) from None
+
+
+_UNKNOWN_CHECK = re.compile(r"unknown check ('[^']*'); known checks: (.*)$")
 
 
 def _stored_checks(runs: list[StoredRun]) -> dict[str, Check]:

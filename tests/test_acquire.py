@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import socket
 import stat
 import subprocess
@@ -76,6 +77,8 @@ def git_daemon(tmp_path, source_repo):
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        # `git daemon` is a wrapper that execs git-daemon children: end the whole group, not the wrapper.
+        start_new_session=True,
     )
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -85,8 +88,26 @@ def git_daemon(tmp_path, source_repo):
         except OSError:
             time.sleep(0.05)
     yield f"git://127.0.0.1:{port}"
-    proc.kill()
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
     proc.wait()
+    # Nothing of the group may outlive the fixture (three orphaned daemons were found after full runs).
+    deadline = time.monotonic() + 10
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _group_alive(proc.pid), "the git daemon's process group outlived its fixture"
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def test_git_url_from_a_real_daemon_with_full_history(git_daemon, source_repo, tmp_path):

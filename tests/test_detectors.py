@@ -109,6 +109,19 @@ def test_metadata_counts_what_each_tape_names(tmp_path):
     assert "3/3 tapes name a model (gpt-4o-mini)" in facts["summary"]
 
 
+def test_metadata_says_when_tapes_never_met_a_real_model_endpoint(tmp_path):
+    real = _write_kit(tmp_path / "cassettes", "real")
+    local = tmp_path / _write_kit(tmp_path / "cassettes", "local")
+    tape = json.loads(local.read_text())
+    tape["meta"]["endpoint"] = "127.0.0.1"
+    local.write_text(json.dumps(tape))
+    result = metadata(_ctx(tmp_path))
+    assert result.facts["loopback_tapes"] == 1 and result.facts["with_endpoint"] == 2
+    assert "1 recorded against a loopback endpoint, not a real model" in result.facts["summary"]
+    assert any("127.0.0.1" in line and str(local.relative_to(tmp_path)) in line for line in result.details)
+    assert real not in " ".join(line for line in result.details if "loopback" in line or "127.0.0.1" in line)
+
+
 def test_metadata_on_the_real_vcrpy_corpus(tmp_path):
     repo = tmp_path / "repo"
     (repo / "tests").mkdir(parents=True)

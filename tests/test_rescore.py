@@ -199,7 +199,11 @@ def test_single_stored_run_and_a_check_it_never_ran(tmp_path: Path) -> None:
     line = DEFAULT.splitlines().index("    check: secrets") + 1
     refused = rescore_offline([str(run), "--rubric", str(ROOT / "rubric" / "default.yaml")], cwd=tmp_path)
     assert refused.returncode == 2
-    assert f"default.yaml:{line}: row 'no-credentials': unknown check 'secrets'" in refused.stderr
+    assert (
+        f"default.yaml:{line}: row 'no-credentials': check 'secrets' is not in the stored runs"
+        in refused.stderr
+    )
+    assert "unknown check" not in refused.stderr  # `secrets` is a real check: the runs did not store it
     assert "stored in" in refused.stderr
 
     # A rubric over what it did store works, on the single run folder, twice (two history entries).

@@ -194,7 +194,18 @@ def test_merge_refuses_a_missing_duplicate_or_foreign_shard(round_: dict[str, Pa
     (other / "batch.json").write_text(json.dumps(manifest))
     _refused(["merge", str(tmp_path / "f"), shard[0], shard[1], str(other)], tmp_path, "another rubric")
     _refused(["merge", str(round_["merged"]), *shard], tmp_path, "not empty")
-    for name in "abcdef":
+    # A candidate's stored report edited after grading (a better total) is refused, naming the file.
+    edited = Path(shutil.copytree(work / "shard-2", tmp_path / "edited-report"))
+    (run,) = [d for d in edited.iterdir() if (d / "report.json").is_file()][:1]
+    report = json.loads((run / "report.json").read_text())
+    report["total"]["points"] = report["total"]["max"]
+    (run / "report.json").write_text(json.dumps(report))
+    _refused(
+        ["merge", str(tmp_path / "g"), shard[0], str(edited), shard[2]],
+        tmp_path,
+        "report.json: does not match",
+    )
+    for name in "abcdefg":
         assert not (tmp_path / name).exists()
 
 

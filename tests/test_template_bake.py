@@ -157,6 +157,9 @@ def test_fresh_bake_triage_tests_fail_loudly_until_recorded(fresh_project: Path,
     tickets = len((fresh_project / "data/tickets.jsonl").read_text().splitlines())
     assert f"{tickets} failed" in result.stdout
     assert len(ledger.read_text().splitlines()) == tickets
+    # Nothing was ever recorded: there is no change to undo, only a recording to make.
+    assert f"cassette: {tickets} miss(es); no tape is recorded yet; run `make record`" in result.stdout
+    assert "undo the change" not in result.stdout
 
 
 @pytest.mark.slow

@@ -33,6 +33,8 @@ def metadata(ctx: Context) -> CheckResult:
         with_time: tapes carrying a recording time
         models: sorted distinct models the tapes name
         disagreeing: tapes whose model differs from the manifest's default_model (0 when it is unknown)
+        loopback_tapes: tapes whose endpoint is a loopback address or localhost (a local stand-in such as the
+            kit's own, never a real model endpoint)
         summary: one line, e.g. "41/41 tapes name a model (gpt-4o-mini), endpoint and recording time"
     """
     all_tapes = tapes_of(ctx)
@@ -68,8 +70,16 @@ def metadata(ctx: Context) -> CheckResult:
     if invalid:
         details.append(f"{invalid} invalid tape(s) not counted (see cassette-hygiene)")
 
+    loopback = [t for t in tapes if _loopback(t.endpoint)]
+    if loopback:
+        details.insert(
+            0,
+            f"{len(loopback)} tapes recorded against {loopback[0].endpoint} (e.g. {loopback[0].path}): "
+            "a local stand-in, not a real model endpoint",
+        )
     facts = {
         "tapes": len(tapes),
+        "loopback_tapes": len(loopback),
         "with_model": len(tapes) - len(lacking["model"]),
         "with_endpoint": len(tapes) - len(lacking["endpoint"]),
         "with_time": len(tapes) - len(lacking["recording time"]),
@@ -123,6 +133,15 @@ def _summary(facts: dict[str, object], models: list[str], invalid: int) -> str:
         parts.append(f"{facts['with_time']}/{total} a recording time")
     if facts["disagreeing"]:
         parts.append(f"{facts['disagreeing']} disagree with default_model")
+    if facts.get("loopback_tapes"):
+        parts.append(f"{facts['loopback_tapes']} recorded against a loopback endpoint, not a real model")
     if invalid:
         parts.append(f"{invalid} invalid not counted")
     return "; ".join(parts)
+
+
+def _loopback(endpoint: str | None) -> bool:
+    host = (endpoint or "").strip().lower().strip("[]")
+    # 0.0.0.0 is what a local server reports it listens on; no real endpoint is reached there.
+    unspecified = "0.0.0.0"  # noqa: S104 - compared against, never bound
+    return host in ("localhost", "::1", unspecified) or host.startswith("127.") or host.endswith(".localhost")

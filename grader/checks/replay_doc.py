@@ -130,12 +130,13 @@ def replay_doc(ctx: Context) -> CheckResult:
         del covered["normalized fields"]
         names = ", ".join(name for name, _ in unexplained)
         details.append(f"{rel}:{unexplained[0][1]} normalized fields without a reason: {names}")
-    for topic in _TOPICS:
+    for topic, (heading_rx, _) in _TOPICS.items():
         if topic in covered:
             details.append(f"{rel}:{covered[topic]} covers {topic}")
         else:
-            details.append(f"{rel}: does not cover {topic}")
-            findings.append(Finding("replay-doc", f"REPLAY.md does not cover {topic}", f"{rel}:1"))
+            # Point where the topic was meant to go: the first unfilled line of its section, as `make check`.
+            line = _unfilled_line(sections, heading_rx)
+            findings.append(Finding("replay-doc", f"does not cover {topic}", f"{rel}:{line}"))
 
     kit = [t for t in tapes_of(ctx) if t.format == "kit"]
     contradictions = _stored_dropped_fields(fields, kit, rel) + _unknown_models(sections, tapes_of(ctx), rel)
@@ -190,6 +191,14 @@ def _sections(text: str) -> list[_Section]:
         else:
             sections[-1].lines.append((number, line))
     return sections
+
+
+def _unfilled_line(sections: list[_Section], heading_rx: str) -> int:
+    for section in sections:
+        if section.line and re.search(heading_rx, _plain(section.title), re.IGNORECASE):
+            todo = next((n for n, line in section.lines if _UNFILLED.search(line)), None)
+            return todo or section.line
+    return 1
 
 
 def _unfilled(section: _Section) -> bool:

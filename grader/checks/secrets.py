@@ -62,7 +62,8 @@ def secrets(ctx: Context) -> CheckResult:
     # Before any scan: the probe's own output is one of those scanned.
     canary = canary_result(ctx)
     found = scan_tree_with(scanner, ctx.repo, tape_dirs=tape_dirs)
-    if is_git_repo(ctx.repo):
+    submitted_history = getattr(getattr(ctx, "workspace", None), "commit", "") is not None
+    if is_git_repo(ctx.repo) and submitted_history:
         try:
             found += scan_history_with(scanner, ctx.repo, tape_dirs=tape_dirs)
         except HistoryError as exc:

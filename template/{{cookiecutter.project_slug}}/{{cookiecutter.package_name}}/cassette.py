@@ -81,10 +81,14 @@ class CassetteMiss(LookupError):
         self.method = method
         self.path = path
         self.nearest = nearest
+        # With no tape at all there is no change to undo: recording is the only way forward.
         near = f"; {nearest.describe()}" if nearest is not None else "; no tape is recorded yet"
+        fix = "run `make record`"
+        if nearest is not None:
+            fix = "run `make record` to record it (or undo the change)"
         super().__init__(
             f"cassette miss: no tape {key} for {method} {path} (expected {cassette_dir / (key + '.json')})"
-            f"{near}; run `make record` to record it (or undo the change)"
+            f"{near}; {fix}"
         )
 
 
@@ -348,6 +352,8 @@ def miss_summary(ledger: str | os.PathLike[str], since: int = 0) -> str | None:
             causes[str(difference)] = causes.get(str(difference), 0) + 1
     common = sorted(causes.items(), key=lambda item: (-item[1], item[0]))[:3]
     listed = "; ".join(f"{text} ({count}x)" for text, count in common)
+    if all(not record.get("differs") for record in records):
+        return f"cassette: {len(records)} miss(es); no tape is recorded yet; run `make record` ({ledger})"
     return (
         f"cassette: {len(records)} miss(es); nearest tapes differ in: {listed}; every miss is in {ledger}; "
         "undo the change or run `make record`"
