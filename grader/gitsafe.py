@@ -45,6 +45,7 @@ _OVERRIDES = (
     "init.defaultBranch=main",
     "protocol.allow=never",
     "protocol.ext.allow=never",
+    "extensions.partialClone=",  # no promisor remote: a missing object is an error, never a fetch
 )
 
 
@@ -72,6 +73,9 @@ def env(home: Path | None = None, extra: Mapping[str, str] | None = None) -> dic
         GIT_CONFIG_GLOBAL="/dev/null",
         GIT_ATTR_NOSYSTEM="1",
         GIT_NO_REPLACE_OBJECTS="1",
+        # A repository marked as a partial clone fetches a missing object from its "promisor" remote on
+        # first touch (`ext::sh payload` runs a program): never fetch during a read.
+        GIT_NO_LAZY_FETCH="1",
         GIT_TERMINAL_PROMPT="0",
         GIT_ASKPASS=_FALSE,
         SSH_ASKPASS=_FALSE,
