@@ -107,7 +107,7 @@ def _load_table(repo: Path, notes: list[str]) -> tuple[dict[str, object], bool]:
     except OSError as exc:
         notes.append(f"pyproject.toml not read ({exc.strerror}); manifest keys fall back to discovery")
         return {}, False
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as exc:  # nesting bombs too
         notes.append(f"pyproject.toml is not valid TOML ({exc}); manifest keys fall back to discovery")
         return {}, False
     tool = data.get("tool")

@@ -178,7 +178,7 @@ def _ini_addopts(repo: Path) -> str:
     if text:
         try:
             data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError:
+        except (tomllib.TOMLDecodeError, RecursionError):  # a nesting bomb is malformed TOML too
             data = {}
         ini = data.get("tool", {}).get("pytest", {}).get("ini_options", {})
         addopts = ini.get("addopts") if isinstance(ini, dict) else None
