@@ -22,9 +22,19 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from grader import gitsafe
 from grader.errors import BadInput, NotAssessable
 
-__all__ = ["Workspace", "acquire", "no_space", "no_space_reason", "no_space_text", "redact"]
+__all__ = [
+    "Workspace",
+    "acquire",
+    "copy_checkout",
+    "keep_pristine",
+    "no_space",
+    "no_space_reason",
+    "no_space_text",
+    "redact",
+]
 
 CLONE_TIMEOUT = 300.0
 MAX_TOTAL_BYTES = 200 * 1024**2
@@ -43,27 +53,21 @@ _IDENTITY = {
     "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
     "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
 }
-_SAFE_CONFIG = (
-    "core.hooksPath=/dev/null",
-    "core.fsmonitor=false",
-    "core.symlinks=true",
-    "protocol.file.allow=user",
-    "protocol.ext.allow=never",
-    "submodule.recurse=false",
-    "safe.directory=*",
-    "advice.detachedHead=false",
-    "init.defaultBranch=main",
-)
+# Protocols a target URL may use; everything else (ext::, ...) stays off (grader/gitsafe.py).
+_PROTOCOLS = ("file", "https", "http", "git", "ssh")
 
 
 @dataclass(frozen=True)
 class Workspace:
     root: Path
-    repo: Path
+    repo: Path  # the checkout submission code runs in: the replay suite owns it while it runs
     commit: str | None  # None for a plain folder or an archive without .git: the snapshot is not theirs
     source: str
     # A local repository's changes that were not committed (``git status --porcelain`` lines): not graded.
     uncommitted: tuple[str, ...] = ()
+    # The checkout as acquired, copied before any submission code ran; grader-owned and read-only to the
+    # sandbox user. Every static check, the history scan and every probe's scratch copy read this one.
+    pristine: Path | None = None
 
 
 # --- the grader's own disk --------------------------------------------------------------------------------
@@ -111,32 +115,15 @@ def redact(text: str) -> str:
     return re.sub(r"(?<=://)[^/@\s]+@", "***@", text)
 
 
-def _git_env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    home.mkdir(parents=True, exist_ok=True)
-    env.update(
-        HOME=str(home),
-        XDG_CONFIG_HOME=str(home),
-        GIT_CONFIG_NOSYSTEM="1",
-        GIT_CONFIG_GLOBAL="/dev/null",
-        GIT_TERMINAL_PROMPT="0",
-        GIT_ASKPASS="/bin/true",
-        SSH_ASKPASS="/bin/true",
-        GIT_SSH_COMMAND="ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new",
-        LC_ALL="C",
-    )
-    return env
-
-
 def _git(args: list[str], *, cwd: Path, home: Path, timeout: float = CLONE_TIMEOUT, extra_env=None):
-    argv = ["git"]
-    for item in _SAFE_CONFIG:
-        argv += ["-c", item]
-    env = _git_env(home)
-    if extra_env:
-        env.update(extra_env)
     return subprocess.run(
-        argv + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        gitsafe.argv(*args, protocols=_PROTOCOLS),
+        cwd=cwd,
+        env=gitsafe.env(home, extra_env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 
@@ -290,6 +277,34 @@ def _check_link(archive: str, member: PurePosixPath, target: str) -> None:
         raise BadInput(f"archive {archive}: link {member} -> {target} points outside the archive")
 
 
+def _no_link_on_the_way(archive: str, dest: Path, member: PurePosixPath, name: str) -> None:
+    """Refuse a member whose folders include a link an earlier member made.
+
+    A lexical check cannot see a chain (``vendor/d -> .``, ``vendor/up -> d/d/../../..``): it normalizes
+    inside the archive and resolves outside it, and a member written through it lands anywhere on disk.
+    """
+    here = dest
+    for part in member.parts[:-1]:
+        here = here / part
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            return  # made below by mkdir, as a real folder
+        if stat.S_ISLNK(st.st_mode):
+            rel = here.relative_to(dest).as_posix()
+            raise BadInput(f"archive {archive}: member {name} is written through the link {rel}")
+        if not stat.S_ISDIR(st.st_mode):
+            raise BadInput(f"archive {archive}: member {name} is below a file, not a folder")
+
+
+def _check_resolved(archive: str, dest: Path, link: Path, member: PurePosixPath, target: str) -> None:
+    """Refuse a link that resolves outside the archive on disk (through earlier links), whatever it reads."""
+    top = os.path.realpath(dest)
+    real = os.path.realpath(link)
+    if real != top and not real.startswith(top + os.sep):
+        raise BadInput(f"archive {archive}: link {member} -> {target} resolves outside the archive")
+
+
 def _check_caps(archive: str, files: int, total: int) -> None:
     if files > MAX_FILES:
         raise BadInput(f"archive {archive}: more than {MAX_FILES} files")
@@ -313,19 +328,24 @@ def _extract_zip(path: Path, dest: Path) -> None:
             mode = info.external_attr >> 16 if info.create_system == 3 else 0
             kind = stat.S_IFMT(mode)
             out = dest / member
+            _no_link_on_the_way(name, dest, member, info.filename)
             if info.is_dir():
                 out.mkdir(parents=True, exist_ok=True)
                 continue
             if kind and kind not in (stat.S_IFREG, stat.S_IFLNK):
                 raise BadInput(f"archive {name}: member {info.filename} is a device or special file")
             out.parent.mkdir(parents=True, exist_ok=True)
+            if os.path.lexists(out):
+                raise BadInput(f"archive {name}: member {info.filename} appears twice")
             if kind == stat.S_IFLNK:
                 target = zf.read(info).decode("utf-8", errors="replace")
                 _check_link(name, member, target)
                 os.symlink(target, out)
+                _check_resolved(name, dest, out, member, target)
                 continue
-            # Count real bytes: a zip bomb can declare small sizes.
-            with zf.open(info) as src, open(out, "wb") as dst:
+            # Count real bytes: a zip bomb can declare small sizes. O_EXCL|O_NOFOLLOW: never through a link.
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+            with zf.open(info) as src, os.fdopen(os.open(out, flags, 0o644), "wb") as dst:
                 while chunk := src.read(1 << 20):
                     written += len(chunk)
                     _check_caps(name, 0, written)
@@ -435,7 +455,10 @@ def _acquire(target: str, root: Path) -> Workspace:
         raise BadInput(f"{source}: the repository has no commits")
     _drop_bytecode(repo)
     commit = None if snapshot else head.stdout.strip()
-    return Workspace(root=root, repo=repo, commit=commit, source=source, uncommitted=uncommitted)
+    pristine = keep_pristine(repo, root / "pristine")
+    return Workspace(
+        root=root, repo=repo, commit=commit, source=source, uncommitted=uncommitted, pristine=pristine
+    )
 
 
 def _uncommitted(clone: Path, source: Path, home: Path) -> tuple[str, ...]:
@@ -455,3 +478,49 @@ def _uncommitted(clone: Path, source: Path, home: Path) -> tuple[str, ...]:
     if done.returncode != 0:
         return ()
     return tuple(line for line in done.stdout.splitlines() if line.strip())
+
+
+# --- the pristine copy ------------------------------------------------------------------------------------
+
+
+def copy_checkout(source: Path, dest: Path) -> None:
+    """Copy what is inside ``source`` into the existing folder ``dest``; links are copied as links.
+
+    `cp -a` when it works: a grade makes five copies of the checkout (most of it small files under .git) and
+    cp spends about half the CPU of shutil.copytree on them. Where cp is missing or fails, copytree does the
+    copy again and raises the OSError a full disk or a bad path deserves.
+    """
+    try:
+        done = subprocess.run(
+            ["cp", "-a", "--", f"{source}{os.sep}.", str(dest)],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            check=False,
+        )
+    except OSError:
+        done = None
+    if done is None or done.returncode != 0:
+        shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True)
+
+
+def keep_pristine(repo: Path, dest: Path) -> Path:
+    """Copy ``repo`` to ``dest`` before any submission code runs, and make the copy read-only to others.
+
+    The copy belongs to the grader; no group or other write bit is left on anything in it and ``dest``
+    itself is ``0700``, so a sandboxed run (another uid) can neither write nor read it. Raises OSError
+    (a full disk: the caller's NotAssessable).
+    """
+    dest.mkdir(mode=0o700)
+    try:
+        copy_checkout(repo, dest)
+        for dirpath, dirnames, filenames in os.walk(dest, followlinks=False):
+            for name in (*dirnames, *filenames):
+                path = os.path.join(dirpath, name)
+                st = os.lstat(path)
+                if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o022:
+                    os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o022)
+        dest.chmod(0o700)
+    except BaseException:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
+    return dest

@@ -24,6 +24,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from grader import gitsafe
 from grader.tapes import Tape
 
 __all__ = ["CHAIN_FILE", "ChainProblem", "ChainVerdict", "chain_rewrites", "read_chain", "tape_digest"]
@@ -34,8 +35,6 @@ _OPS = ("record", "rerecord", "prune")
 # A chain line per tape write; far more than any take-home records.
 _MAX_BYTES = 16 * 1024 * 1024
 _MAX_COMMITS = 500
-# The repository's own config is the candidate's: no fsmonitor hook, no external diff, any owner.
-_GIT = ("git", "-c", "core.fsmonitor=false", "-c", "safe.directory=*", "-c", "diff.external=")
 
 
 @dataclass(frozen=True)
@@ -175,7 +174,9 @@ def _digest_of(tape: Tape) -> str | None:
 
 def _git(repo: Path, *args: str) -> bytes | None:
     try:
-        proc = subprocess.run([*_GIT, "-C", str(repo), *args], capture_output=True, timeout=60, check=False)
+        # gitsafe: no config that runs a program, and never a lazy fetch from a "promisor" remote.
+        command = gitsafe.argv("-C", str(repo), *args)
+        proc = subprocess.run(command, env=gitsafe.env(), capture_output=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return proc.stdout if proc.returncode == 0 else None

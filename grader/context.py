@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grader import tamper
-from grader.acquire import no_space, no_space_reason, no_space_text
+from grader.acquire import copy_checkout, keep_pristine, no_space, no_space_reason, no_space_text
 from grader.audit import AuditLog, Results, read_audit_log, read_result_log
 from grader.errors import NotAssessable
+from grader.safeio import UnsafeFile, is_regular, read_bytes
 
 if TYPE_CHECKING:
     from grader.acquire import Workspace
@@ -47,6 +48,8 @@ _BLOCKED_ARGS = re.compile(r"^_args = \('(?P<host>[^']*)', (?P<port>\d+)", re.MU
 # because of the grader's disk (not-assessable); with more room, filling the disk is the run's own doing.
 _ROOM = 256 * 1024**2
 _FULL = 256 * 1024  # free space below this after a run: the disk is full
+_LOG_CAP = 64 * 1024**2  # a log a run wrote (JUnit, misses): read no more than this
+_MAKEFILE_CAP = 1_000_000
 
 
 @dataclass
@@ -66,11 +69,17 @@ class ReplayRun:
     scan: tamper.TamperScan | None = None  # static scan of conftest files, plugins and config
     noconftest: ReplayRun | None = None  # rerun with --noconftest, when outcome hooks were found
     unskipped: ReplayRun | None = None  # rerun with skip/xfail marks stripped, when tests were skipped
+    # rerun in a clean interpreter (python -I, from a scratch copy), when start-up files were found
+    clean: ReplayRun | None = None
     log_mismatch: str = ""  # the submission-writable result log disagrees with the guard
 
 
 class Context:
-    """Everything a check may use. Checks read `repo`; code from it runs only through `run`/`replay_run`."""
+    """Everything a check may use. Checks read `repo`; code from it runs only through `run`/`replay_run`.
+
+    ``repo`` is the pristine copy (`Workspace.pristine`: the checkout as acquired, which no sandboxed run can
+    write); ``checkout`` is the working copy the replay suite and the other runs use, hostile once they ran.
+    """
 
     def __init__(
         self,
@@ -87,7 +96,9 @@ class Context:
         started: float | None = None,
     ) -> None:
         self.workspace = workspace
-        self.repo: Path = workspace.repo
+        self.checkout: Path = workspace.repo
+        self._pristine: Path | None = getattr(workspace, "pristine", None)
+        self.repo: Path = self._pristine or workspace.repo
         self.manifest = manifest
         self.env = env
         self.install_error = install_error if env is None else None
@@ -121,7 +132,6 @@ class Context:
         self._probes: dict[str, Future[object]] = {}
         # Runs of submission code a check may have going at once (run_checks sets it from --jobs).
         self.jobs = 1
-        self._pristine: Path | None = None  # see keep_pristine
         self._logs = workspace.root / "logs"
         self._logs.mkdir(parents=True, exist_ok=True)
 
@@ -225,7 +235,6 @@ class Context:
         from grader import sandbox
 
         venv = self.require_env().venv
-        cwd = cwd or self.repo
         label = label or " ".join(argv)
         allowed = self.timeout if timeout is None else timeout
         if suite_probe and not self._suite_done.is_set():
@@ -241,9 +250,20 @@ class Context:
                 raise self.skip(f"not run: {spent} before {label!r}")
             if left < allowed:
                 allowed, clipped = left, True
+        # No cwd: a fresh copy of the pristine tree, never the checkout an earlier run may have rewritten.
+        cwd = cwd or self.scratch_copy(label)
+        startup, _sealed = self._guard_files()
         audit_log = self.log_path(label, ".audit.jsonl")
         home = self._logs.parent / "home" / audit_log.stem
-        extra = {"PYTHONPATH": _pythonpath(cwd), **(env or {})}
+        # Nothing of the submission's is importable at start-up: the grader's sitecustomize (first and only
+        # on PYTHONPATH) appends its tree to sys.path after the standard library and the venv's packages.
+        extra = {
+            "PYTHONPATH": str(startup),
+            "PYTHONSAFEPATH": "1",
+            "PYTHONNOUSERSITE": "1",
+            "GRADER_SUBMISSION_PATH": _pythonpath(cwd),
+            **(env or {}),
+        }
         free_before = self._free()
         with self._disk(f"running {label!r}"):
             home.mkdir(parents=True, exist_ok=True)
@@ -295,15 +315,22 @@ class Context:
     def _verified_replay(self) -> ReplayRun:
         # Never trust one run: outcome hooks found statically -> rerun without conftest files; tests skipped,
         # xfail(run=False) or reported passed after raising -> rerun with their skip/xfail marks stripped.
-        rr = self.run_suite(self.repo, label="replay", primary=True)
-        rr.scan = tamper.scan(self.repo)
+        # Start-up files (sitecustomize.py) found statically -> rerun in a clean interpreter. Every rerun
+        # gets a fresh copy of the pristine tree: the first run may have rewritten or deleted tests in the
+        # checkout so that a rerun there would find nothing to contradict it.
+        rr = self.run_suite(self.checkout, label="replay", primary=True)
+        rr.scan = tamper.scan(self.repo)  # the pristine copy: what was submitted, not what the run left
         if rr.run.timed_out:
             return rr
         if rr.scan.outcome_hooks or (rr.guard is not None and rr.guard.rewritten):
-            rr.noconftest = self.run_suite(self.repo, label="replay-noconftest", noconftest=True)
+            copy = self.scratch_copy("replay-noconftest")
+            rr.noconftest = self.run_suite(copy, label="replay-noconftest", noconftest=True)
         guard = rr.guard
         if guard is not None and (guard.skipped or guard.notrun or guard.count("xfailed")):
-            rr.unskipped = self.run_suite(self.repo, label="replay-unskipped", unskip=True)
+            copy = self.scratch_copy("replay-unskipped")
+            rr.unskipped = self.run_suite(copy, label="replay-unskipped", unskip=True)
+        if rr.scan.startup_hooks:
+            rr.clean = self.run_suite(self.scratch_copy("replay-clean"), label="replay-clean", clean=True)
         return rr
 
     def _guard_files(self) -> tuple[Path, Path]:
@@ -323,16 +350,20 @@ class Context:
         label: str = "suite",
         noconftest: bool = False,
         unskip: bool = False,
+        clean: bool = False,
         primary: bool = False,
     ) -> ReplayRun:
         """Run the suite as `replay_run` does, in another checkout (e.g. a scratch copy); not memoized.
 
-        ``noconftest`` adds ``--noconftest``; ``unskip`` makes the guard strip skip/skipif/xfail marks.
+        ``noconftest`` adds ``--noconftest``; ``unskip`` makes the guard strip skip/skipif/xfail marks;
+        ``clean`` runs pytest itself (not `make test`) in ``python -I -B`` through the grader's launcher,
+        so no start-up file, ``PYTHON*`` variable or Makefile of the submission's runs before the guard.
         ``primary``: the replay suite itself. Once it has timed out, every other run of the suite (a
         probe) is skipped, or stopped if it is running (NotAssessable): a hanging suite costs one timeout.
         """
         venv = self.require_env().venv
-        command = ["make", "test"] if "test" in makefile_targets(cwd) else ["python", "-m", "pytest"]
+        # Which command: from the pristine copy's Makefile (the one in ``cwd`` may have been rewritten).
+        command = ["make", "test"] if "test" in makefile_targets(self.repo) else ["python", "-m", "pytest"]
         # One folder for the run's logs (the result log's, which the sandbox hands over as a *_LOG folder):
         # JUnit and pytest's cache are written there too.
         results_log = self.log_path(label, ".results.jsonl")
@@ -359,9 +390,9 @@ class Context:
             "GRADER_RESULT_LOG": str(results_log),
             "CASSETTE_MISS_LOG": str(misses),
             "CASSETTE_MODE": "replay",
-            # The guard plugin comes from a grader-owned folder placed before the submission's tree.
-            "PYTHONPATH": os.pathsep.join((str(guard_dir), _pythonpath(cwd))),
         }
+        if clean:
+            command = ["python", "-I", "-B", str(guard_dir / tamper.CLEAN_LAUNCHER)]
         # The guard writes through this descriptor: its file sits in a 0700 folder the sandbox user
         # cannot open by path, so a test cannot rewrite it afterwards (docs/security.md).
         nonce = secrets.token_hex(16)
@@ -393,12 +424,17 @@ class Context:
         fallback = logged if logged.records else read_junit(junit)
         results = _guard_results(guard, fallback) if guard.records else fallback
         mismatch = _mismatch(guard, logged) if guard.records else ""
+        # The run owned its log folders: a log replaced by a link, a FIFO or a device was not read, and
+        # is tamper evidence like a forged line.
+        replaced = "; ".join(x for x in (audit.unsafe, logged.unsafe, _unsafe(junit), _unsafe(misses)) if x)
+        if replaced:
+            mismatch = "; ".join(x for x in (mismatch, f"the grader's logs were replaced: {replaced}") if x)
         return ReplayRun(
             command=command,
             run=run,
             results=results,
             audit=audit,
-            junit=junit if junit.is_file() else None,
+            junit=junit if is_regular(junit) else None,
             misses=_read_jsonl(misses),
             blocked=_socket_refusals(junit),
             guard=guard if guard.records else None,
@@ -406,22 +442,19 @@ class Context:
         )
 
     def keep_pristine(self) -> bool:
-        """Copy the checkout, as acquired, to a folder no sandboxed run is ever given; call before any run.
+        """Make sure the pristine copy exists; `acquire` normally made it (`Workspace.pristine`).
 
-        Every `scratch_copy` is then made from this copy: a probe sees the submission as it was submitted,
-        not as an earlier run left the checkout, and copies can be made while runs go on in the checkout.
-        False when the copy could not be made (e.g. no room): copies then come from the checkout.
+        For a workspace made without one, copy the checkout now (call before any run) and point ``repo``
+        at the copy. Every `scratch_copy` is made from it: a probe sees the submission as it was submitted,
+        not as an earlier run left the checkout. False when the copy could not be made (e.g. no room).
         """
         if self._pristine is not None:
             return True
-        pristine = self.workspace.root / "pristine"
         try:
-            pristine.mkdir()
-            _copy_tree(self.repo, pristine)
+            self._pristine = keep_pristine(self.checkout, self.workspace.root / "pristine")
         except OSError:
-            shutil.rmtree(pristine, ignore_errors=True)
             return False
-        self._pristine = pristine
+        self.repo = self._pristine
         return True
 
     def scratch_copy_without(
@@ -450,31 +483,36 @@ class Context:
             with self._disk(f"copying the repo for {name!r}"):
                 dest.mkdir(parents=True)
         with self._disk(f"copying the repo for {name!r}"):
-            source = self._pristine or self.repo
+            source = self._pristine or self.checkout
             if leave_out is None:
                 _copy_tree(source, dest)
-                return dest, 0
-            return dest, _copy_tree_without(source, dest, *leave_out)
+                left = 0
+            else:
+                left = _copy_tree_without(source, dest, *leave_out)
+            dest.chmod(0o755)  # cp -a gave it the pristine copy's 0700; the run's user gets it by chown
+            return dest, left
 
 
-def _copy_tree(source: Path, dest: Path) -> None:
-    """Copy what is inside ``source`` into the existing folder ``dest``; links are copied as links.
+_copy_tree = copy_checkout  # the name tests and older callers use
 
-    `cp -a` when it works: a grade makes five copies of the checkout (most of it small files under .git) and
-    cp spends about half the CPU of shutil.copytree on them. Where cp is missing or fails, copytree does the
-    copy again and raises the OSError a full disk or a bad path deserves (`Context._disk` reads it).
-    """
+
+def _unsafe(path: Path) -> str:
+    """Why a log the run could replace was not read ("" when it is absent or a regular file)."""
     try:
-        done = subprocess.run(
-            ["cp", "-a", "--", f"{source}{os.sep}.", str(dest)],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            check=False,
-        )
+        read_bytes(path, cap=0, truncate=True)
+    except UnsafeFile as exc:
+        return f"{path.name}: {exc.strerror}"
     except OSError:
-        done = None
-    if done is None or done.returncode != 0:
-        shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True)
+        pass
+    return ""
+
+
+def _read_log(path: Path) -> bytes | None:
+    """A log the run wrote, read safely (grader/safeio.py): None when absent, replaced or unreadable."""
+    try:
+        return read_bytes(path, cap=_LOG_CAP, truncate=True)
+    except OSError:
+        return None
 
 
 def _copy_tree_without(source: Path, dest: Path, folder: Path, leave_out: Callable[[Path], bool]) -> int:
@@ -578,15 +616,14 @@ def _pythonpath(cwd: Path) -> str:
 def makefile_targets(repo: Path) -> set[str]:
     """Explicit target names of the repo's Makefile, read statically (no make run)."""
     for name in _MAKEFILES:
-        path = repo / name
-        if path.is_file():
-            break
+        try:
+            raw = read_bytes(repo / name, cap=_MAKEFILE_CAP, truncate=True)
+        except OSError:  # absent, a link, a FIFO: make would read another one (or none)
+            continue
+        break
     else:
         return set()
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return set()
+    text = raw.decode("utf-8", errors="replace")
     targets: set[str] = set()
     for line in text.splitlines():
         if not line or line[0] in "\t #" or "=" in line.split(":", 1)[0]:
@@ -617,10 +654,11 @@ def pytest_plugin_modules(venv: Path) -> list[str]:
 
 
 def _read_jsonl(path: Path) -> list[dict[str, object]]:
-    if not path.is_file():
+    raw = _read_log(path)
+    if raw is None:
         return []
     out: list[dict[str, object]] = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in raw.decode("utf-8", errors="replace").splitlines():
         try:
             item = json.loads(line)
         except ValueError:
@@ -639,11 +677,8 @@ def _first_line(text: object) -> str:
 
 def read_junit(path: Path) -> Results | None:
     """Fallback counts from the JUnit file pytest wrote at the grader's path."""
-    if not path.is_file():
-        return None
-    try:
-        root = ET.parse(path).getroot()  # noqa: S314 - pytest wrote this file at a path the grader chose
-    except (ET.ParseError, OSError):
+    root = _junit_root(path)
+    if root is None:
         return None
     res = Results()
     for case in root.iter("testcase"):
@@ -669,17 +704,26 @@ def read_junit(path: Path) -> Results | None:
     return res if res.records else None
 
 
+def _junit_root(path: Path) -> ET.Element | None:
+    raw = _read_log(path)
+    if raw is None:
+        return None
+    try:
+        # pytest wrote it at a path the grader chose; the run could have rewritten it, but expat expands
+        # no external entities and the size is capped.
+        return ET.fromstring(raw)  # noqa: S314
+    except ET.ParseError:
+        return None
+
+
 def _socket_refusals(junit: Path) -> list[tuple[str, str]]:
     """(file:line, what) for each test pytest-socket stopped, from the grader's JUnit file.
 
     pytest-socket raises before the socket exists, so the audit hook never sees these attempts; the
     traceback's innermost frame inside the repository is the line that tried to connect.
     """
-    if not junit.is_file():
-        return []
-    try:
-        root = ET.parse(junit).getroot()  # noqa: S314 - pytest wrote this file at a path the grader chose
-    except (ET.ParseError, OSError):
+    root = _junit_root(junit)
+    if root is None:
         return []
     out: list[tuple[str, str]] = []
     for case in root.iter("testcase"):

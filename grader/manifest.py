@@ -9,6 +9,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from grader.safeio import read_bytes
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
@@ -47,6 +49,7 @@ _SKIP_DIRS = {
 }
 _MAX_SCAN_FILES = 400
 _MAX_SCAN_BYTES = 512_000
+_TOML_CAP = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -99,9 +102,12 @@ def _load_table(repo: Path, notes: list[str]) -> tuple[dict[str, object], bool]:
     if not path.is_file():
         notes.append("no pyproject.toml: manifest keys fall back to discovery")
         return {}, False
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    try:  # never through a link, never a FIFO, capped (grader/safeio.py)
+        data = tomllib.loads(read_bytes(path, cap=_TOML_CAP, root=repo).decode("utf-8"))
+    except OSError as exc:
+        notes.append(f"pyproject.toml not read ({exc.strerror}); manifest keys fall back to discovery")
+        return {}, False
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as exc:  # nesting bombs too
         notes.append(f"pyproject.toml is not valid TOML ({exc}); manifest keys fall back to discovery")
         return {}, False
     tool = data.get("tool")
@@ -213,8 +219,8 @@ def _discover_default_model(repo: Path) -> str | None:
     cookie = repo / ".cookiecutter.json"
     if cookie.is_file():
         try:
-            data = json.loads(cookie.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError):
+            data = json.loads(read_bytes(cookie, cap=_TOML_CAP, root=repo).decode("utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError):
             data = None
         value = data.get("default_model") if isinstance(data, dict) else None
         if isinstance(value, str) and value.strip():
@@ -243,9 +249,7 @@ def _python_files(repo: Path) -> list[Path]:
 
 def _model_constant(path: Path) -> str | None:
     try:
-        if path.stat().st_size > _MAX_SCAN_BYTES:
-            return None
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = ast.parse(read_bytes(path, cap=_MAX_SCAN_BYTES).decode("utf-8"), filename=str(path))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return None
     for node in tree.body:

@@ -271,7 +271,7 @@ def read_dependencies(repo: Path) -> Dependencies:
     text = _read_text(repo / "pyproject.toml") or ""
     try:
         data = tomllib.loads(text) if text else {}
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):  # a nesting bomb is malformed TOML too
         data = {}
     project = data.get("project") if isinstance(data.get("project"), dict) else {}
     name = project.get("name")

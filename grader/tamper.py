@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import configparser
+import errno
 import os
 import re
 import shutil
@@ -32,12 +33,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.safeio import UnsafeFile, read_bytes
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 __all__ = [
+    "CLEAN_LAUNCHER",
     "GUARD_MODULE",
     "GuardLog",
     "Hook",
@@ -51,8 +55,12 @@ GUARD_MODULE = "_grader_guard"
 # Copied, never imported here: it runs inside the submission's pytest process, from a grader-owned folder
 # put first on PYTHONPATH so a same-named file in the submission cannot shadow it.
 _GUARD_FILE = Path(__file__).resolve().parent / "audit" / f"{GUARD_MODULE}.py"
+_STARTUP_FILE = _GUARD_FILE.parent / "_grader_startup.py"
+_CLEAN_FILE = _GUARD_FILE.parent / "_grader_clean.py"
+CLEAN_LAUNCHER = "_grader_clean.py"
 _MAX_FILES = 5000
 _MAX_BYTES = 1_000_000
+_GUARD_CAP = 64 * 1024**2
 _SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", ".nox", "site-packages"}
 _ALWAYS = {
     "pytest_runtest_makereport": "rewrites or replaces test reports",
@@ -67,6 +75,17 @@ _GRADER_NAMES = re.compile(r"\b(GRADER_[A-Z_]+|_grader_(?:pytest|audit|guard))\b
 _CONFIG_TAMPER = re.compile(
     r"(-p\s*no:\S+|--noconftest|PYTEST_ADDOPTS\s*=|PYTEST_DISABLE_PLUGIN_AUTOLOAD|--junit-?xml\S*|-o\s*addopts)"
 )
+# Imported by `site` at interpreter start-up from the first sys.path entry holding one: before any pytest
+# plugin, the guard included, whenever the folder is on the start-up path (PYTHONPATH=. in a Makefile).
+_STARTUP_MODULES = {"sitecustomize.py", "usercustomize.py"}
+_STARTUP_WHY = "runs at interpreter start-up, before the grader's guard, when its folder is on the path"
+# Modules pytest (or the grader) imports before the guard plugin loads: a same-named top-level module in
+# the tree stands in for it when the tree's root is put on the start-up path.
+_SHADOWABLE = frozenset(
+    {"pytest", "_pytest", "pluggy", "iniconfig", "packaging", "py", "exceptiongroup", "tomli", "colorama"}
+    | {"pytest_socket", GUARD_MODULE, "_grader_pytest", "_grader_audit", "sitecustomize", "usercustomize"}
+)
+_SHADOW_WHY = "which is imported before the grader's guard when its folder is on the path"
 _CONFIG_FILES = (
     "pyproject.toml",
     "pytest.ini",
@@ -82,7 +101,7 @@ _CONFIG_FILES = (
 class Hook:
     """One place that can change reported outcomes."""
 
-    kind: str  # hook name, "monkeypatch", "grader-reference" or "config"
+    kind: str  # hook name, "monkeypatch", "grader-reference", "config" or "startup"
     location: str  # repo-relative "file:line"
     why: str
 
@@ -99,6 +118,11 @@ class TamperScan:
     def outcome_hooks(self) -> list[Hook]:
         """Hooks in conftest files or plugins (what a ``--noconftest`` rerun takes away)."""
         return [h for h in self.hooks if h.kind.startswith("pytest_")]
+
+    @property
+    def startup_hooks(self) -> list[Hook]:
+        """Files Python runs at interpreter start-up, before any plugin (what the clean rerun takes away)."""
+        return [h for h in self.hooks if h.kind == "startup"]
 
 
 # --- walking the tree without following links -------------------------------------------------------------
@@ -121,12 +145,21 @@ def _python_files(repo: Path) -> Iterator[Path]:
 
 
 def _read(path: Path) -> str | None:
+    # No link, no FIFO, no device, nothing over the cap (grader/safeio.py).
     try:
-        if path.is_symlink() or not path.is_file() or path.stat().st_size > _MAX_BYTES:
-            return None
-        return path.read_bytes().decode("utf-8", errors="replace")
+        return read_bytes(path, cap=_MAX_BYTES).decode("utf-8", errors="replace")
     except OSError:
         return None
+
+
+def _shadowed(repo: Path, path: Path) -> str | None:
+    """The start-up module a top-level ``x.py`` or ``x/__init__.py`` (at the root or under src/) replaces."""
+    for base in (repo, repo / "src"):
+        if path.parent == base and path.stem in _SHADOWABLE:
+            return path.stem
+        if path.name == "__init__.py" and path.parent.parent == base and path.parent.name in _SHADOWABLE:
+            return path.parent.name
+    return None
 
 
 def _rel(repo: Path, path: Path) -> str:
@@ -145,7 +178,7 @@ def _ini_addopts(repo: Path) -> str:
     if text:
         try:
             data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError:
+        except (tomllib.TOMLDecodeError, RecursionError):  # a nesting bomb is malformed TOML too
             data = {}
         ini = data.get("tool", {}).get("pytest", {}).get("ini_options", {})
         addopts = ini.get("addopts") if isinstance(ini, dict) else None
@@ -410,6 +443,10 @@ def scan(repo: Path) -> TamperScan:
 
     for path, text, tree in parsed:
         rel = _rel(repo, path)
+        if path.name in _STARTUP_MODULES:
+            add(Hook("startup", f"{rel}:1", _STARTUP_WHY))
+        elif (shadowed := _shadowed(repo, path)) is not None:
+            add(Hook("startup", f"{rel}:1", f"shadows {shadowed}, {_SHADOW_WHY}"))
         if path in plugins:
             for hook in _hook_rules(rel, tree):
                 add(hook)
@@ -457,7 +494,13 @@ def read_guard(path: Path, nonce: str = "") -> GuardLog:
 
     log = GuardLog()
     try:
-        raw = Path(path).read_bytes()
+        raw = read_bytes(path, cap=_GUARD_CAP)
+    except UnsafeFile as exc:
+        if exc.errno != errno.EFBIG:
+            return log
+        # Flooded through the inherited descriptor: the guard never writes that much.
+        raw = read_bytes(path, cap=_GUARD_CAP, truncate=True)
+        log.foreign += 1
     except OSError:
         return log
     for line in raw.decode("utf-8", errors="replace").splitlines():
@@ -516,10 +559,18 @@ def _add_vcr_play(log: GuardLog, rec: dict) -> None:
 
 
 def write_guard(folder: Path) -> Path:
-    """Write the guard plugin into ``folder`` (grader-owned, read-only to the sandbox); returns the file."""
+    """Write the guard plugin into ``folder`` (grader-owned, read-only to the sandbox); returns the file.
+
+    The folder also gets the grader's ``sitecustomize.py`` (it goes first on ``PYTHONPATH``: the submission's
+    own start-up modules never run) and ``CLEAN_LAUNCHER``, the clean-interpreter pytest entry point.
+    """
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{GUARD_MODULE}.py"
-    shutil.copyfile(_GUARD_FILE, path)
-    path.chmod(0o644)
+    for source, name in (
+        (_GUARD_FILE, f"{GUARD_MODULE}.py"),
+        (_STARTUP_FILE, "sitecustomize.py"),
+        (_CLEAN_FILE, CLEAN_LAUNCHER),
+    ):
+        shutil.copyfile(source, folder / name)
+        (folder / name).chmod(0o644)
     folder.chmod(0o755)
-    return path
+    return folder / f"{GUARD_MODULE}.py"

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import subprocess
 import tempfile
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grader import gitsafe
 from grader.tapes import DISCOVERY_DIRS, MAX_PARSE_BYTES, TAPE_SUFFIXES, Interaction, Tape, _parse
 
 __all__ = ["TapeEdit", "TapeHistory", "tape_edits"]
@@ -82,6 +82,7 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
             "--no-renames",
             "--no-textconv",
             "--no-ext-diff",
+            "--no-show-signature",
             "--format=@%H",
             "HEAD",
             "--",
@@ -198,42 +199,18 @@ class _GitError(RuntimeError):
     pass
 
 
-# The one place this module runs git. The checkout's own config is the candidate's: nothing in it may run
-# (hooks, fsmonitor, gpg.program via log.showSignature, textconv/external diff), and no config outside it
-# is read either.
-_HARDENING = (
-    "-c",
-    "core.fsmonitor=",
-    "-c",
-    "core.hooksPath=/dev/null",
-    "-c",
-    "log.showSignature=false",
-    "-c",
-    "diff.external=",
-    "-c",
-    "safe.directory=*",
-    "--no-replace-objects",
-)
-
-
-def _git_env() -> dict[str, str]:
-    return {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": "/nonexistent",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": "/dev/null",
-        "GIT_TERMINAL_PROMPT": "0",
-        "GIT_LITERAL_PATHSPECS": "1",
-        "GIT_NO_REPLACE_OBJECTS": "1",
-        "LC_ALL": "C",
-    }
+# The one place this module runs git, through grader/gitsafe.py: the checkout's own config is the
+# candidate's, and nothing in it may run (hooks, fsmonitor, gpg.program via log.showSignature, textconv or
+# external diff, credential helpers); no config outside it is read either.
+_ENV = {"GIT_LITERAL_PATHSPECS": "1"}
 
 
 def _git(repo: Path, *args: str, stdin: Any = None, popen: bool = False) -> Any:
-    argv = ["git", *_HARDENING, "-C", str(repo), *args]
+    argv = gitsafe.argv("--no-replace-objects", "-C", str(repo), *args)
+    env = gitsafe.env(extra=_ENV)
     if popen:
-        return subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, env=_git_env())
-    proc = subprocess.run(argv, capture_output=True, check=False, env=_git_env(), stdin=subprocess.DEVNULL)
+        return subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, env=env)
+    proc = subprocess.run(argv, capture_output=True, check=False, env=env, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
         raise _GitError(proc.stderr.decode("utf-8", "replace").strip()[:200])
     return proc.stdout

@@ -29,6 +29,7 @@ import yaml
 
 from grader.manifest import CASSETTE_DIR_CANDIDATES
 from grader.recordings import Found, RecordParts, find_metadata, is_record, split_record
+from grader.safeio import read_bytes
 
 __all__ = [
     "DISCOVERY_DIRS",
@@ -244,10 +245,8 @@ def _load_one(repo: Path, path: Path) -> Tape:
             error=f"too large to parse ({info.st_size / 1e6:.1f} MB > {MAX_PARSE_BYTES / 1e6:.0f} MB cap)",
         )
     try:
-        # O_NOFOLLOW closes the gap between lstat and open: a file swapped for a link is refused.
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        with os.fdopen(fd, "rb") as handle:
-            raw = handle.read(MAX_PARSE_BYTES + 1)
+        # No link (the file or a folder above it), no FIFO, capped: a file swapped since lstat is refused.
+        raw = read_bytes(path, cap=MAX_PARSE_BYTES + 1, root=repo, truncate=True)
     except OSError as exc:
         return Tape(path=rel, format="invalid", size=info.st_size, error=f"cannot read: {exc.strerror}")
     if len(raw) > MAX_PARSE_BYTES:

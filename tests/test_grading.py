@@ -537,3 +537,16 @@ def test_a_suite_that_reports_success_with_failures_recorded_is_forged(
     row = _row(report, "offline-replay")
     assert row["score"] <= 1
     assert "with 2 failures recorded" in row["evidence"], row["evidence"]
+
+
+@pytest.mark.slow
+def test_a_toml_nesting_bomb_is_a_malformed_pyproject_not_a_crash(make_submission, grade_cache: Path) -> None:
+    # Found by the blind red-team: 100,000 nested arrays made tomllib raise RecursionError, and `grade`
+    # exited 1 (an internal error) instead of grading the submission.
+    bomb = "x = " + "[" * 100_000 + "\n"
+    repo = make_submission({"tests/test_ok.py": "def test_ok():\n    assert True\n"}, pyproject=bomb)
+
+    report = _grade(repo, grade_cache)
+
+    assert any("pyproject.toml is not valid TOML" in note for note in report.get("notes", [])), report
+    assert report["total"]["max"] == 54

@@ -63,7 +63,8 @@ def test_a_skip_reason_of_terminal_escapes_cannot_fake_the_text_or_markdown_repo
     )
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
-    markdown = (store / "report.md").read_text(encoding="utf-8")
+    # Markdown escapes brackets (no link or image from a submission's text); as shown, they read as written.
+    markdown = _as_shown((store / "report.md").read_text(encoding="utf-8"))
     report = json.loads((store / "report.json").read_text(encoding="utf-8"))
 
     # The skip reached the report (the attack was really delivered) ...
@@ -145,8 +146,24 @@ def test_no_format_carries_a_raw_control_character_or_bidi_override(fmt: str) ->
 
         walk(json.loads(page))
         page = "\n".join(strings)
+    if fmt == "markdown":
+        page = _as_shown(page)
     assert not RAW.search(page), (fmt, RAW.search(page))
     assert "\\x1b]0;" in page, fmt  # shown, not dropped: the reviewer sees something was there
+
+
+def _as_shown(markdown: str) -> str:
+    return markdown.replace("\\[", "[").replace("\\]", "]")
+
+
+def test_markdown_shows_a_link_or_image_from_a_submission_as_text() -> None:
+    # Found by the blind red-team: a skip reason `![t](http://127.0.0.1:9/pixel.png)` rendered as an image
+    # the viewer fetched, and `[total: 54/54](http://...)` as a link.
+    page = render(
+        _report_with("![t](http://127.0.0.1:9/pixel.png) [total: 54/54](http://x.invalid)"), "markdown"
+    )
+    assert "![t](" not in page and "[total: 54/54](" not in page
+    assert "!\\[t\\](http://127.0.0.1:9/pixel.png)" in page
 
 
 def test_inert_keeps_ordinary_text_and_escapes_each_control_character() -> None:

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.safeio import UnsafeFile, read_bytes
+
 __all__ = [
     "AuditLog",
     "Event",
@@ -33,6 +35,8 @@ _MODULES = ("_grader_audit.py", "_grader_pytest.py")
 _PTH = "_grader_audit.pth"
 _NETWORK_EVENTS = ("socket.connect", "socket.getaddrinfo", "socket.sendto", "socket.refused")
 _FIRST_FAILURES = 10
+# A suite's logs are small (one line per test or event); a bigger one was flooded on purpose.
+LOG_CAP = 64 * 1024**2
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class AuditLog:
     network_attempts: list[Event] = field(default_factory=list)  # connect/sendto/getaddrinfo/refused
     opened: set[str] = field(default_factory=set)  # repo-relative paths opened for reading
     sockets: list[Event] = field(default_factory=list)  # inet sockets created (socket.__new__)
+    unsafe: str = ""  # why the log file was not read: replaced by a link, a FIFO, a device, over the cap
 
 
 @dataclass
@@ -68,6 +73,7 @@ class Results:
     first_failures: list[str] = field(default_factory=list)  # "nodeid (file:line): first line of the error"
     exitstatus: int | None = None  # None: the session never finished (killed, crashed)
     records: int = 0  # well-formed lines read
+    unsafe: str = ""  # why the log file was not read (see AuditLog.unsafe)
 
 
 def _site_packages(venv: Path) -> list[Path]:
@@ -100,11 +106,16 @@ def install_into(venv: Path) -> list[Path]:
     return written
 
 
-def _records(path: Path | None) -> Iterator[dict]:
+def _records(path: Path | None, problems: list[str] | None = None) -> Iterator[dict]:
+    # The sandboxed run owned the log's folder: the file may now be a link (to /dev/zero), a FIFO or huge.
     if path is None:
         return
     try:
-        raw = Path(path).read_bytes()
+        raw = read_bytes(path, cap=LOG_CAP)
+    except UnsafeFile as exc:
+        if problems is not None:
+            problems.append(f"{Path(path).name}: {exc.strerror}")
+        return
     except OSError:
         return
     for line in raw.decode("utf-8", errors="replace").splitlines():
@@ -130,7 +141,8 @@ def _opt_int(value: object) -> int | None:
 def read_audit_log(path: Path | None) -> AuditLog:
     """Parse the hook's JSONL; a missing file is an empty log, malformed lines are skipped."""
     log = AuditLog()
-    for rec in _records(path):
+    problems: list[str] = []
+    for rec in _records(path, problems):
         kind = rec.get("event")
         if not isinstance(kind, str):
             continue
@@ -148,13 +160,15 @@ def read_audit_log(path: Path | None) -> AuditLog:
             log.sockets.append(event)
         elif kind == "open" and event.path:
             log.opened.add(event.path)
+    log.unsafe = "; ".join(problems)
     return log
 
 
 def read_result_log(path: Path | None) -> Results:
     """Tally the pytest plugin's JSONL (``records == 0``: the plugin never wrote, e.g. pytest never ran)."""
     res = Results()
-    for rec in _records(path):
+    problems: list[str] = []
+    for rec in _records(path, problems):
         res.records += 1
         if rec.get("session") is True:
             res.exitstatus = _opt_int(rec.get("exitstatus"))
@@ -180,4 +194,5 @@ def read_result_log(path: Path | None) -> Results:
             if len(res.first_failures) < _FIRST_FAILURES:
                 where = rec.get("crash") or rec.get("location") or "?"
                 res.first_failures.append(f"{rec.get('nodeid', '?')} ({where}): {rec.get('longrepr', '')}")
+    res.unsafe = "; ".join(problems)
     return res

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader.checks import CheckResult, Finding, register
+from grader.safeio import read_bytes
 
 if TYPE_CHECKING:
     from grader.context import Context
@@ -152,8 +153,8 @@ def _scan(repo: Path) -> tuple[list[_Module], list[tuple[str, str]]]:
                 return modules, unparsable
             rel = path.relative_to(repo).as_posix()
             try:
-                with path.open("rb") as handle:
-                    source = handle.read(_MAX_BYTES + 1)
+                # No link, FIFO or device (a FIFO named like a module would block a plain open).
+                source = read_bytes(path, cap=_MAX_BYTES + 1, root=repo, truncate=True)
                 if len(source) > _MAX_BYTES:
                     unparsable.append((rel, "larger than 1 MB"))
                     continue

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from grader.checks import Finding
 from grader.errors import NotAssessable
+from grader.safeio import read_bytes
 from grader.secrets import redact, scan_text
 from grader.secrets.findings import fingerprint
 
@@ -188,7 +189,7 @@ def _scan_tree(root: Path, canary: str) -> list[tuple[str, str]]:
             try:
                 if path.is_symlink() or not path.is_file() or path.stat().st_size > _MAX_FILE_BYTES:
                     continue
-                data = path.read_bytes()
+                data = read_bytes(path, cap=_MAX_FILE_BYTES)  # the probe's run owned this copy
             except OSError:
                 continue
             found.extend(_first(path.relative_to(root).as_posix(), find_canary(data, canary)))

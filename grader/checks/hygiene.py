@@ -160,7 +160,8 @@ def _replayed(
         return None, {}, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     plays: dict[str, tuple[int, set[int]]] = {}
     guard = getattr(run, "guard", None)
-    roots = {os.path.join(os.path.abspath(ctx.repo), ""), os.path.join(os.path.realpath(ctx.repo), "")}
+    ran_in = getattr(ctx, "checkout", ctx.repo)  # the suite ran in the working copy, not the pristine one
+    roots = {os.path.join(os.path.abspath(ran_in), ""), os.path.join(os.path.realpath(ran_in), "")}
     for path, play in (getattr(guard, "vcr_plays", None) or {}).items():
         for root in roots:
             if path.startswith(root):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from grader.checks import CheckResult, Finding, register
 from grader.checks.serve_probe import probe_serve
+from grader.safeio import read_text
 from grader.tapes import TAPE_SUFFIXES
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ _NETWORK_CALLS = {
     "HTTPTransport",
     "AsyncHTTPTransport",
 }
+_SOURCE_CAP = 2_000_000  # a source file bigger than this is not the submission's own code
 _SKIP_DIRS = {
     ".git",
     ".venv",
@@ -156,8 +158,8 @@ def scan_fallbacks(repo: Path) -> list[_Fallback]:
             continue
         if rel_parts[-1].startswith("test_") or rel_parts[-1] == "conftest.py":
             continue
-        try:
-            source = path.read_text(encoding="utf-8", errors="replace")
+        try:  # no link (here or in a parent), no FIFO, capped (grader/safeio.py)
+            source = read_text(path, cap=_SOURCE_CAP, root=repo)
         except OSError:
             continue
         if "except" in source:

@@ -58,10 +58,11 @@ def replay(ctx: Context) -> CheckResult:
         hidden_failures: tests skipped or xfailed in the run that fail when the grader reruns them with their
             skip/skipif/xfail marks stripped
         tamper_hooks: places that can change reported outcomes: conftest/plugin hooks, pytest monkeypatches,
-            overrides of the grader's options (see docs/security.md)
+            overrides of the grader's options, start-up files (sitecustomize.py) (see docs/security.md)
         forged: true when a reported outcome differs from what happened: a test raised but was reported
-            passed, the --noconftest rerun fails tests reported passed, or the suite-writable result log
-            disagrees with the grader's guard log
+            passed, the --noconftest rerun or the clean-interpreter rerun fails tests reported passed, the
+            suite-writable result log disagrees with the grader's guard log, or the run replaced one of the
+            grader's logs (a link, a FIFO)
         exit_abnormal: true when pytest's session never finished (os._exit, a killed interpreter, the grader's
             plugins switched off); a timeout is reported as timed_out instead
         network_attempts: connection attempts seen by the audit hook or refused by pytest-socket
@@ -176,6 +177,9 @@ def _install_findings(ctx: Context) -> list[Finding]:
     ]
 
 
+_LOOKS_FINE = ("passed", "xpassed", "skipped", "xfailed")
+
+
 @dataclass
 class _Evidence:
     hooks: list[Hook] = field(default_factory=list)
@@ -188,7 +192,8 @@ class _Evidence:
     def summary(self) -> str:
         parts: list[str] = []
         if self.forged:
-            where = ", ".join(h.location for h in self.hooks if h.kind.startswith("pytest_"))[:160]
+            kinds = [h for h in self.hooks if h.kind.startswith("pytest_") or h.kind == "startup"]
+            where = ", ".join(h.location for h in kinds)[:160]
             parts.append(f"FORGED: {self.forged[0]}" + (f" (hooks at {where})" if where else ""))
         if self.hidden:
             parts.append(
@@ -236,6 +241,16 @@ def _tamper_evidence(rr: ReplayRun, results: Results) -> _Evidence:
         for nodeid, outcome in guard.outcomes.items():
             if outcome in ("passed", "skipped", "xfailed") and again.get(nodeid) == "failed":
                 ev.forged.append(f"{nodeid}: {outcome} with the conftest files, failed without them")
+    if guard is not None and rr.clean is not None and rr.clean.guard is not None:
+        # The suite's start-up files (sitecustomize.py) could run before the guard; the clean interpreter
+        # never imports them (docs/security.md).
+        again = rr.clean.guard.outcomes
+        for nodeid, outcome in guard.outcomes.items():
+            if outcome in ("passed", "xpassed", "skipped", "xfailed") and again.get(nodeid) in (
+                "failed",
+                "error",
+            ):
+                ev.forged.append(f"{nodeid}: {outcome} in the suite's run, failed in a clean interpreter")
     if guard is not None and rr.unskipped is not None and rr.unskipped.guard is not None:
         again = rr.unskipped.guard
         for nodeid, outcome in guard.outcomes.items():

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader.checks import CheckResult, Finding, register
+from grader.safeio import read_bytes
 from grader.tapes import Tape, tapes_of
 
 if TYPE_CHECKING:
@@ -170,10 +171,10 @@ def _find_doc(repo: Path) -> tuple[Path, str] | str | None:
                 continue
             if entry.is_symlink():
                 return f"{entry.relative_to(repo).as_posix()} is a symlink; not read"
-            if not entry.is_file():
+            try:  # a regular file only, never a FIFO (grader/safeio.py)
+                raw = read_bytes(entry, cap=_MAX_BYTES, root=repo, truncate=True)
+            except OSError:
                 continue
-            with entry.open("rb") as handle:
-                raw = handle.read(_MAX_BYTES)
             return entry, raw.decode("utf-8", "replace")
     return None
 

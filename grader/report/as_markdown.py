@@ -9,13 +9,18 @@ from grader.report._common import number, score_cell, short_commit, total_line
 __all__ = ["render"]
 
 
+# Brackets are what a submission's string needs to make a link or an image (fetched when the report is
+# viewed, e.g. a tracking pixel or a fake "total" pointing elsewhere): escaped, they read as written.
+_ACTIVE = str.maketrans({"[": "\\[", "]": "\\]"})
+
+
 def _cell(text: Any) -> str:
     # A pipe ends a table cell and a newline ends the row; `<` could open HTML in a PR comment.
-    return " ".join(str(text).split()).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;")
+    return _inline(str(text).replace("\\", "\\\\")).replace("|", "\\|")
 
 
 def _inline(text: Any) -> str:
-    return " ".join(str(text).split()).replace("<", "&lt;")
+    return " ".join(str(text).split()).translate(_ACTIVE).replace("<", "&lt;")
 
 
 def render(report: dict[str, Any]) -> str:

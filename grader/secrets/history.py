@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+from grader import gitsafe
 from grader.secrets.findings import SecretFinding
 from grader.secrets.scanner import Scanner
 from grader.secrets.tapes import looks_like_tape
@@ -22,9 +23,8 @@ __all__ = ["HistoryError", "is_git_repo", "scan_history_with"]
 
 _UNKNOWN = "unknown"
 _PIPE_BYTES = 1 << 20  # git's output buffered ahead of the scanner
-# The repository's own config is the candidate's: no fsmonitor hook may run, and a checkout owned by
-# another user (a copied workspace) must still be readable.
-_GIT = ("git", "-c", "core.fsmonitor=false", "-c", "safe.directory=*")
+# The repository's own config is the candidate's: git runs with every program-naming setting overridden
+# (grader/gitsafe.py), no protocol allowed, and only on the pristine copy (grader/context.py).
 
 
 class HistoryError(RuntimeError):
@@ -32,7 +32,9 @@ class HistoryError(RuntimeError):
 
 
 def _git(repo: Path, *args: str, stdin: bytes | None = None) -> bytes:
-    proc = subprocess.run([*_GIT, "-C", str(repo), *args], input=stdin, capture_output=True, check=False)
+    proc = subprocess.run(
+        gitsafe.argv("-C", str(repo), *args), input=stdin, env=gitsafe.env(), capture_output=True, check=False
+    )
     if proc.returncode != 0:
         first = proc.stderr.decode("utf-8", "replace").strip().splitlines()[:1]
         raise HistoryError(f"git {args[0]} failed in {repo}: {first[0] if first else proc.returncode}")
@@ -125,8 +127,9 @@ def _cat_blobs(repo: Path, shas: list[str]) -> Iterator[tuple[str, bytes]]:
         request.write("\n".join(shas).encode() + b"\n")
         request.seek(0)
         proc = subprocess.Popen(
-            [*_GIT, "-C", str(repo), "cat-file", "--batch"],
+            gitsafe.argv("-C", str(repo), "cat-file", "--batch"),
             stdin=request,
+            env=gitsafe.env(),
             stdout=subprocess.PIPE,
             bufsize=1 << 20,
         )
@@ -162,7 +165,18 @@ def _widen(fd: int) -> None:
 def _introductions(repo: Path, wanted: set[str]) -> dict[str, tuple[int, str, str]]:
     """blob sha -> (order, short commit sha, path) of the oldest commit that added it, in one log walk."""
     log = _git(
-        repo, "log", "--all", "--reverse", "--raw", "--no-abbrev", "--no-renames", "-m", "--format=@%H"
+        repo,
+        "log",
+        "--all",
+        "--reverse",
+        "--raw",
+        "--no-abbrev",
+        "--no-renames",
+        "--no-textconv",
+        "--no-ext-diff",
+        "--no-show-signature",
+        "-m",
+        "--format=@%H",
     ).decode("utf-8", "surrogateescape")
     found: dict[str, tuple[int, str, str]] = {}
     commit, order = _UNKNOWN, 0

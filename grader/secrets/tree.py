@@ -7,6 +7,7 @@ import stat
 from dataclasses import replace
 from pathlib import Path
 
+from grader.safeio import read_bytes
 from grader.secrets.decode import decompress
 from grader.secrets.findings import SecretFinding
 from grader.secrets.scanner import Scanner
@@ -16,6 +17,7 @@ __all__ = ["MAX_FILE_BYTES", "scan_blob", "scan_tree_with", "walk"]
 
 # Larger non-tape files are listed as skipped (a vendored dataset, a model file); tapes are always read.
 MAX_FILE_BYTES = 16 * 1024 * 1024
+_READ_CAP = 256 * 1024 * 1024  # tapes are scanned past MAX_FILE_BYTES; nothing is read past this
 _HEAD = 8192
 
 
@@ -90,7 +92,5 @@ def scan_blob(
 
 
 def _read_nofollow(path: Path) -> bytes:
-    # O_NOFOLLOW: a file swapped for a link between the walk and the read is refused, not followed.
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    with os.fdopen(fd, "rb") as handle:
-        return handle.read()
+    # A file swapped for a link or a FIFO between the walk and the read is refused (grader/safeio.py).
+    return read_bytes(path, cap=_READ_CAP)
