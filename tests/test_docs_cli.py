@@ -29,7 +29,7 @@ PARSERS: dict[str, Parser] = {
     "grade rescore": cli._rescore_parser(),
     "grade --selftest": selftest._parser(),
 }
-_HIDDEN = {"--help", "--corpus"}  # argparse's own; --corpus is SUPPRESSed (tests only)
+_HIDDEN = {"--help"}  # argparse's own
 
 
 def options(parser: Parser) -> set[str]:

@@ -6,7 +6,6 @@ Exit codes: 0 every case landed in its bands; 2 bad input (rubric, corpus, --cas
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import threading
@@ -36,7 +35,13 @@ def _parser() -> Parser:
     parser.add_argument(
         "--case", action="append", default=[], metavar="ID", help="run only this case (repeatable)"
     )
-    parser.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--corpus",
+        type=Path,
+        metavar="PATH",
+        help="a corpus file (default: the shipped one; grader/selftest/independent.yaml: submissions the kit "
+        "did not write)",
+    )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write every verdict here as JSON")
     parser.add_argument(
         "--jobs", "-j", type=positive(int, "--jobs"), default=2, help="cases graded at once (2)"
