@@ -1,7 +1,8 @@
-"""Facts as JSON: checks may report sets, paths or tuples; reports and stored runs need plain JSON."""
+"""JSON helpers: facts made plain JSON for reports and stored runs; a probe script's marked answer."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,3 +17,16 @@ def jsonable(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     return str(value)
+
+
+def marked_answer(stdout: str, marker: str) -> dict[str, Any] | None:
+    """The JSON object on the last output line starting with ``marker`` (a grader probe script's answer),
+    or None when there is none or it is not a JSON object."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(marker):
+            try:
+                answer = json.loads(line[len(marker) :])
+            except ValueError:
+                return None
+            return answer if isinstance(answer, dict) else None
+    return None

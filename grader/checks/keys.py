@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from grader import keyprobe
+from grader._json import marked_answer
 from grader.chain import chain_rewrites, read_chain
 from grader.checks import CheckResult, Finding, register
 from grader.tapes import canonical_key, tapes_of
@@ -299,7 +300,7 @@ def _probe_found(
         result, _audit = ctx.run(argv, label="keys-probe")
     except Exception as exc:
         return "", 0, [], f"{_NOT_RUN}{str(exc).splitlines()[0] if str(exc) else exc!r}"
-    answer = _read_answer(result.stdout) or {}
+    answer = marked_answer(result.stdout, _MARKER) or {}
     spec = str(answer.get("spec") or "")
     if not spec:
         why = answer.get("error") or f"printed no answer (exit {result.returncode})"
@@ -317,7 +318,7 @@ def _judge(
     optional: set[str],
 ) -> tuple[int, list[str], str]:
     where = f"{key_function.partition(':')[0].replace('.', '/')}.py:1"
-    answer = _read_answer(result.stdout)
+    answer = marked_answer(result.stdout, _MARKER)
     if result.timed_out or answer is None:
         why = "timed out" if result.timed_out else f"printed no answer (exit {result.returncode})"
         findings.append(Finding("canonical-keys", f"key_function probe {why}", where))
@@ -370,17 +371,6 @@ def _vcr_ignores_body(ctx: Context) -> bool:
 
 
 _VCR_DEFAULT_MATCHERS = {"method", "scheme", "host", "port", "path", "query", "uri", "headers", "raw_body"}
-
-
-def _read_answer(stdout: str) -> dict[str, Any] | None:
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(_MARKER):
-            try:
-                answer = json.loads(line[len(_MARKER) :])
-            except ValueError:
-                return None
-            return answer if isinstance(answer, dict) else None
-    return None
 
 
 def probe_cases(

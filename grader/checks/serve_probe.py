@@ -21,6 +21,7 @@ import secrets as _random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from grader._json import marked_answer
 from grader.checks import Finding
 from grader.context import makefile_targets
 from grader.tapes import Interaction, tapes_of
@@ -177,7 +178,7 @@ def probe_serve(ctx: Context) -> ServeProbe:
     ]
     if run.returncode == _NO_SERVER:
         return ServeProbe("not available: `make serve` printed no URL in time", outbound=probe.outbound)
-    answer = _read(run.stdout)
+    answer = marked_answer(run.stdout, _MARKER)
     if answer is None or "error" in answer:
         why = answer.get("error") if answer else f"the probe printed no answer (exit {run.returncode})"
         return ServeProbe(f"not available: {why}", outbound=probe.outbound)
@@ -208,14 +209,3 @@ def _makefile_line(ctx: Context) -> str:
             number = next((n for n, line in enumerate(lines, 1) if line.startswith("serve:")), 1)
             return f"{name}:{number}"
     return "Makefile:1"
-
-
-def _read(stdout: str) -> dict[str, Any] | None:
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(_MARKER):
-            try:
-                answer = json.loads(line[len(_MARKER) :])
-            except ValueError:
-                return None
-            return answer if isinstance(answer, dict) else None
-    return None
