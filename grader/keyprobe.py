@@ -14,6 +14,8 @@ import ast
 import os
 from pathlib import Path
 
+from grader.safeio import read_bytes
+
 __all__ = ["PROBE_SCRIPT", "candidates"]
 
 _HASHES = {"sha1", "sha224", "sha256", "sha384", "sha512", "md5", "blake2b", "blake2s", "sha3_256", "new"}
@@ -55,7 +57,7 @@ def candidates(repo: Path) -> list[str]:
             module = _module_name(repo, path)
             if module is None:
                 continue
-            for func in _hashing_functions(path):
+            for func in _hashing_functions(path, repo):
                 rank = 0 if any(h in func.name.lower() for h in _NAME_HINTS) else 1
                 found.append((rank, f"{module}:{func.name}"))
     return [spec for _, spec in sorted(found)][:MAX_CANDIDATES]
@@ -70,13 +72,9 @@ def _module_name(repo: Path, path: Path) -> str | None:
     return ".".join(parts)
 
 
-def _hashing_functions(path: Path) -> list[ast.FunctionDef]:
-    try:
-        with path.open("rb") as handle:
-            source = handle.read(_MAX_BYTES + 1)
-        if len(source) > _MAX_BYTES:
-            return []
-        tree = ast.parse(source)
+def _hashing_functions(path: Path, repo: Path) -> list[ast.FunctionDef]:
+    try:  # never through a link, never a FIFO, capped (grader/safeio.py)
+        tree = ast.parse(read_bytes(path, cap=_MAX_BYTES, root=repo))
     except (OSError, SyntaxError, ValueError):
         return []
     out = []

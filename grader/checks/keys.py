@@ -30,6 +30,7 @@ from grader import keyprobe
 from grader._json import marked_answer
 from grader.chain import chain_rewrites, read_chain
 from grader.checks import CheckResult, Finding, register
+from grader.safeio import read_text
 from grader.tapes import canonical_key, tapes_of
 
 if TYPE_CHECKING:
@@ -358,9 +359,8 @@ def _vcr_ignores_body(ctx: Context) -> bool:
         for name in filenames:
             if not name.endswith((".py", ".cfg", ".toml", ".ini")):
                 continue
-            try:
-                with open(os.path.join(dirpath, name), "rb") as handle:
-                    text = handle.read(512_000).decode("utf-8", "replace")
+            try:  # never through a link, never a FIFO (grader/safeio.py)
+                text = read_text(Path(dirpath, name), cap=512_000, root=repo, truncate=True)
             except OSError:
                 continue
             for match in _MATCH_ON.finditer(text):
