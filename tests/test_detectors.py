@@ -315,6 +315,15 @@ def test_keys_vcr_submission_matching_on_the_body_is_not_flagged(tmp_path):
     assert keys(_ctx(tmp_path)).facts["ignores_body"] is False
 
 
+def test_keys_vcr_matcher_named_by_a_constant_is_not_called_the_default(tmp_path):
+    # helpdesk-triage (independent corpus) keeps `MATCH_ON = [..., "canonical_body"]` and passes the name.
+    _copy(TAPES / "vcr", tmp_path / "cassettes")
+    (tmp_path / "replay.py").write_text(
+        'MATCH_ON = ["method", "uri", "canonical_body"]\n\ndef config():\n    return {"match_on": MATCH_ON}\n'
+    )
+    assert keys(_ctx(tmp_path)).facts["ignores_body"] is False
+
+
 _OWN_LAYER = """
 import hashlib, json
 VOLATILE = {"user"}

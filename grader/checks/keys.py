@@ -363,6 +363,8 @@ def _vcr_ignores_body(ctx: Context) -> bool:
                 text = read_text(Path(dirpath, name), cap=512_000, root=repo, truncate=True)
             except OSError:
                 continue
+            if "match_on" in text and not _MATCH_ON.search(text):
+                return False  # configured, not as a literal list (a constant, a call): not shown to ignore
             for match in _MATCH_ON.finditer(text):
                 names = set(re.findall(r"[\"']([\w-]+)[\"']", match.group(1)))
                 if "body" in names or names - _VCR_DEFAULT_MATCHERS:
