@@ -12,7 +12,7 @@ from pathlib import Path
 
 from grader.checks import Finding
 
-__all__ = ["row_details", "submission_relative"]
+__all__ = ["counted", "row_details", "submission_relative"]
 
 # Lines that differ only by where they point (`path:line`, `path`, `commit:path:line`) say the same thing.
 # A place is a path with a folder or a file extension; `host:port` is what an attempt reached, not a place.
@@ -68,3 +68,8 @@ def submission_relative(text: str, workspace_root: Path | str) -> str:
     root = re.escape(str(workspace_root).rstrip("/"))
     text = re.sub(root + r"/(?:scratch/[^/\s]+|[^/\s]+)/", "", text)
     return _INSTALLED.sub("site-packages/", text)
+
+
+def counted(n: object, noun: str) -> str:
+    """``1 tape``, ``2 tapes``: a count with its noun, for evidence lines."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")

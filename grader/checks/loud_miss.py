@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from grader.checks import CheckResult, Finding, register
 from grader.checks.serve_probe import probe_serve
+from grader.details import counted
 from grader.safeio import read_text
 from grader.tapes import TAPE_SUFFIXES
 
@@ -396,8 +397,9 @@ def loud_miss(ctx: Context) -> CheckResult:
     facts["loud"] = failed > 0 and named and not attempts and unseen_ok
     if facts["loud"]:
         facts["summary"] = (
-            f"with {_n(facts['withheld'], 'tape')} withheld, {_n(failed, 'test')} failed naming the missing "
-            f"tape and nothing connected" + ("; an unseen message exits 2" if command else "")
+            f"with {counted(facts['withheld'], 'tape')} withheld, {counted(failed, 'test')} failed "
+            "naming the missing tape and nothing connected"
+            + ("; an unseen message exits 2" if command else "")
         )
     elif attempts:
         facts["summary"] = (
@@ -406,11 +408,11 @@ def loud_miss(ctx: Context) -> CheckResult:
         )
     elif failed == 0:
         facts["summary"] = (
-            f"with {_n(facts['withheld'], 'tape')} withheld, the suite still passed: misses go unnoticed"
+            f"with {counted(facts['withheld'], 'tape')} withheld, the suite still passed: misses go unnoticed"
         )
     elif not named:
         facts["summary"] = (
-            f"with the tapes withheld {_n(failed, 'test')} failed, but no failure names a missing tape"
+            f"with the tapes withheld {counted(failed, 'test')} failed, but no failure names a missing tape"
         )
     else:
         facts["summary"] = f"an unseen message exited {facts['unseen_exit']} instead of 2"
@@ -421,7 +423,3 @@ def loud_miss(ctx: Context) -> CheckResult:
     elif serve.ran and serve.names_key:
         facts["summary"] += "; `make serve` replays and answers an unseen request with 422 naming its key"
     return CheckResult(facts, findings, details)
-
-
-def _n(count: object, noun: str) -> str:
-    return f"{count} {noun}" + ("" if count == 1 else "s")

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from grader.checks import CheckResult, Finding, register
 from grader.checks.canary import canary_result, summarize
+from grader.details import counted
 from grader.secrets import HistoryError, RuleError, Scanner, SecretFinding, is_git_repo
 from grader.secrets.history import scan_history_with
 from grader.secrets.tree import scan_tree_with
@@ -113,14 +114,10 @@ def _to_finding(f: SecretFinding) -> Finding:
     return Finding(rule=f.rule, message=message, location=f.location)
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
 def _summary(found: list[SecretFinding], files: int, commits: int, tapes: int, outputs: int) -> str:
     if not found:
-        scope = [_plural(files, "file"), _plural(commits, "commit"), _plural(tapes, "tape")]
-        return f"no credentials in {', '.join(scope)} and {_plural(outputs, 'command output')}"
+        scope = [counted(files, "file"), counted(commits, "commit"), counted(tapes, "tape")]
+        return f"no credentials in {', '.join(scope)} and {counted(outputs, 'command output')}"
     shown = ", ".join(f"{f.rule} at {f.location} ({f.redacted})" for f in found[:_SUMMARY_SHOWN])
     more = f", and {len(found) - _SUMMARY_SHOWN} more" if len(found) > _SUMMARY_SHOWN else ""
-    return f"{_plural(len(found), 'credential')}: {shown}{more}"
+    return f"{counted(len(found), 'credential')}: {shown}{more}"
