@@ -115,6 +115,7 @@ def test_the_rubric_row_is_validated_against_the_example_checks_facts(example_ch
         load_rubric(path)
 
 
+@pytest.mark.index
 @pytest.mark.slow
 def test_the_example_check_scores_its_row_end_to_end(
     example_check, tmp_path: Path, make_submission: MakeSubmission, grade_cache: Path

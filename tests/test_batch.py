@@ -144,6 +144,7 @@ def batch(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.Co
     return out, result
 
 
+@pytest.mark.index
 def test_batch_of_twelve_lists_everyone_and_marks_the_unreachable(
     batch: tuple[Path, subprocess.CompletedProcess[str]],
 ) -> None:
@@ -172,6 +173,7 @@ def test_batch_of_twelve_lists_everyone_and_marks_the_unreachable(
         assert any(p.suffix == ".xml" for p in (report.parent / "logs").iterdir()), "JUnit kept"
 
 
+@pytest.mark.index
 def test_every_target_form_of_the_good_submission_gets_full_marks(
     batch: tuple[Path, subprocess.CompletedProcess[str]],
 ) -> None:
@@ -182,6 +184,7 @@ def test_every_target_form_of_the_good_submission_gets_full_marks(
         assert summary[name]["percent"] == "100.0", summary[name]
 
 
+@pytest.mark.index
 @pytest.mark.parametrize(
     ("candidate", "row"),
     [
@@ -203,6 +206,7 @@ def test_each_mutation_costs_its_row(
     assert float(summary[candidate]["percent"]) < 100
 
 
+@pytest.mark.index
 def test_progress_names_each_candidate_and_the_end(
     batch: tuple[Path, subprocess.CompletedProcess[str]],
 ) -> None:

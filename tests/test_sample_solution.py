@@ -107,6 +107,7 @@ def test_rerecording_reproduces_the_tapes(tmp_path: Path) -> None:
         assert tape == old[name], f"{name} differs after re-recording"
 
 
+@pytest.mark.index
 @pytest.mark.slow
 @pytest.mark.parametrize("jobs", ["1", "2"])  # checks running at once must not disturb each other's runs
 def test_grading_the_sample_scores_full_marks(tmp_path: Path, grade_cache: Path, jobs: str) -> None:
