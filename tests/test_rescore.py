@@ -140,6 +140,7 @@ def test_rescore_prints_who_moved_and_starts_no_process(batch_copy: Path, tmp_pa
     assert summary(batch_history) == before
 
 
+@pytest.mark.index
 def test_rescore_with_the_rehearsal_rubric_lifts_only_the_standin_cap(
     batch_copy: Path, tmp_path: Path
 ) -> None:
