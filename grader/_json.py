@@ -30,3 +30,8 @@ def marked_answer(stdout: str, marker: str) -> dict[str, Any] | None:
                 return None
             return answer if isinstance(answer, dict) else None
     return None
+
+
+def optional_text(value: object) -> str | None:
+    """A JSON value read back as text, None staying None."""
+    return None if value is None else str(value)

@@ -27,8 +27,19 @@ from typing import TYPE_CHECKING
 
 from grader import __version__
 from grader._cliargs import Parser, positive
-from grader.errors import BadInput, NotAssessable
+from grader.acquire import redact
+from grader.batch import default_out, parse_shard, read_batch_file, run_batch
+from grader.checks import catalogue
+from grader.errors import BadInput, NotAssessable, describe
+from grader.grading import grade, unassessed_report
+from grader.inert import inert
+from grader.merge import merge_shards
 from grader.progress import make_display
+from grader.report import FORMATS, render
+from grader.rescore import rescore
+from grader.rubric import load_rubric
+from grader.runstore import check_store_folder, store_failure
+from grader.selftest.command import main as selftest
 
 if TYPE_CHECKING:
     from grader.rubric import Rubric
@@ -80,7 +91,6 @@ def _commands_epilog() -> str:
 
 
 def _grade_parser() -> Parser:
-    from grader.report import FORMATS
 
     parser = Parser(
         prog="grade",
@@ -150,8 +160,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args and args[0] == "merge":
             return _cmd_merge(args[1:])
         if "--selftest" in args:
-            from grader.selftest.command import main as selftest
-
             return selftest([a for a in args if a != "--selftest"])
         return _cmd_grade(args)
     except BadInput as exc:
@@ -173,14 +181,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _say(line: str) -> None:
-    from grader.inert import inert
 
     # Error lines quote paths and archive member names the submission chose: nothing in them may act.
     print(inert(line), file=sys.stderr, flush=True)
 
 
 def _cmd_checks(args: list[str]) -> int:
-    from grader.checks import catalogue
 
     opts = _checks_parser().parse_args(args)
     if Path("checks").exists():
@@ -190,9 +196,6 @@ def _cmd_checks(args: list[str]) -> int:
 
 
 def _cmd_grade(args: list[str]) -> int:
-    from grader.grading import grade
-    from grader.report import render
-    from grader.rubric import load_rubric
 
     opts = _grade_parser().parse_args(args)
     if opts.output is not None:
@@ -201,8 +204,6 @@ def _cmd_grade(args: list[str]) -> int:
     # Validate the rubric before touching the target: a YAML typo should cost seconds, not a grading run.
     rubric = load_rubric(opts.rubric)
     if opts.store is not None:
-        from grader.runstore import check_store_folder
-
         check_store_folder(opts.store)
     started = time.monotonic()
     display = make_display(quiet=opts.quiet)
@@ -236,7 +237,7 @@ def _cmd_grade(args: list[str]) -> int:
         return EXIT_NOT_ASSESSABLE
     except Exception as exc:
         # main() prints the one line and exits 1; automation still gets a report to read.
-        _fallback_report(opts, rubric, f"internal error in the grader: {_one_line(exc)}", stdout=False)
+        _fallback_report(opts, rubric, f"internal error in the grader: {describe(exc)}", stdout=False)
         raise
     text = render(report, opts.format)
     if opts.output is None:
@@ -257,19 +258,12 @@ def _cmd_grade(args: list[str]) -> int:
     return EXIT_OK
 
 
-def _one_line(exc: BaseException) -> str:
-    detail = " ".join(str(exc).split())[:300]
-    return f"{type(exc).__name__}{': ' + detail if detail else ''}"
-
-
 def _fallback_report(opts: argparse.Namespace, rubric: Rubric, reason: str, *, stdout: bool) -> None:
     """Write a report whose rows are all not-assessable with ``reason`` (and --store's run.json).
 
     To --output in the chosen format; on stdout only when ``stdout`` or the format is json. Never raises:
     this runs while something already went wrong, and the one-line message must still be printed.
     """
-    from grader.grading import unassessed_report
-    from grader.report import render
 
     try:
         text = render(unassessed_report(opts.target, rubric, reason), opts.format)
@@ -279,15 +273,12 @@ def _fallback_report(opts: argparse.Namespace, rubric: Rubric, reason: str, *, s
             sys.stdout.write(text)
             sys.stdout.flush()
     except Exception as exc:  # the caller's message is the one that matters
-        _say(f"grade: note: no report written: {_one_line(exc)}")
+        _say(f"grade: note: no report written: {describe(exc)}")
     if opts.store is not None:
         try:
-            from grader.acquire import redact
-            from grader.runstore import store_failure
-
             store_failure(opts.store, target=redact(opts.target), reason=reason)
         except Exception as exc:
-            _say(f"grade: note: run not stored in {opts.store}: {_one_line(exc)}")
+            _say(f"grade: note: run not stored in {opts.store}: {describe(exc)}")
 
 
 def _check_output(path: Path) -> Path:
@@ -322,7 +313,6 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def _batch_parser() -> Parser:
-    from grader.report import FORMATS
 
     parser = Parser(
         prog="grade batch",
@@ -373,9 +363,6 @@ def _batch_parser() -> Parser:
 
 
 def _cmd_batch(args: list[str]) -> int:
-    from grader.batch import default_out, parse_shard, read_batch_file, run_batch
-    from grader.rubric import load_rubric
-    from grader.runstore import check_store_folder
 
     opts = _batch_parser().parse_args(args)
     shard = parse_shard(opts.shard) if opts.shard is not None else None
@@ -428,7 +415,6 @@ def _merge_parser() -> Parser:
 
 
 def _cmd_merge(args: list[str]) -> int:
-    from grader.merge import merge_shards
 
     opts = _merge_parser().parse_args(args)
     result = merge_shards(opts.output, opts.shards)
@@ -458,7 +444,6 @@ def _rescore_parser() -> Parser:
 
 
 def _cmd_rescore(args: list[str]) -> int:
-    from grader.rescore import rescore
 
     opts = _rescore_parser().parse_args(args)
     result = rescore(opts.run_dir, opts.rubric, dry_run=opts.dry_run)

@@ -16,17 +16,25 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from grader import __version__
 from grader._json import jsonable
-from grader.checks import PHASES
+from grader.acquire import acquire, no_space, no_space_reason, redact
+from grader.checks import PHASES, CheckResult, registry
+from grader.context import Context
 from grader.details import submission_relative
-from grader.errors import BadInput, NotAssessable
+from grader.errors import BadInput, NotAssessable, describe
+from grader.install import InstallFailed, default_cache_root, ensure_env
+from grader.manifest import not_a_submission, read_manifest
+from grader.requirements import read_dependencies
+from grader.rubric import score, totals
+from grader.runstore import store_run
+from grader.sandbox import host_shortfall, isolation
 
 if TYPE_CHECKING:
-    from grader.checks import Check, CheckResult
-    from grader.context import Context
+    from grader.checks import Check
     from grader.rubric import Rubric
 
 __all__ = ["Progress", "grade", "run_checks", "unassessed_report"]
@@ -77,9 +85,6 @@ def grade(
     ``store``: a new folder to keep the run in (grader/runstore.py: report, check results, raw logs,
     rubric copy), so it can be re-scored later without running the submission again.
     """
-    from grader.acquire import no_space, no_space_reason
-    from grader.install import default_cache_root
-    from grader.sandbox import host_shortfall
 
     started = time.monotonic()
     budget = BUDGET_TIMEOUTS * timeout if budget is None else budget
@@ -146,9 +151,6 @@ def _pipeline(
     budget: float,
     started: float,
 ) -> dict[str, Any]:
-    from grader.acquire import acquire
-    from grader.manifest import not_a_submission, read_manifest
-    from grader.sandbox import isolation
 
     timings: dict[str, float] = {}
     notes: list[str] = []
@@ -169,7 +171,6 @@ def _pipeline(
     left = started + budget - time.monotonic()
     if left < 1.0:
         spent = f"not run: the grade's budget of {budget:g} s was spent before the install"
-        from grader.requirements import read_dependencies
 
         env, install_error, install_failed, dependencies = (
             None,
@@ -190,8 +191,6 @@ def _pipeline(
         whose = "the submission's" if install_failed else "not assessable"
         notes.append(f"install failed ({whose}): {' '.join(str(install_error).split())}")
         progress("install", timings["install"], f"failed: {install_error}")
-
-    from grader.context import Context
 
     ctx = Context(
         workspace,
@@ -220,8 +219,6 @@ def _pipeline(
     if keep_workspace:
         report.setdefault("notes", []).append(f"workspace kept at {root}")
     if store is not None:
-        from grader.runstore import store_run
-
         # Before the workspace goes: the raw logs (audit, results, JUnit) are part of the stored evidence.
         logs = root / "logs"
         store_run(store, report=report, results=results, rubric=rubric, logs=logs, formats=store_formats)
@@ -261,8 +258,6 @@ def _since(start: float) -> float:
 
 def _install(repo: Path, *, cache_root: Path, timeout: float) -> tuple[Any, str | None, bool, Any]:
     """(env, why there is none, whether that is the submission's own failure, the vetted dependencies)."""
-    from grader.install import InstallFailed, ensure_env
-    from grader.requirements import read_dependencies
 
     try:
         env = ensure_env(repo, cache_root=cache_root, timeout=timeout)
@@ -303,7 +298,6 @@ def run_checks(
     jobs: int = 1,
 ) -> dict[str, CheckResult]:
     """Run each referenced check once; a crash or NotAssessable inside a check marks only its rows."""
-    from grader.checks import registry
 
     checks = registry()
     ordered = _ordered(check_ids, checks)
@@ -366,7 +360,6 @@ def _start_background(ctx: Context, checks: list[Check]) -> None:
 
 
 def _run_one(check: Check | None, check_id: str, ctx: Context) -> CheckResult:
-    from grader.checks import CheckResult
 
     if check is None:
         reason = f"no check named {check_id!r} is installed"
@@ -376,12 +369,10 @@ def _run_one(check: Check | None, check_id: str, ctx: Context) -> CheckResult:
     except NotAssessable as exc:
         return CheckResult(facts={"summary": f"not assessable: {exc.reason}"}, not_assessable=exc.reason)
     except Exception as exc:  # a bug in one check must cost one row, never the report
-        from grader.acquire import no_space, no_space_reason
-
         if no_space(exc):  # the grader's disk, not the check's bug nor the submission's fault
             reason = f"{no_space_reason('workspace', ctx.workspace.root)} (check {check_id!r})"
             return CheckResult(facts={"summary": f"not assessable: {reason}"}, not_assessable=reason)
-        reason = f"check {check_id!r} crashed: {_one_line(exc)}"
+        reason = f"check {check_id!r} crashed: {describe(exc)}"
         return CheckResult(facts={"summary": reason}, not_assessable=reason)
     if not isinstance(result, CheckResult):
         reason = f"check {check_id!r} returned {type(result).__name__}, not a CheckResult"
@@ -398,10 +389,6 @@ def unassessed_report(
     What `grade` writes when the grader's own environment failed before anything could be graded, or when
     the grader hit an internal error, so automation always has a report to read.
     """
-    from types import SimpleNamespace
-
-    from grader.acquire import redact
-    from grader.checks import CheckResult
 
     reason = " ".join(str(reason).split())
     results = {
@@ -409,8 +396,6 @@ def unassessed_report(
         for row in rubric.rows
     }
     try:
-        from grader.sandbox import isolation
-
         iso: dict[str, Any] = asdict(isolation())
     except Exception:  # the report must not depend on the probe working
         iso = {"network": "pytest-socket only", "credentials": "scrubbed"}
@@ -428,11 +413,6 @@ def _uncommitted_note(commit: str, lines: tuple[str, ...], shown: int = 20) -> s
     )
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
-
-
 def _report(
     workspace: Any,
     rubric: Rubric,
@@ -441,7 +421,6 @@ def _report(
     notes: list[str],
     iso: Any,
 ) -> dict[str, Any]:
-    from grader.rubric import score, totals
 
     root = getattr(workspace, "root", None)
 

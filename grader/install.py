@@ -36,6 +36,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from grader import audit, sandbox
 from grader.acquire import no_space, no_space_reason, no_space_text
 from grader.errors import GradeError, NotAssessable
@@ -398,7 +400,6 @@ def _head(path: Path, limit: int = 8192) -> str:
 
 def _tool_versions(venv: Path, names: list[str]) -> dict[str, str]:
     """name -> installed version, read from the venv's ``*.dist-info/METADATA`` (nothing is imported)."""
-    from packaging.utils import canonicalize_name
 
     found: dict[str, str] = {}
     for metadata in sorted(venv.glob("lib/python3*/site-packages/*.dist-info/METADATA")):

@@ -31,7 +31,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -146,7 +146,7 @@ def _parse_json(path: Path, text: str) -> object:
 
 
 def _parse_yaml(path: Path, text: str) -> object:
-    import yaml
+    import yaml  # local: the canary probe runs this file alone, standard library only, with JSON rules
 
     try:
         return yaml.safe_load(text)
@@ -779,9 +779,8 @@ def _port(text: str) -> int:
 
 
 def _drifter(spec: str, truth_log: Path | None, rules: Rules | None) -> Drifter:
-    from dataclasses import replace
 
-    try:
+    try:  # local: the canary probe runs this file alone, without the grader package
         from grader.standin_drift import Drifter
         from grader.standin_profile import ProfileError, load_profile, resolve_profile
     except ImportError:  # this file copied alone, as the canary probe does

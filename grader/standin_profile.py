@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from grader.standin import Rules, RulesError, load_rules
 
 __all__ = [
@@ -131,7 +133,6 @@ def resolve_profile(spec: str) -> Path:
 
 def _line_map(root: Any) -> dict[tuple[str, ...], tuple[int, int]]:
     """(key path) -> (line of the key, line of its value), 1-based, from a composed YAML node tree."""
-    import yaml
 
     lines: dict[tuple[str, ...], tuple[int, int]] = {}
 
@@ -149,7 +150,6 @@ def _line_map(root: Any) -> dict[tuple[str, ...], tuple[int, int]]:
 
 def load_profile(path: Path) -> Profile:
     """Read and validate one profile; raises ProfileError with a single `file:line: ...` line."""
-    import yaml
 
     try:
         if path.is_symlink() or not path.is_file():

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import configparser
 import errno
+import json
 import os
 import re
 import shutil
@@ -490,7 +491,6 @@ def read_guard(path: Path, nonce: str = "") -> GuardLog:
     Malformed lines are skipped; lines without this run's ``nonce`` were not written by the guard (something
     in the suite wrote to the inherited descriptor) and are listed in ``foreign``.
     """
-    import json
 
     log = GuardLog()
     try:

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader._json import optional_text
 from grader.safeio import UnsafeFile, read_bytes
 
 __all__ = [
@@ -130,10 +131,6 @@ def _records(path: Path | None, problems: list[str] | None = None) -> Iterator[d
             yield record
 
 
-def _opt_str(value: object) -> str | None:
-    return None if value is None else str(value)
-
-
 def _opt_int(value: object) -> int | None:
     try:
         return None if value is None else int(value)  # type: ignore[call-overload]
@@ -152,9 +149,9 @@ def read_audit_log(path: Path | None) -> AuditLog:
         event = Event(
             event=kind,
             where=str(rec.get("where", "?")),
-            host=_opt_str(rec.get("host")),
+            host=optional_text(rec.get("host")),
             port=_opt_int(rec.get("port")),
-            path=_opt_str(rec.get("path")),
+            path=optional_text(rec.get("path")),
             pid=_opt_int(rec.get("pid")),
         )
         if kind in _NETWORK_EVENTS:

@@ -24,6 +24,7 @@ library only), so neither the submission's `PYTHONPATH` nor its files can shadow
 from __future__ import annotations
 
 import base64
+import json
 import os
 import secrets as _random
 import shlex
@@ -32,6 +33,8 @@ import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import yaml
 
 from grader.checks import Finding
 from grader.errors import NotAssessable
@@ -139,9 +142,6 @@ def find_canary(data: bytes, canary: str) -> list[tuple[int, str]]:
 
 def _stage_standin(dest: Path) -> Path:
     """Copy the stand-in and its rules (as JSON: no PyYAML needed) where the sandbox user can read them."""
-    import json
-
-    import yaml
 
     here = Path(__file__).resolve().parent.parent
     rules = yaml.safe_load((here / "rules" / "standin.yaml").read_text(encoding="utf-8"))
@@ -158,7 +158,7 @@ def _stage_standin(dest: Path) -> Path:
 
 def _one_certificate(dest: Path) -> Path | None:
     """A trust store of one CA certificate (the first in certifi's bundle) for the probe's TLS libraries."""
-    try:
+    try:  # optional: certifi comes with httpx/requests, not with the grader
         import certifi
 
         bundle = Path(certifi.where()).read_text(encoding="ascii", errors="replace")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -72,10 +72,35 @@ def hygiene(ctx: Context) -> CheckResult:
         summary: one line with the counts and sizes
     """
     tapes = tapes_of(ctx)
-    thresholds = getattr(ctx, "thresholds", {}) or {}
     findings: list[Finding] = []
     details: list[str] = []
+    unused, unplayed, why_unknown = _use(ctx, tapes, findings, details)
+    invalid, duplicates, blobs, credentials = _contents(tapes, ctx.thresholds, findings, details)
+    total_mb, largest_mb = _sizes(tapes, ctx.thresholds, details)
+    facts: dict[str, Any] = {
+        "tapes": len(tapes),
+        "unused": unused,
+        "unplayed": unplayed,
+        "duplicates": duplicates,
+        "conversation_blobs": blobs,
+        "credential_headers": credentials,
+        "invalid": invalid,
+        "total_mb": total_mb,
+        "largest_mb": largest_mb,
+    }
+    facts["summary"] = _summary(facts, unknown=bool(why_unknown))
+    details = [f"{f.location} {f.message}" for f in findings] + details
+    manual = None
+    if why_unknown and tapes:
+        manual = f"{facts['summary']}. Unused tapes could not be decided ({why_unknown}): check by hand."
+    return CheckResult(facts=facts, findings=findings, details=details, manual=manual)
 
+
+def _use(
+    ctx: Context, tapes: list[Tape], findings: list[Finding], details: list[str]
+) -> tuple[int, int, str | None]:
+    """Tapes the replay run never opened and vcrpy interactions it never played, as findings and details:
+    (unused tapes, unplayed interactions, why use could not be decided or None)."""
     opened, plays, why_unknown = _replayed(ctx)
     if opened is not None:
         opened, inventory = _replay_opens(opened, tapes)
@@ -99,7 +124,14 @@ def hygiene(ctx: Context) -> CheckResult:
         message = f"{missing} of {total} recorded interactions never played by the replay run"
         findings.append(Finding("cassette-hygiene", message, f"{tape.path}:{line}"))
     _more(details, unplayed, "cassettes", "with unplayed interactions")
+    return len(unused), sum(missing for _, missing, _, _ in unplayed), why_unknown
 
+
+def _contents(
+    tapes: list[Tape], thresholds: Mapping[str, float], findings: list[Finding], details: list[str]
+) -> tuple[int, int, int, int]:
+    """What the tapes hold, as findings: (invalid tapes, duplicate requests, conversation blobs,
+    credential headers)."""
     invalid = [t for t in tapes if t.format == "invalid"]
     for tape in invalid:
         line = _error_line(tape.error or "")
@@ -120,7 +152,11 @@ def hygiene(ctx: Context) -> CheckResult:
     credentials = list(_credential_headers(tapes))
     for name, where in credentials:
         findings.append(Finding("cassette-hygiene", f"credential header {name!r} stored with a value", where))
+    return len(invalid), len(duplicates), len(blobs), len(credentials)
 
+
+def _sizes(tapes: list[Tape], thresholds: Mapping[str, float], details: list[str]) -> tuple[float, float]:
+    """(total MB, largest MB), with a detail line for each size above its threshold."""
     sizes = [t.size for t in tapes]
     total_mb = round(sum(sizes) / _MB, 2)
     largest_mb = round(max(sizes, default=0) / _MB, 2)
@@ -131,24 +167,7 @@ def hygiene(ctx: Context) -> CheckResult:
         details.append(f"tapes total {total_mb} MB, above the {total_cap} MB threshold")
     if largest is not None and largest_cap is not None and largest_mb > float(largest_cap):
         details.append(f"{largest.path} is {largest_mb} MB, above the {largest_cap} MB threshold")
-
-    facts: dict[str, Any] = {
-        "tapes": len(tapes),
-        "unused": len(unused),
-        "unplayed": sum(missing for _, missing, _, _ in unplayed),
-        "duplicates": len(duplicates),
-        "conversation_blobs": len(blobs),
-        "credential_headers": len(credentials),
-        "invalid": len(invalid),
-        "total_mb": total_mb,
-        "largest_mb": largest_mb,
-    }
-    facts["summary"] = _summary(facts, unknown=bool(why_unknown))
-    details = [f"{f.location} {f.message}" for f in findings] + details
-    manual = None
-    if why_unknown and tapes:
-        manual = f"{facts['summary']}. Unused tapes could not be decided ({why_unknown}): check by hand."
-    return CheckResult(facts=facts, findings=findings, details=details, manual=manual)
+    return total_mb, largest_mb
 
 
 def _replay_opens(opened_at: dict[str, set[str]], tapes: list[Tape]) -> tuple[set[str], list[str]]:

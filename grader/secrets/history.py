@@ -151,7 +151,7 @@ def _cat_blobs(repo: Path, shas: list[str]) -> Iterator[tuple[str, bytes]]:
 
 
 def _widen(fd: int) -> None:
-    try:
+    try:  # POSIX only
         import fcntl
     except ImportError:  # pragma: no cover - Windows: the default pipe
         return

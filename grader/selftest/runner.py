@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader.errors import BadInput
+from grader.grading import grade
 from grader.selftest.corpus import INDEPENDENT, Case
 from grader.selftest.mutations import git, mutations
 
@@ -167,7 +168,6 @@ def run_case(
     case: Case, rubric: Rubric, *, timeout: float = 120.0, cache_root: Path | None = None
 ) -> CaseResult:
     """Build, grade and judge one case; a failure to build or grade is the case's error, never a raise."""
-    from grader.grading import grade
 
     result = CaseResult(case)
     with tempfile.TemporaryDirectory(prefix=f"selftest-{case.id}-") as tmp:
