@@ -286,7 +286,7 @@ def _probes(
     return rerun, background_unseen
 
 
-@register("loud-miss")
+@register("loud-miss", probes=start_loud_miss)
 def loud_miss(ctx: Context) -> CheckResult:
     """A missing tape fails loudly instead of reaching the network or inventing an answer.
 
