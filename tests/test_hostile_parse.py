@@ -33,6 +33,7 @@ def test_a_conftest_the_grader_cannot_parse_counts_as_a_hook(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
+@pytest.mark.index
 def test_a_file_built_to_crash_the_static_checks_leaves_no_row_out_of_the_total(
     tmp_path: Path, grade_cache: Path
 ) -> None:
