@@ -373,7 +373,7 @@ def _run_one(check: Check | None, check_id: str, ctx: Context) -> CheckResult:
             reason = f"{no_space_reason('workspace', ctx.workspace.root)} (check {check_id!r})"
             return CheckResult(facts={"summary": f"not assessable: {reason}"}, not_assessable=reason)
         reason = f"check {check_id!r} crashed: {describe(exc)}"
-        return CheckResult(facts={"summary": reason}, not_assessable=reason)
+        return CheckResult(facts={"summary": reason}, crashed=reason)
     if not isinstance(result, CheckResult):
         reason = f"check {check_id!r} returned {type(result).__name__}, not a CheckResult"
         return CheckResult(facts={"summary": reason}, not_assessable=reason)

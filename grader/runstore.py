@@ -214,6 +214,7 @@ def load_run(folder: Path) -> StoredRun:
             details=[str(d) for d in item.get("details") or []],
             manual=optional_text(item.get("manual")),
             not_assessable=optional_text(item.get("not_assessable")),
+            crashed=optional_text(item.get("crashed")),
         )
     return StoredRun(folder, manifest, report, results)
 
@@ -229,6 +230,7 @@ def results_to_json(results: Mapping[str, CheckResult]) -> dict[str, Any]:
             "details": [str(d) for d in result.details],
             "manual": result.manual,
             "not_assessable": result.not_assessable,
+            "crashed": result.crashed,
         }
         for check_id, result in results.items()
     }

@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.tape import A_TAPE
+
 PASSING_SUITE = {
+    **A_TAPE,
     "tests/test_ok.py": """
         def test_one():
             assert 1 + 1 == 2

@@ -14,6 +14,7 @@ from grader.context import makefile_targets, pytest_plugin_modules, read_junit
 from grader.errors import NotAssessable
 from grader.grading import _run_one, grade
 from grader.rubric import load_rubric
+from tests.helpers.tape import A_TAPE
 
 
 def _row(report: dict, row_id: str) -> dict:
@@ -183,8 +184,9 @@ def test_a_crashing_check_costs_only_its_row() -> None:
         raise NotAssessable("the stand-in server did not start")
 
     crashed = _run_one(Check.from_function("crashes", crashes), "crashes", ctx=None)  # type: ignore[arg-type]
-    assert crashed.not_assessable == "check 'crashes' crashed: KeyError: 'tapes'"
-    assert crashed.facts["summary"] == crashed.not_assessable
+    assert crashed.crashed == "check 'crashes' crashed: KeyError: 'tapes'"
+    assert crashed.not_assessable is None
+    assert crashed.facts["summary"] == crashed.crashed
 
     gone = _run_one(Check.from_function("infra", infra), "infra", ctx=None)  # type: ignore[arg-type]
     assert gone.not_assessable == "the stand-in server did not start"
@@ -196,6 +198,7 @@ def test_a_crashing_check_costs_only_its_row() -> None:
 # --- slow: whole submissions, installed and replayed in the sandbox
 
 PASSING = {
+    **A_TAPE,
     "tests/test_ok.py": """
         import os
 

@@ -19,6 +19,7 @@ import pytest
 from grader import cli, manifest
 from grader.schemas import load_schema
 from tests.conftest import REPO_ROOT, MakeSubmission
+from tests.helpers.tape import A_TAPE
 
 SAMPLE = REPO_ROOT / "sample_solution"
 NO_SPACE = "no space left on device"
@@ -83,6 +84,7 @@ def _one_line_no_traceback(stderr: str) -> None:
 
 # A suite that honestly needs scratch space: 4 MiB in pytest's tmp_path (under the run's TMPDIR).
 _NEEDS_ROOM = {
+    **A_TAPE,
     "tests/test_room.py": """
         def test_writes_four_mebibytes(tmp_path):
             path = tmp_path / "blob.bin"

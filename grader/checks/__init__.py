@@ -57,6 +57,9 @@ class CheckResult:
     details: list[str] = field(default_factory=list)
     manual: str | None = None  # the check cannot decide; a reviewer should look at this text
     not_assessable: str | None = None  # infrastructure failure, with the reason
+    # The check itself crashed on this submission (the exception's line). Scored 0, never left out of the
+    # total: what a submission can make the grader trip over must not shrink the denominator it is judged on.
+    crashed: str | None = None
 
 
 CheckFunc = Callable[["Context"], CheckResult]

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from grader import pysource
 from grader.checks import CheckResult, Finding, register
 from grader.checks.serve_probe import ServeProbe, probe_serve
 from grader.details import counted
@@ -123,7 +124,7 @@ def _network_call(body: list[ast.stmt]) -> str | None:
 
 def _fallbacks_in(source: str, rel: str) -> list[_Fallback]:
     try:
-        tree = ast.parse(source)
+        tree = pysource.parse(source)
     except (SyntaxError, ValueError):
         return []
     found = []

@@ -27,6 +27,10 @@ _KIND_WORDS = {"tree": "file", "tape": "tape", "history": "history", "output": "
 def secrets(ctx: Context) -> CheckResult:
     """Scans the tree, every commit of every ref, the tapes (gzip/base64 bodies too) and command output.
 
+    Files are read the way a person opening them would: UTF-16/32 text (what Windows PowerShell's ``>``
+    writes) is transcoded rather than skipped as binary, and JSON ``\\u00XX`` escapes are read as the
+    characters they stand for.
+
     In-repo suppressions (`gitleaks:allow`, `.gitleaksignore`, `pragma: allowlist secret`, `# nosec`) are
     ignored: a submission cannot silence this check. Command output is whatever other checks captured in
     `ctx.outputs` by the time this check runs. The canary recording probe (grader/checks/canary.py) runs
