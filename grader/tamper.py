@@ -26,7 +26,6 @@ import ast
 import configparser
 import errno
 import json
-import os
 import re
 import shutil
 import sys
@@ -34,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader import pysource
+from grader import pysource, walk
 from grader.safeio import UnsafeFile, read_bytes
 
 if sys.version_info >= (3, 11):
@@ -63,7 +62,6 @@ CLEAN_LAUNCHER = "_grader_clean.py"
 _MAX_FILES = 5000
 _MAX_BYTES = 1_000_000
 _GUARD_CAP = 64 * 1024**2
-_SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", ".nox", "site-packages"}
 _ALWAYS = {
     "pytest_runtest_makereport": "rewrites or replaces test reports",
     "pytest_report_teststatus": "changes how outcomes are counted and shown",
@@ -134,19 +132,9 @@ class TamperScan:
 
 
 def _python_files(repo: Path) -> Iterator[Path]:
-    count = 0
-    for dirpath, dirnames, filenames in os.walk(repo, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-        for name in sorted(filenames):
-            if not name.endswith(".py"):
-                continue
-            path = Path(dirpath) / name
-            if path.is_symlink() or not path.is_file():
-                continue  # never follow a link, in or out of the repo
-            count += 1
-            if count > _MAX_FILES:
-                return
-            yield path
+    # Hidden folders are read too (as before): only VCS data, installed third-party code and caches are
+    # skipped (grader/walk.py's SKIPPED).
+    return walk.files(repo, include=lambda name: name.endswith(".py"), max_files=_MAX_FILES)
 
 
 def _read(path: Path) -> str | None:

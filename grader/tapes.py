@@ -14,7 +14,6 @@ from __future__ import annotations
 import email.utils
 import hashlib
 import json
-import os
 import re
 import stat
 import threading
@@ -27,6 +26,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from grader import walk
 from grader.manifest import CASSETTE_DIR_CANDIDATES
 from grader.recordings import Found, RecordParts, find_metadata, is_record, split_record
 from grader.safeio import read_bytes
@@ -52,7 +52,6 @@ TAPE_SUFFIXES = (".json", ".yaml", ".yml", ".jsonl", ".ndjson")
 # Where tapes are looked for when no cassette_dir is known: the manifest's discovery list, one source.
 DISCOVERY_DIRS = CASSETTE_DIR_CANDIDATES
 _OUTSIDE = "outside the repository"
-_SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", ".nox"}
 
 _GEMINI_MODEL = re.compile(r"/models/([^/:?]+)(?::|$|/|\?)")
 _SSE_MODEL = re.compile(r'"model"\s*:\s*"([^"\\]{1,200})"')
@@ -211,20 +210,13 @@ def _linked_component(repo: Path, rel: Path) -> Path | None:
 
 
 def _walk(base: Path) -> list[Path]:
-    found: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
-        here = Path(dirpath)
-        kept = []
-        for name in dirnames:
-            if name in _SKIP_DIRS:
-                continue
-            if (here / name).is_symlink():
-                found.append(here / name)  # reported as an invalid "symlink" tape, never entered
-            else:
-                kept.append(name)
-        dirnames[:] = sorted(kept)
-        found.extend(here / name for name in sorted(filenames) if name.lower().endswith(TAPE_SUFFIXES))
-    return found
+    """Tape files below ``base``, and links where a tape or a folder of tapes could be (each reported as an
+    invalid "symlink" tape, never followed)."""
+    return [
+        path
+        for path in walk.files(base, links=True)
+        if path.name.lower().endswith(TAPE_SUFFIXES) or (path.is_symlink() and path.is_dir())
+    ]
 
 
 def _load_one(repo: Path, path: Path) -> Tape:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import secrets as _random
 import shlex
 import shutil
@@ -36,6 +35,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from grader import walk
 from grader.checks import Finding
 from grader.errors import NotAssessable
 from grader.safeio import read_bytes
@@ -58,7 +58,6 @@ __all__ = [
 _LABEL = "canary record"
 _ALNUM = string.ascii_letters + string.digits
 _MAX_FILE_BYTES = 64 * 1024 * 1024
-_SKIP_DIRS = {".git"}
 _MAX_LISTED = 10
 # Exit code the wrapper script uses when the stand-in never printed its URL.
 _NO_STANDIN = 97
@@ -182,17 +181,16 @@ def _wrapper(base_env: str, anthropic: bool) -> str:
 
 def _scan_tree(root: Path, canary: str) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-        for name in sorted(filenames):
-            path = Path(dirpath) / name
-            try:
-                if path.is_symlink() or not path.is_file() or path.stat().st_size > _MAX_FILE_BYTES:
-                    continue
-                data = read_bytes(path, cap=_MAX_FILE_BYTES)  # the probe's run owned this copy
-            except OSError:
+    # Everything the run could have written to, whatever the folder (a key in .venv/ or node_modules/ is
+    # a leak too); only git's own data is left out.
+    for path in walk.files(root, skip={".git"}):
+        try:
+            if path.stat().st_size > _MAX_FILE_BYTES:
                 continue
-            found.extend(_first(path.relative_to(root).as_posix(), find_canary(data, canary)))
+            data = read_bytes(path, cap=_MAX_FILE_BYTES)  # the probe's run owned this copy
+        except OSError:
+            continue
+        found.extend(_first(path.relative_to(root).as_posix(), find_canary(data, canary)))
     return found
 
 

@@ -10,6 +10,7 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from grader.checks import CheckResult, Finding, register
+from grader.secrets import Scanner
 from grader.tapes import Interaction, Tape, canonical_key, tapes_of
 
 if TYPE_CHECKING:
@@ -20,25 +21,6 @@ __all__ = ["hygiene"]
 _MB = 1_000_000
 _DEFAULT_MAX_INTERACTIONS = 20
 _MAX_LISTED = 20
-# Request headers that carry a credential when recorded as sent.
-_CREDENTIAL_HEADERS = (
-    "authorization",
-    "proxy-authorization",
-    "x-api-key",
-    "api-key",
-    "x-goog-api-key",
-    "openai-api-key",
-    "anthropic-api-key",
-)
-# What recorders' filters and hand redaction leave behind instead of a key.
-_PLACEHOLDER = re.compile(
-    r"redact|filter|dummy|placeholder|fake|masked|hidden|removed|example|changeme|your[-_ ]?(api[-_ ]?)?key"
-    r"|<[^>]*>|\$\{?[A-Z_]+\}?|^(none|null|test|testing|xxx+|\*+|-+|\.+|sk-x+|sk-\.\.\.)$",
-    re.IGNORECASE,
-)
-_SCHEME = re.compile(r"^(bearer|basic|token)\s+", re.IGNORECASE)
-# Real keys are long; a short value is a label, not a credential.
-_MIN_SECRET_LEN = 16
 
 
 @register("hygiene")
@@ -57,7 +39,8 @@ def hygiene(ctx: Context) -> CheckResult:
     format is one file per request); vcrpy/JSON interactions with the same method, URI and body inside one
     file (vcrpy keeps one cassette per test, so the same request in two tests' cassettes is by design).
     A conversation blob is a file holding more interactions than ``thresholds.cassette_max_interactions``
-    (default 20). Credential headers are reported by name and location, never by value.
+    (default 20). Credential headers are reported by name and location, never by value; a header holds a
+    credential when the no-credentials row's rules find one in its ``name: value`` line, so the rows agree.
 
     Facts:
         tapes: tape files found, invalid ones included
@@ -65,7 +48,8 @@ def hygiene(ctx: Context) -> CheckResult:
         unplayed: interactions in opened vcrpy cassettes that no test of the replay run played
         duplicates: extra copies of an already stored request
         conversation_blobs: files holding too many interactions to review as one tape
-        credential_headers: stored credential headers (Authorization, x-api-key, api-key...) with a real value
+        credential_headers: request headers stored with a credential in them, as the secret rules judge it
+            (grader/rules/secrets.toml: Authorization, x-api-key, api-key... or any provider key format)
         invalid: tapes that could not be parsed (bad JSON/YAML, symlink, too large, unknown shape)
         total_mb: size of all tapes in MB (10^6 bytes), 2 decimals
         largest_mb: size of the largest tape in MB, 2 decimals
@@ -288,21 +272,15 @@ def _duplicates(tapes: list[Tape]) -> list[tuple[Tape, Interaction, str]]:
 
 
 def _credential_headers(tapes: list[Tape]) -> Iterator[tuple[str, str]]:
-    """(header name, "file:line") for each credential header stored with a real-looking value."""
+    """(header name, "file:line") for each request header stored with a credential, as the secret rules
+    define it (`Scanner.header_holds_credential`: the same verdict as the no-credentials row's)."""
+    scanner = Scanner()
     for tape in tapes:
         for inter in tape.interactions:
-            for name in _CREDENTIAL_HEADERS:
-                values = inter.request_headers.get(name, [])
-                if any(_looks_real(v) for v in values):
+            for name, values in inter.request_headers.items():
+                if any(scanner.header_holds_credential(name, value) for value in values):
                     line = tape.find_line(name, start=inter.line or 1) or inter.line or 1
                     yield name, f"{tape.path}:{line}"
-
-
-def _looks_real(value: str) -> bool:
-    token = _SCHEME.sub("", value.strip()).strip()
-    if len(token) < _MIN_SECRET_LEN or _PLACEHOLDER.search(token):
-        return False
-    return len(set(token)) > 4  # "aaaaaaaaaaaaaaaaaaaa" is a placeholder too
 
 
 def _more(details: list[str], items: list[Any], label: str, what: str) -> None:

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import random
 import re
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from grader import keyprobe
+from grader import keyprobe, walk
 from grader._json import marked_answer
 from grader.chain import chain_rewrites, read_chain
 from grader.checks import CheckResult, Finding, register
@@ -349,28 +348,30 @@ def _judge(
     return len(cases), failed, ""
 
 
+_MAX_CONFIG_FILES = 5000  # sources and config files read for a vcrpy `match_on`
 _MATCH_ON = re.compile(r"match_on[\"']?\s*[=:]\s*[\[(]([^\])]*)[\])]", re.S)
 
 
 def _vcr_ignores_body(ctx: Context) -> bool:
     """No ``match_on`` anywhere names the body or a matcher of the suite's own: vcrpy's default applies."""
     repo = Path(ctx.repo)
-    for dirpath, dirnames, filenames in os.walk(repo, followlinks=False):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d not in {"venv", "node_modules"}]
-        for name in filenames:
-            if not name.endswith((".py", ".cfg", ".toml", ".ini")):
-                continue
-            try:  # never through a link, never a FIFO (grader/safeio.py)
-                text = read_text(Path(dirpath, name), cap=512_000, root=repo, truncate=True)
-            except OSError:
-                continue
-            if "match_on" in text and not _MATCH_ON.search(text):
-                return False  # configured, not as a literal list (a constant, a call): not shown to ignore
-            for match in _MATCH_ON.finditer(text):
-                names = set(re.findall(r"[\"']([\w-]+)[\"']", match.group(1)))
-                if "body" in names or names - _VCR_DEFAULT_MATCHERS:
-                    return False
+    configs = walk.files(repo, hidden=False, include=_config_or_source, max_files=_MAX_CONFIG_FILES)
+    for path in configs:
+        try:  # never through a link, never a FIFO (grader/safeio.py)
+            text = read_text(path, cap=512_000, root=repo, truncate=True)
+        except OSError:
+            continue
+        if "match_on" in text and not _MATCH_ON.search(text):
+            return False  # configured, not as a literal list (a constant, a call): not shown to ignore
+        for match in _MATCH_ON.finditer(text):
+            names = set(re.findall(r"[\"']([\w-]+)[\"']", match.group(1)))
+            if "body" in names or names - _VCR_DEFAULT_MATCHERS:
+                return False
     return True
+
+
+def _config_or_source(name: str) -> bool:
+    return name.endswith((".py", ".cfg", ".toml", ".ini"))
 
 
 _VCR_DEFAULT_MATCHERS = {"method", "scheme", "host", "port", "path", "query", "uri", "headers", "raw_body"}

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from grader import pysource
+from grader import pysource, walk
 from grader.checks import CheckResult, Finding, register
 from grader.checks.serve_probe import ServeProbe, probe_serve
 from grader.details import counted
@@ -54,18 +54,8 @@ _NETWORK_CALLS = {
     "AsyncHTTPTransport",
 }
 _SOURCE_CAP = 2_000_000  # a source file bigger than this is not the submission's own code
-_SKIP_DIRS = {
-    ".git",
-    ".venv",
-    "venv",
-    "env",
-    "node_modules",
-    "tests",
-    "test",
-    "build",
-    "dist",
-    "site-packages",
-}
+_MAX_SOURCES = 2000  # files, and bytes below: a checkout with more is not read further
+_MAX_SOURCE_BYTES = 64_000_000
 
 
 @dataclass(frozen=True)
@@ -153,12 +143,8 @@ def _fallbacks_in(source: str, rel: str) -> list[_Fallback]:
 def scan_fallbacks(repo: Path) -> list[_Fallback]:
     """Exception handlers in the submission's own code (not its tests) that hide a cassette miss."""
     found: list[_Fallback] = []
-    for path in sorted(repo.rglob("*.py")):
+    for path in sorted(walk.own_sources(repo, max_files=_MAX_SOURCES, max_bytes=_MAX_SOURCE_BYTES)):
         rel_parts = path.relative_to(repo).parts
-        if path.is_symlink() or any(part in _SKIP_DIRS or part.startswith(".") for part in rel_parts[:-1]):
-            continue
-        if rel_parts[-1].startswith("test_") or rel_parts[-1] == "conftest.py":
-            continue
         try:  # no link (here or in a parent), no FIFO, capped (grader/safeio.py)
             source = read_text(path, cap=_SOURCE_CAP, root=repo)
         except OSError:
