@@ -313,7 +313,7 @@ def _git_repo(path: Path) -> str:
     ).stdout
 
 
-def _zip(path: Path, files: dict[str, str]) -> Path:
+def _zip_text(path: Path, files: dict[str, str]) -> Path:
     with zipfile.ZipFile(path, "w") as archive:
         for name, text in files.items():
             archive.writestr(name, text)
@@ -323,7 +323,7 @@ def _zip(path: Path, files: dict[str, str]) -> Path:
 def test_an_archived_gitdir_file_never_commits_into_the_repository_it_names(tmp_path: Path) -> None:
     victim = tmp_path / "victim"
     head = _git_repo(victim)
-    archive = _zip(tmp_path / "sub.zip", {".git": f"gitdir: {victim}/.git\n", "agent.py": "x = 1\n"})
+    archive = _zip_text(tmp_path / "sub.zip", {".git": f"gitdir: {victim}/.git\n", "agent.py": "x = 1\n"})
 
     ws = acquire(str(archive), tmp_path / "ws")
 
@@ -334,7 +334,7 @@ def test_an_archived_gitdir_file_never_commits_into_the_repository_it_names(tmp_
 
 def test_an_archived_git_config_with_a_filter_driver_runs_nothing(tmp_path: Path) -> None:
     marker = tmp_path / "PWNED"
-    archive = _zip(
+    archive = _zip_text(
         tmp_path / "sub.zip",
         {
             ".git": "gitdir: dotgit\n",
