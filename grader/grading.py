@@ -8,7 +8,6 @@ report to write anyway (every row not-assessable with the reason).
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -24,6 +23,7 @@ from grader._json import jsonable
 from grader.acquire import acquire, no_space, no_space_reason, redact
 from grader.checks import PHASES, CheckResult, registry
 from grader.context import Context
+from grader.deeptree import MAX_DEPTH, remove_tree
 from grader.details import submission_relative
 from grader.errors import BadInput, NotAssessable, describe
 from grader.install import InstallFailed, default_cache_root, ensure_env
@@ -127,7 +127,7 @@ def grade(
         if keep_workspace:
             report_progress("workspace", 0.0, f"kept at {root}")
         else:
-            shutil.rmtree(root, ignore_errors=True)
+            remove_tree(root)  # not shutil.rmtree: a run can leave folders too deep for it
 
 
 def _names(exc: OSError, folder: Path) -> bool:
@@ -165,6 +165,12 @@ def _pipeline(
     progress("acquire", timings["acquire"], f"{workspace.source} @ {commit}")
     if workspace.uncommitted:
         notes.append(_uncommitted_note(workspace.commit or "", workspace.uncommitted))
+    if workspace.pruned:
+        first = workspace.pruned[0]
+        notes.append(
+            f"{len(workspace.pruned)} folder(s) nested deeper than {MAX_DEPTH} levels were removed before "
+            f"grading (first: {first[:120]}{'…' if len(first) > 120 else ''}); nothing in them was graded"
+        )
     notes.extend(manifest.notes)
 
     start = time.monotonic()

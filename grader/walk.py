@@ -13,6 +13,8 @@ through `files` or `folders`, so the rules are the same everywhere:
   walk stops; a file is still read through `grader/safeio.py` with its own size cap.
 - **Order**: sorted, a folder's files before its sub-folders, so findings come out in the same order on
   every machine.
+- **Depth**: never more than `grader.deeptree.MAX_DEPTH` levels down, and without recursion (a checkout
+  nested deeper than Python's recursion limit cannot crash a check).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import os
 import stat
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
+
+from grader.deeptree import MAX_DEPTH
 
 __all__ = [
     "MAX_FILES",
@@ -82,12 +86,15 @@ def files(
 
     ``include``: a test on the file's name; only files it accepts are yielded and counted against the caps.
     ``links``: also yield links (to files or folders) where they are, never following them.
-    ``depth``: how many folder levels below the start to enter (0: its own files only; None: all).
+    ``depth``: how many folder levels below the start to enter (0: its own files only; None: all, up to
+    `MAX_DEPTH`).
     """
     start = Path(root, under)
     count = 0
     size = 0
-    for folder, names in _folders(start, skip=skip, hidden=hidden, depth=depth):
+    for folder, names in _folders(
+        start, skip=skip, hidden=hidden, depth=MAX_DEPTH if depth is None else depth
+    ):
         for name, info in names:
             if include is not None and not include(name):
                 continue
@@ -121,7 +128,7 @@ def folders(
 
 
 def _folders(
-    start: Path, *, skip: Collection[str], hidden: bool, depth: int | None = None
+    start: Path, *, skip: Collection[str], hidden: bool, depth: int
 ) -> Iterator[tuple[Path, list[tuple[str, os.stat_result]]]]:
     """(folder, its entries that are not folders to enter, with their lstat), folder by folder."""
     base = len(start.parts)
@@ -142,7 +149,7 @@ def _folders(
             if stat.S_ISDIR(info.st_mode):
                 if entry.name in skip or (not hidden and entry.name.startswith(".")):
                     continue
-                if depth is None or len(folder.parts) - base < depth:
+                if len(folder.parts) - base < depth:
                     below.append(folder / entry.name)
             else:
                 leaves.append((entry.name, info))
