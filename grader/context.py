@@ -18,7 +18,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import fromstring as defused_fromstring
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from grader.manifest import Manifest
     from grader.requirements import Dependencies
     from grader.sandbox import RunResult
+
+T = TypeVar("T")
 
 __all__ = ["Context", "ReplayRun", "makefile_targets", "pytest_plugin_modules", "read_junit"]
 
@@ -134,10 +136,22 @@ class Context:
         self._lock = threading.Lock()
         self._replay_lock = threading.Lock()
         self._probes: dict[str, Future[object]] = {}
+        self._memo: dict[str, object] = {}
+        self._memo_locks: dict[str, threading.Lock] = {}
         # Runs of submission code a check may have going at once (run_checks sets it from --jobs).
         self.jobs = 1
         self._logs = workspace.root / "logs"
         self._logs.mkdir(parents=True, exist_ok=True)
+
+    def memo(self, name: str, make: Callable[[], T]) -> T:
+        """``make()``'s value, made once for this grade however many checks ask at once (e.g. the tapes,
+        which several checks read: held in memory once)."""
+        with self._lock:
+            lock = self._memo_locks.setdefault(name, threading.Lock())
+        with lock:
+            if name not in self._memo:
+                self._memo[name] = make()
+            return cast(T, self._memo[name])
 
     def start_probe(self, name: str, probe: Callable[[], object], *, background: bool = True) -> None:
         """Run ``probe`` once, in a background thread alongside the checks (``background=False``: now, in

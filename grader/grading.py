@@ -12,10 +12,9 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from grader import __version__
@@ -218,7 +217,8 @@ def _pipeline(
         # "unprivileged" only when every run of submission code dropped privileges (docs/security.md).
         iso["user"] = "unprivileged" if ctx.sandbox_users == {"unprivileged"} else "grader"
     notes.extend(_isolation_notes(iso))
-    report = _report(workspace, rubric, results, timings, notes, iso)
+    graded = _Graded(workspace.source, workspace.commit, workspace.root)
+    report = _report(graded, rubric, results, timings, notes, iso)
     environment = _environment(env)
     if environment:
         report["environment"] = environment
@@ -342,9 +342,7 @@ def run_checks(
         for check_id in tail:
             one(check_id)
     finally:
-        wait = getattr(ctx, "wait_probes", None)
-        if wait is not None:
-            wait()  # nothing may still run in the workspace when it is reported or removed
+        ctx.wait_probes()  # nothing may still run in the workspace when it is reported or removed
     return {c: results[c] for c in ordered}
 
 
@@ -405,8 +403,8 @@ def unassessed_report(
         iso: dict[str, Any] = asdict(isolation())
     except Exception:  # the report must not depend on the probe working
         iso = {"network": "pytest-socket only", "credentials": "scrubbed"}
-    workspace = SimpleNamespace(source=redact(target), commit=None)
-    return _report(workspace, rubric, results, dict(timings or {}), [reason], iso)
+    graded = _Graded(redact(target), None, None)
+    return _report(graded, rubric, results, dict(timings or {}), [reason], iso)
 
 
 def _uncommitted_note(commit: str, lines: tuple[str, ...], shown: int = 20) -> str:
@@ -419,16 +417,25 @@ def _uncommitted_note(commit: str, lines: tuple[str, ...], shown: int = 20) -> s
     )
 
 
+@dataclass(frozen=True)
+class _Graded:
+    """What a report says about the submission: the target as given, its commit, and the workspace folder
+    whose paths evidence lines are made relative to (None: nothing was acquired)."""
+
+    source: str
+    commit: str | None
+    root: Path | None
+
+
 def _report(
-    workspace: Any,
+    graded: _Graded,
     rubric: Rubric,
     results: dict[str, CheckResult],
     timings: dict[str, float],
     notes: list[str],
-    iso: Any,
+    iso: Mapping[str, Any],
 ) -> dict[str, Any]:
-
-    root = getattr(workspace, "root", None)
+    root = graded.root
 
     def local(text: str) -> str:
         return submission_relative(text, root) if root else text
@@ -444,8 +451,8 @@ def _report(
     ]
     report: dict[str, Any] = {
         "schema": SCHEMA,
-        "target": workspace.source,
-        "commit": workspace.commit or None,
+        "target": graded.source,
+        "commit": graded.commit or None,
         "graded_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "grader_version": __version__,
         "rubric": rubric.reference(),

@@ -16,12 +16,11 @@ import hashlib
 import json
 import re
 import stat
-import threading
 import zlib
 from dataclasses import dataclass, field
 from datetime import timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import yaml
@@ -30,6 +29,9 @@ from grader import walk
 from grader.manifest import CASSETTE_DIR_CANDIDATES
 from grader.recordings import Found, RecordParts, find_metadata, is_record, split_record
 from grader.safeio import read_bytes
+
+if TYPE_CHECKING:
+    from grader.context import Context
 
 __all__ = [
     "DISCOVERY_DIRS",
@@ -570,33 +572,10 @@ def _int(value: Any) -> int | None:
         return None
 
 
-_LOCKS_LOCK = threading.Lock()
-
-
-def tapes_of(ctx: Any) -> list[Tape]:
+def tapes_of(ctx: Context) -> list[Tape]:
     """The context's tapes, loaded once per context (four checks read them; big YAML is slow to parse).
 
-    Checks run in parallel (``--jobs``): the first caller loads while the others wait for it, so 10,000
-    tapes are held in memory once, not once per check that asked at the same moment.
+    Checks run in parallel (``--jobs``): the first caller loads while the others wait for it
+    (`Context.memo`), so 10,000 tapes are held in memory once, not once per check that asked at once.
     """
-    cached = getattr(ctx, "_grader_tapes", None)
-    if cached is not None:
-        return cached
-    with _LOCKS_LOCK:
-        lock = getattr(ctx, "_grader_tapes_lock", None)
-        if lock is None:
-            lock = threading.Lock()
-            try:
-                ctx._grader_tapes_lock = lock
-            except AttributeError:  # a context with __slots__: no sharing, each caller loads its own
-                pass
-    with lock:
-        cached = getattr(ctx, "_grader_tapes", None)
-        if cached is not None:
-            return cached
-        tapes = load_tapes(ctx.repo, getattr(ctx.manifest, "cassette_dir", None))
-        try:
-            ctx._grader_tapes = tapes
-        except AttributeError:  # a context with __slots__: just reload next time
-            pass
-        return tapes
+    return ctx.memo("tapes", lambda: load_tapes(ctx.repo, ctx.manifest.cassette_dir))

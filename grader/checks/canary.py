@@ -210,9 +210,6 @@ def start_canary(ctx: Context) -> None:
     Its scratch copy comes from the checkout's pristine copy (`Context.keep_pristine`), so it is made in
     the background too, while the replay suite runs in the checkout.
     """
-    start = getattr(ctx, "start_probe", None)
-    if start is None:
-        return
 
     def probe() -> CanaryProbe | None:
         try:
@@ -221,12 +218,12 @@ def start_canary(ctx: Context) -> None:
             return None
         return plan if isinstance(plan, CanaryProbe) else _execute(ctx, plan)
 
-    start(_LABEL, probe)
+    ctx.start_probe(_LABEL, probe)
 
 
 def canary_result(ctx: Context) -> CanaryProbe:
     """The probe's outcome: the one `start_canary` started (waits for it), else the probe run now."""
-    result = getattr(ctx, "probe_result", lambda name: None)(_LABEL)
+    result = ctx.probe_result(_LABEL)
     return result if isinstance(result, CanaryProbe) else probe_canary(ctx)
 
 
@@ -237,20 +234,18 @@ def probe_canary(ctx: Context) -> CanaryProbe:
 
 
 def _plan(ctx: Context) -> CanaryProbe | _Plan:
-    manifest = getattr(ctx, "manifest", None)
-    record = list(getattr(manifest, "record_command", None) or [])
-    key_env = getattr(manifest, "api_key_env", None) or ""
+    manifest = ctx.manifest
+    record = list(manifest.record_command or [])
+    key_env = manifest.api_key_env or ""
     if not record:
         return CanaryProbe("not available: no record_command in [tool.takehome]")
     if not key_env:
         return CanaryProbe("not available: no api_key_env in [tool.takehome]")
-    if getattr(ctx, "env", None) is None:
-        reason = getattr(ctx, "install_error", None) or "the submission's environment was not installed"
+    if ctx.env is None:
+        reason = ctx.install_error or "the submission's environment was not installed"
         return CanaryProbe(f"not available: {' '.join(str(reason).split())}")
     anthropic = "ANTHROPIC" in key_env.upper()
-    base_env = getattr(manifest, "base_url_env", None) or (
-        "ANTHROPIC_BASE_URL" if anthropic else "OPENAI_BASE_URL"
-    )
+    base_env = manifest.base_url_env or ("ANTHROPIC_BASE_URL" if anthropic else "OPENAI_BASE_URL")
     if not base_env.replace("_", "").isalnum():
         return CanaryProbe(f"not available: base_url_env {base_env!r} is not a variable name")
 

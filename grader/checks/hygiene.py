@@ -193,21 +193,20 @@ def _replayed(
 ) -> tuple[dict[str, set[str]] | None, dict[str, tuple[int, set[int]]], str | None]:
     """(repo-relative paths the replay run opened, each with its call sites; vcrpy plays by repo-relative
     path; None), or (None, {}, reason) when there was no run."""
-    if getattr(ctx, "env", None) is None:
-        if getattr(ctx, "install_failed", False):
+    if ctx.env is None:
+        if ctx.install_failed:
             # The submission's own dependencies cannot be installed: no run opened any tape, and that is
             # the evidence (every tape unused), not a reason to leave the row to a reviewer.
             return {}, {}, None
-        return None, {}, getattr(ctx, "install_error", None) or "no installed environment"
+        return None, {}, ctx.install_error or "no installed environment"
     try:
         run = ctx.replay_run()
     except Exception as exc:  # NotAssessable and anything else: the static facts still stand
         return None, {}, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     plays: dict[str, tuple[int, set[int]]] = {}
-    guard = getattr(run, "guard", None)
-    ran_in = getattr(ctx, "checkout", ctx.repo)  # the suite ran in the working copy, not the pristine one
+    ran_in = ctx.checkout  # the suite ran in the working copy, not the pristine one
     roots = {os.path.join(os.path.abspath(ran_in), ""), os.path.join(os.path.realpath(ran_in), "")}
-    for path, play in (getattr(guard, "vcr_plays", None) or {}).items():
+    for path, play in (run.guard.vcr_plays if run.guard is not None else {}).items():
         for root in roots:
             if path.startswith(root):
                 plays[_norm(path[len(root) :])] = play

@@ -112,7 +112,7 @@ def keys(ctx: Context) -> CheckResult:
             findings.append(Finding("canonical-keys", problem, f"{tape.path}:{line}"))
 
     rewrites: list[tuple[str, int]] = []
-    chain = read_chain(ctx.repo, getattr(ctx.manifest, "cassette_dir", None), tapes)
+    chain = read_chain(ctx.repo, ctx.manifest.cassette_dir, tapes)
     if chain is not None:
         if chain.error:
             findings.append(Finding("tape-chain", f"tape chain {chain.error}", f"{chain.path}:1"))
@@ -122,11 +122,11 @@ def keys(ctx: Context) -> CheckResult:
             message = "tape chain rewritten in this commit: lines changed or removed, not only appended"
             findings.append(Finding("tape-chain", message, f"{sha}:{chain.path}:{line}"))
 
-    declared = getattr(ctx.manifest, "key_function", None) or ""
+    declared = ctx.manifest.key_function or ""
     first = next((i for tape in tapes for i in tape.interactions if i.path or i.url), None)
     endpoint = next((tape.endpoint for tape in tapes if tape.endpoint), None)
     path = (first.path or urlsplit(first.url or "").path) if first else ""
-    provider = _provider(path or "", endpoint, getattr(ctx.manifest, "api_key_env", None))
+    provider = _provider(path or "", endpoint, ctx.manifest.api_key_env)
     volatile_set, optional_set = _volatile_and_optional(provider)
     if declared:
         key_function = declared
@@ -253,9 +253,9 @@ def _probe(
     ctx: Context, key_function: str, findings: list[Finding], optional: set[str]
 ) -> tuple[int, list[str], str]:
     """(probes run, what each failed probe varied, a note for the reviewer) for a declared key_function."""
-    if getattr(ctx, "env", None) is None:
-        reason = getattr(ctx, "install_error", None) or "no installed environment"
-        if getattr(ctx, "install_failed", False):
+    if ctx.env is None:
+        reason = ctx.install_error or "no installed environment"
+        if ctx.install_failed:
             # The submission's own dependencies cannot be installed: its key function cannot be imported.
             why = str(reason).splitlines()[0]
             return 0, ["the key function itself"], f"key_function not importable: {why}"
@@ -274,7 +274,7 @@ def _probe_found(
     ctx: Context, tapes: list[Any], findings: list[Finding], optional: set[str]
 ) -> tuple[str, int, list[str], str]:
     """(key function found, probes run, failed whats, note) for a submission with no declared key_function."""
-    if getattr(ctx, "env", None) is None:
+    if ctx.env is None:
         return "", 0, [], "no installed environment: the submission's key function was not probed"
     specs = keyprobe.candidates(Path(ctx.repo))
     if not specs:

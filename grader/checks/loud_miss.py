@@ -198,9 +198,8 @@ def start_loud_miss(ctx: Context) -> None:
     runs alongside the replay suite and the other checks. The check takes their results; a probe that
     could not make its copy (e.g. no room) returns None and the check runs it itself and says why.
     """
-    start = getattr(ctx, "start_probe", None)
     cassette_dir = ctx.manifest.cassette_dir
-    if start is None or cassette_dir is None or ctx.env is None:
+    if cassette_dir is None or ctx.env is None:
         return
     command = ctx.manifest.triage_command
 
@@ -218,9 +217,9 @@ def start_loud_miss(ctx: Context) -> None:
             return None
         return run()
 
-    start(_RERUN, rerun)
+    ctx.start_probe(_RERUN, rerun)
     if command:
-        start(_UNSEEN, unseen)
+        ctx.start_probe(_UNSEEN, unseen)
 
 
 def _probes(

@@ -153,7 +153,7 @@ def probe_serve(ctx: Context) -> ServeProbe:
     """Start ``make serve`` in the sandbox (loopback only) and replay a recorded and an unseen request."""
     if "serve" not in makefile_targets(ctx.repo):
         return ServeProbe("not available: no serve target in the Makefile")
-    if getattr(ctx, "env", None) is None:
+    if ctx.env is None:
         return ServeProbe("not available: the submission's environment was not installed")
     found = _recorded(ctx)
     if found is None:
