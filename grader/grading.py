@@ -25,9 +25,9 @@ from grader.context import Context
 from grader.deeptree import MAX_DEPTH, remove_tree
 from grader.details import submission_relative
 from grader.errors import BadInput, NotAssessable, describe
-from grader.install import InstallFailed, default_cache_root, ensure_env
+from grader.install import Env, InstallFailed, default_cache_root, ensure_env
 from grader.manifest import not_a_submission, read_manifest
-from grader.requirements import read_dependencies
+from grader.requirements import Dependencies, read_dependencies
 from grader.rubric import score, totals
 from grader.runstore import store_run
 from grader.sandbox import host_shortfall, isolation
@@ -176,13 +176,10 @@ def _pipeline(
     left = started + budget - time.monotonic()
     if left < 1.0:
         spent = f"not run: the grade's budget of {budget:g} s was spent before the install"
-
-        env, install_error, install_failed, dependencies = (
-            None,
-            spent,
-            False,
-            read_dependencies(workspace.repo),
-        )
+        env: Env | None = None
+        install_error: str | None = spent
+        install_failed = False
+        dependencies: Dependencies | None = read_dependencies(workspace.repo)
     else:
         env, install_error, install_failed, dependencies = _install(
             workspace.repo, cache_root=cache_root, timeout=min(timeout, left)
@@ -262,7 +259,9 @@ def _since(start: float) -> float:
     return round(time.monotonic() - start, 3)
 
 
-def _install(repo: Path, *, cache_root: Path, timeout: float) -> tuple[Any, str | None, bool, Any]:
+def _install(
+    repo: Path, *, cache_root: Path, timeout: float
+) -> tuple[Env | None, str | None, bool, Dependencies | None]:
     """(env, why there is none, whether that is the submission's own failure, the vetted dependencies)."""
 
     try:
@@ -274,7 +273,7 @@ def _install(repo: Path, *, cache_root: Path, timeout: float) -> tuple[Any, str 
         return None, exc.reason, False, read_dependencies(repo)
 
 
-def _environment(env: Any) -> dict[str, Any]:
+def _environment(env: Env | None) -> dict[str, Any]:
     """The report's ``environment``: the installer and the grader's pinned tools as installed."""
     if env is None:
         return {}
@@ -369,7 +368,7 @@ def _run_one(check: Check | None, check_id: str, ctx: Context) -> CheckResult:
         reason = f"no check named {check_id!r} is installed"
         return CheckResult(facts={"summary": reason}, not_assessable=reason)
     try:
-        result = check.func(ctx)
+        result: object = check.func(ctx)  # a check module is code of its own: its return is checked below
     except NotAssessable as exc:
         return CheckResult(facts={"summary": f"not assessable: {exc.reason}"}, not_assessable=exc.reason)
     except Exception as exc:  # a bug in one check must cost one row, never the report

@@ -35,6 +35,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from packaging.utils import canonicalize_name
 
@@ -177,7 +178,7 @@ class _Builder:
         shutil.rmtree(self.work, ignore_errors=True)
 
     def step(
-        self, argv: list[str], *, trusted: bool, timeout: float | None = None, **more: str
+        self, argv: list[str], *, trusted: bool, timeout: float | None = None, **more: Any
     ) -> sandbox.RunResult:
         home = _fresh_folder(self.cache_root, ".home-")
         try:
@@ -209,10 +210,10 @@ class _Builder:
         finally:
             shutil.rmtree(home, ignore_errors=True)
 
-    def trusted(self, argv: list[str], **more: str) -> sandbox.RunResult:
+    def trusted(self, argv: list[str], **more: Any) -> sandbox.RunResult:
         return self.step(argv, trusted=True, **more)
 
-    def untrusted(self, argv: list[str], **more: str) -> sandbox.RunResult:
+    def untrusted(self, argv: list[str], **more: Any) -> sandbox.RunResult:
         return self.step(argv, trusted=False, **more)
 
     # -- the venv itself --

@@ -50,7 +50,7 @@ class _Shard:
 
     @property
     def info(self) -> dict[str, Any]:
-        return self.manifest["shard"]
+        return dict(self.manifest["shard"])
 
 
 def merge_shards(out: Path, folders: Sequence[Path]) -> MergeResult:

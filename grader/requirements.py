@@ -21,6 +21,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -224,7 +225,7 @@ def _locate(lines: list[str], text: str) -> int | None:
     return None
 
 
-def _dependency_group(groups: dict, name: str, depth: int = 0) -> Iterator[str]:
+def _dependency_group(groups: dict[str, Any], name: str, depth: int = 0) -> Iterator[str]:
     if depth > _MAX_NESTING:
         return
     for item in groups.get(name) or []:
@@ -273,7 +274,8 @@ def read_dependencies(repo: Path) -> Dependencies:
         data = tomllib.loads(text) if text else {}
     except (tomllib.TOMLDecodeError, RecursionError):  # a nesting bomb is malformed TOML too
         data = {}
-    project = data.get("project") if isinstance(data.get("project"), dict) else {}
+    found = data.get("project")
+    project: dict[str, Any] = found if isinstance(found, dict) else {}
     name = project.get("name")
     out = _Collector(canonicalize_name(name) if isinstance(name, str) and name.strip() else None)
     lines = text.splitlines()

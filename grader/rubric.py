@@ -261,7 +261,7 @@ class _Loader:
 
     def _compose(self, text: str, path: Path) -> yaml.Node:
         stream = io.StringIO(text)
-        stream.name = str(path)  # type: ignore[misc]  # every node's mark then names its file
+        stream.name = str(path)  # every node's mark then names its file
         try:
             node = yaml.compose(stream, Loader=yaml.SafeLoader)
         except yaml.MarkedYAMLError as exc:

@@ -323,7 +323,7 @@ class _Capped:
         if self._left <= 0:
             return b""
         size = self._left if size < 0 else min(size, self._left)
-        data = self._handle.read(size)
+        data: bytes = self._handle.read(size)
         self._left -= len(data)
         return data
 

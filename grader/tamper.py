@@ -32,6 +32,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from grader import pysource, walk
 from grader.safeio import UnsafeFile, read_bytes
@@ -276,7 +277,7 @@ def _assigns_attr(func: ast.AST, attrs: set[str]) -> int | None:
         elif isinstance(sub, (ast.AugAssign, ast.AnnAssign)):
             targets = [sub.target]
         for target in targets:
-            if isinstance(target, ast.Attribute) and target.attr in attrs:
+            if isinstance(target, ast.Attribute) and target.attr in attrs and isinstance(sub, ast.stmt):
                 return sub.lineno
         if isinstance(sub, ast.Call) and _dotted(sub.func) == "setattr" and len(sub.args) >= 2:
             name = sub.args[1]
@@ -366,7 +367,8 @@ def _monkeypatch_rules(rel: str, tree: ast.AST) -> Iterator[Hook]:
             if parts[0] in aliases or any(
                 p in ("TestReport", "CallInfo", "CollectReport") for p in parts[:-1]
             ):
-                yield Hook("monkeypatch", f"{rel}:{node.lineno}", f"patches pytest internals ({chain})")
+                line = node.lineno if isinstance(node, (ast.stmt, ast.expr)) else 0
+                yield Hook("monkeypatch", f"{rel}:{line}", f"patches pytest internals ({chain})")
                 break
 
 
@@ -519,7 +521,8 @@ def read_guard(path: Path, nonce: str = "") -> GuardLog:
         if rec.get("session") is True:
             status = rec.get("exitstatus")
             log.exitstatus = status if isinstance(status, int) else None
-            log.deselected = rec.get("deselected") if isinstance(rec.get("deselected"), int) else 0
+            deselected = rec.get("deselected")
+            log.deselected = deselected if isinstance(deselected, int) else 0
             continue
         nodeid, when = str(rec.get("nodeid", "?")), rec.get("when")
         outcome, raw_outcome = rec.get("outcome"), rec.get("raw")
@@ -548,7 +551,7 @@ def read_guard(path: Path, nonce: str = "") -> GuardLog:
     return log
 
 
-def _add_vcr_play(log: GuardLog, rec: dict) -> None:
+def _add_vcr_play(log: GuardLog, rec: dict[str, Any]) -> None:
     """One closing of a cassette; a cassette used by several tests is loaded afresh each time (same file)."""
     path, total, played = rec.get("vcr"), rec.get("interactions"), rec.get("played")
     if not isinstance(path, str) or not isinstance(total, int) or not isinstance(played, list):

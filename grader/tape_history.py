@@ -22,7 +22,7 @@ import re
 import subprocess
 import tempfile
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,7 +138,8 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
 
 def _commits(log: str) -> Iterator[tuple[str, dict[str, tuple[str, str, str]]]]:
     """(commit, {path: (status letter, old blob, new blob)}) from ``git log --raw --format=@%H``."""
-    commit, changes = "", {}
+    commit: str = ""
+    changes: dict[str, tuple[str, str, str]] = {}
     for line in log.splitlines():
         if line.startswith("@"):
             if commit:
@@ -233,7 +234,7 @@ def _git(repo: Path, *args: str, stdin: Any = None, popen: bool = False) -> Any:
     return proc.stdout
 
 
-def _cat(repo: Path, shas: Sequence[str]) -> Iterator[bytes | None]:
+def _cat(repo: Path, shas: Sequence[str]) -> Generator[bytes | None, None, None]:
     """Each blob's content in order (None when missing or over the parse cap), one ``cat-file`` stream."""
     if not shas:
         return

@@ -80,7 +80,7 @@ class Interaction:
     def model(self) -> str | None:
         """The model the request asked for: body ``model``, else the Gemini-style URL path."""
         if isinstance(self.request_body, dict) and isinstance(self.request_body.get("model"), str):
-            return self.request_body["model"]
+            return str(self.request_body["model"])
         match = _GEMINI_MODEL.search(self.path or "")
         return match.group(1) if match else None
 
@@ -88,9 +88,9 @@ class Interaction:
     def served_model(self) -> str | None:
         """The model the response says answered (JSON body, or the first ``"model"`` in a stream)."""
         if isinstance(self.response_body, dict) and isinstance(self.response_body.get("model"), str):
-            return self.response_body["model"]
+            return str(self.response_body["model"])
         if isinstance(self.response_body, dict) and isinstance(self.response_body.get("modelVersion"), str):
-            return self.response_body["modelVersion"]  # Gemini names the served model here
+            return str(self.response_body["modelVersion"])  # Gemini names the served model here
         if self.response_text:
             match = _SSE_MODEL.search(self.response_text[:200_000])
             if match:
@@ -300,7 +300,7 @@ def _parse(rel: str, text: str) -> Tape:
 _SafeBase: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class _Loader(_SafeBase):
+class _Loader(_SafeBase):  # type: ignore[misc]  # the base is chosen at import time (C or Python)
     """The safe loader (which already decodes ``!!binary``) without timestamp magic: dates stay strings."""
 
 
@@ -311,9 +311,9 @@ _Loader.yaml_implicit_resolvers = {
 
 
 def _kit(rel: str, data: dict[str, Any]) -> Tape:
-    req = data.get("request") or {}
-    resp = data.get("response") if isinstance(data.get("response"), dict) else {}
-    meta = data.get("meta") if isinstance(data.get("meta"), dict) else {}
+    req = _dict(data.get("request"))
+    resp = _dict(data.get("response"))
+    meta = _dict(data.get("meta"))
     inter = Interaction(
         method=_str(req.get("method")),
         path=_str(req.get("path")),
@@ -344,8 +344,8 @@ def _vcr(rel: str, items: list[Any], text: str) -> Tape:
     for index, item in enumerate(items):
         if not isinstance(item, dict):
             continue
-        req = item.get("request") if isinstance(item.get("request"), dict) else {}
-        resp = item.get("response") if isinstance(item.get("response"), dict) else {}
+        req = _dict(item.get("request"))
+        resp = _dict(item.get("response"))
         uri = _str(req.get("uri")) or _str(req.get("url"))
         status = resp.get("status")
         code = status.get("code") if isinstance(status, dict) else status
@@ -405,8 +405,8 @@ def _generic_records(data: Any) -> list[Interaction] | None:
         return [_from_parts(item, outer) for item in data]
     out = []
     for item in data:
-        req = item.get("request") if isinstance(item.get("request"), dict) else {}
-        resp = item.get("response") if isinstance(item.get("response"), dict) else {}
+        req = _dict(item.get("request"))
+        resp = _dict(item.get("response"))
         uri = _str(req.get("url")) or _str(req.get("uri"))
         path = _str(req.get("path")) or (urlsplit(uri).path if uri else None)
         req_body = req.get("body", req.get("json"))
@@ -563,6 +563,11 @@ def _inflate(data: bytes, wbits: int) -> bytes | None:
 
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    """A JSON/YAML mapping, or an empty one for anything else (a tape's parts may be any shape)."""
+    return value if isinstance(value, dict) else {}
 
 
 def _int(value: Any) -> int | None:

@@ -17,6 +17,7 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from grader._json import optional_text
 from grader.safeio import UnsafeFile, read_bytes
@@ -110,7 +111,7 @@ def install_into(venv: Path) -> list[Path]:
     return written
 
 
-def _records(path: Path | None, problems: list[str] | None = None) -> Iterator[dict]:
+def _records(path: Path | None, problems: list[str] | None = None) -> Iterator[dict[str, Any]]:
     # The sandboxed run owned the log's folder: the file may now be a link (to /dev/zero), a FIFO or huge.
     if path is None:
         return

@@ -195,7 +195,7 @@ def _absolute(module: str | None, level: int, package: str) -> str:
 
 
 def _dotted(node: ast.AST) -> str | None:
-    names = []
+    names: list[str] = []
     while isinstance(node, ast.Attribute):
         names.insert(0, node.attr)
         node = node.value

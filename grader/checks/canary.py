@@ -275,9 +275,13 @@ def _execute(ctx: Context, plan: _Plan) -> CanaryProbe:
         run, _audit = ctx.run(argv, cwd=scratch, env=plan.env, loopback=True, label=_LABEL, suite_probe=True)
     except NotAssessable as exc:  # skipped, or the grade's budget is spent: the static scan still counts
         return CanaryProbe(f"not available: {exc.reason}")
-    ran = {"fingerprint": fingerprint(canary), "output_label": _LABEL}
+    print_ = fingerprint(canary)
     if run.returncode == _NO_STANDIN and "stand-in server did not start" in run.stderr:
-        return CanaryProbe("not available: the stand-in server did not start in the sandbox", **ran)
+        return CanaryProbe(
+            "not available: the stand-in server did not start in the sandbox",
+            fingerprint=print_,
+            output_label=_LABEL,
+        )
 
     places = _scan_tree(scratch, canary)
     for stream, text in (("stdout", run.stdout), ("stderr", run.stderr)):
@@ -300,7 +304,7 @@ def _execute(ctx: Context, plan: _Plan) -> CanaryProbe:
     details += [f"canary leak: {f.location} {f.message}" for f in leaks[:_MAX_LISTED]]
     if len(leaks) > _MAX_LISTED:
         details.append(f"... and {len(leaks) - _MAX_LISTED} more canary leaks")
-    return CanaryProbe("ran", leaks, details, **ran)
+    return CanaryProbe("ran", leaks, details, fingerprint=print_, output_label=_LABEL)
 
 
 def summarize(summary: str, probe: CanaryProbe, other_findings: int) -> str:

@@ -85,9 +85,10 @@ def _use(
 ) -> tuple[int, int, str | None]:
     """Tapes the replay run never opened and vcrpy interactions it never played, as findings and details:
     (unused tapes, unplayed interactions, why use could not be decided or None)."""
-    opened, plays, why_unknown = _replayed(ctx)
-    if opened is not None:
-        opened, inventory = _replay_opens(opened, tapes)
+    opened_at, plays, why_unknown = _replayed(ctx)
+    opened: set[str] | None = None
+    if opened_at is not None:
+        opened, inventory = _replay_opens(opened_at, tapes)
         for site in inventory[:_MAX_LISTED]:
             details.append(
                 f"opens at {site} not counted as use: that test reads every tape (a check of the "

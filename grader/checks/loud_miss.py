@@ -8,7 +8,7 @@ import secrets as _random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from grader import pysource, walk
 from grader.checks import CheckResult, Finding, register
@@ -210,7 +210,7 @@ def start_loud_miss(ctx: Context) -> None:
             return None
         return withheld, run()
 
-    def unseen() -> tuple[RunResult, AuditLog] | None:
+    def unseen(command: list[str]) -> tuple[RunResult, AuditLog] | None:
         try:
             run = _prepare_unseen(ctx, command)
         except Exception:
@@ -219,7 +219,7 @@ def start_loud_miss(ctx: Context) -> None:
 
     ctx.start_probe(_RERUN, rerun)
     if command:
-        ctx.start_probe(_UNSEEN, unseen)
+        ctx.start_probe(_UNSEEN, lambda: unseen(command))
 
 
 def _probes(
@@ -228,8 +228,8 @@ def _probes(
     """The withheld-tape rerun and the unseen-message run (None without a triage_command): the ones
     `start_loud_miss` started (waits for them), else (never started, or its copy could not be made in the
     background) each runs now; with ``--jobs`` above 1 the unseen message runs alongside the rerun."""
-    started = ctx.probe_result(_RERUN)
-    unseen = ctx.probe_result(_UNSEEN) if command else None
+    started = cast("tuple[int, ReplayRun] | None", ctx.probe_result(_RERUN))
+    unseen = cast("tuple[RunResult, AuditLog] | None", ctx.probe_result(_UNSEEN) if command else None)
     if started is not None:
         facts["withheld"], rerun = started
     else:
@@ -245,8 +245,8 @@ def _probes(
         finally:
             ctx.wait_probe(_UNSEEN_NOW)  # the unseen run never outlives the check, whatever the rerun did
     if command and unseen is None:
-        unseen = ctx.probe_result(_UNSEEN_NOW)
-    return rerun, unseen  # type: ignore[return-value]
+        unseen = cast("tuple[RunResult, AuditLog]", ctx.probe_result(_UNSEEN_NOW))
+    return rerun, unseen
 
 
 @register("loud-miss", probes=start_loud_miss)

@@ -259,10 +259,10 @@ def _tamper_evidence(rr: ReplayRun, results: Results) -> _Evidence:
             ):
                 ev.forged.append(f"{nodeid}: {outcome} in the suite's run, failed in a clean interpreter")
     if guard is not None and rr.unskipped is not None and rr.unskipped.guard is not None:
-        again = rr.unskipped.guard
+        unskipped = rr.unskipped.guard
         for nodeid, outcome in guard.outcomes.items():
-            if outcome in ("skipped", "xfailed") and again.outcomes.get(nodeid) in ("failed", "error"):
-                ev.hidden.append(f"{nodeid} ({again.messages.get(nodeid, 'fails')})")
+            if outcome in ("skipped", "xfailed") and unskipped.outcomes.get(nodeid) in ("failed", "error"):
+                ev.hidden.append(f"{nodeid} ({unskipped.messages.get(nodeid, 'fails')})")
     if not rr.run.timed_out:
         if guard is None and results.records:
             ev.abnormal, ev.abnormal_why = (

@@ -143,7 +143,7 @@ def _stage(dest: Any, plan: dict[str, Any]) -> Any:
 def _same_answer(inter: Interaction, body: str) -> bool:
     if inter.response_body is not None:
         try:
-            return json.loads(body) == inter.response_body
+            return bool(json.loads(body) == inter.response_body)
         except ValueError:
             return False
     return body.replace("\r\n", "\n").strip() == (inter.response_text or "").replace("\r\n", "\n").strip()

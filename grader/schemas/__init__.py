@@ -17,4 +17,5 @@ def load_schema(name: str) -> dict[str, Any]:
     if stem not in SCHEMAS:
         raise ValueError(f"unknown schema {name!r}; known: {', '.join(SCHEMAS)}")
     text = resources.files(__name__).joinpath(f"{stem}.schema.json").read_text(encoding="utf-8")
-    return json.loads(text)
+    schema: dict[str, Any] = json.loads(text)
+    return schema

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 try:
     import ahocorasick_rs
 except ImportError:  # pragma: no cover - a core dependency; the slower exact search below stands in
-    ahocorasick_rs = None
+    ahocorasick_rs = None  # type: ignore[assignment]
 
 from grader.secrets.decode import MARKERS, embedded_bodies, json_unescaped
 from grader.secrets.filters import is_placeholder, left_boundary_ok

@@ -126,7 +126,7 @@ def build_case(case: Case, dest: Path) -> tuple[str, dict[str, str]]:
 def _row(report: dict[str, Any] | None, row_id: str) -> dict[str, Any]:
     for row in (report or {}).get("rows", []):
         if row.get("id") == row_id:
-            return row
+            return dict(row)
     return {}
 
 
