@@ -169,12 +169,7 @@ def _introductions(repo: Path, wanted: set[str]) -> dict[str, tuple[int, str, st
         "log",
         "--all",
         "--reverse",
-        "--raw",
-        "--no-abbrev",
-        "--no-renames",
-        "--no-textconv",
-        "--no-ext-diff",
-        "--no-show-signature",
+        *gitsafe.RAW_LOG,
         "-m",
         "--format=@%H",
     ).decode("utf-8", "surrogateescape")
