@@ -339,7 +339,7 @@ class _Builder:
             tail = _tail(result.stderr + "\n" + result.stdout).splitlines()
             detail = f": {tail[-1][:200]}" if tail else ""
             return f"{name} itself could not be installed (editable build failed, {why}{detail})", []
-        shown = ", ".join(roots) or "the checkout's root"
+        shown = ", ".join(r for r in roots if r != ".") or "the root"
         return (
             f"{name} installed editable from the checkout (its metadata and entry points; its code is "
             f"imported from {shown} of the checkout each run uses)"

@@ -135,7 +135,7 @@ def choose(
 
     for path, version in candidates:
         if fits(version, pinned=True):
-            why = f" (satisfies {' and '.join(asked)})" if asked else ""
+            why = f", satisfies {' and '.join(asked)}" if asked else ""
             return Choice(path, version, True, f"Python {version} ({path}){why}")
     for path, version in candidates:
         if pin and fits(version, pinned=False):

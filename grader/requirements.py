@@ -29,6 +29,8 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from grader.details import counted
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
@@ -79,8 +81,8 @@ class Dependencies:
     ``invalid``: lines that are not requirements (the submission's own install failure).
     ``overridden``: a submission's requirement on a grader tool whose specifier excluded the pin.
     ``tools``: the grader's pins, name -> version.
-    ``constraints``: ``name==version`` pins read from the lockfile (never a grader tool), installed as
-    constraints: they fix a version, they add no package.
+    ``constraints``: ``name==version`` pins read from the lockfile (never a grader tool or one of its
+    ``[companions]``), installed as constraints: they fix a version, they add no package.
     ``lockfile``: the lockfile the constraints came from ("uv.lock"), or None.
     ``sources``: where the requirements were read, for the evidence ("pyproject.toml [project]
     dependencies", "extras test, dev", "requirements.txt").
@@ -99,9 +101,9 @@ class Dependencies:
         """One line for the evidence: what was read, from where, pinned by which lockfile."""
         submitted = [r for r in self.requirements if canonicalize_name(Requirement(r).name) not in self.tools]
         where = "; ".join(self.sources) or "no dependency declaration"
-        line = f"{len(submitted)} requirement{'' if len(submitted) == 1 else 's'} from {where}"
+        line = f"{counted(len(submitted), 'requirement')} from {where}"
         if self.lockfile:
-            line += f", pinned by {self.lockfile} ({len(self.constraints)} locked versions)"
+            line += f", pinned by {self.lockfile} ({counted(len(self.constraints), 'locked version')})"
         return line
 
 
@@ -109,6 +111,12 @@ def grader_tools() -> dict[str, str]:
     """The grader's pinned test tools (canonical name -> exact version), from ``rules/tools.toml``."""
     data = tomllib.loads(_TOOLS_FILE.read_text(encoding="utf-8"))
     return {canonicalize_name(name): str(version) for name, version in data["tools"].items()}
+
+
+def _companions() -> set[str]:
+    """What the pinned tools depend on (``[companions]`` in rules/tools.toml): no lockfile pins these."""
+    data = tomllib.loads(_TOOLS_FILE.read_text(encoding="utf-8"))
+    return {canonicalize_name(str(n)) for n in (data.get("companions") or {}).get("names", [])}
 
 
 # --- reading files safely ---------------------------------------------------------------------------------
@@ -362,7 +370,8 @@ def read_dependencies(repo: Path) -> Dependencies:
             _from_file(repo / file_name, repo, seen, out)
     constraints, lockfile = _lock_pins(repo, out)
     deps = _with_tools(out)
-    pins = [c for c in constraints if canonicalize_name(Requirement(c).name) not in deps.tools]
+    kept = set(deps.tools) | _companions()
+    pins = [c for c in constraints if canonicalize_name(Requirement(c).name) not in kept]
     return Dependencies(
         requirements=deps.requirements,
         refused=deps.refused,

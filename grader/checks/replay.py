@@ -144,7 +144,7 @@ def replay(ctx: Context) -> CheckResult:
 def _how_run(ctx: Context, rr: ReplayRun) -> list[str]:
     """What was installed (project, lockfile, Python) and how the suite was run, as the evidence's tail."""
     described = getattr(ctx.env, "described", None)
-    lines = [f"install: {line}" for line in (described() if described else [])]
+    lines = list(described() if described else [])
     return [*lines, f"suite: {rr.how}"] if rr.how else lines
 
 
