@@ -35,12 +35,13 @@ _MAX_FILE = 1024 * 1024
 class Project:
     """What the grader knows about the submission's package before installing anything.
 
-    ``installable``: a build backend is declared (``[build-system]``) or a ``setup.py``/``setup.cfg``
-    exists, and the project does not opt out (``[tool.uv] package = false``, poetry ``package-mode =
-    false``). ``why_not`` says why not, for the evidence. ``build_requires``: the build backend's
-    requirements, each vetted like a dependency; ``refused`` the ones the grader will not fetch (then the
-    project is not installed). ``requires_python``/``python_version``: the interpreter the project asks
-    for, with where it says so. ``digest``: of the metadata files, part of the venv's cache key.
+    ``installable``: a build backend is declared (``[build-system]``), a ``setup.py``/``setup.cfg``
+    exists or ``[tool.uv] package = true`` asks for a build, and the project does not opt out
+    (``[tool.uv] package = false``, poetry ``package-mode = false``). ``why_not`` says why not, for the
+    evidence. ``build_requires``: the build backend's requirements, each vetted like a dependency;
+    ``refused`` the ones the grader will not fetch (then the project is not installed).
+    ``requires_python``/``python_version``: the interpreter the project asks for, with where it says
+    so. ``digest``: of the metadata files, part of the venv's cache key.
     """
 
     name: str | None
@@ -86,14 +87,15 @@ def read_project(repo: Path) -> Project:
         why_not = "pyproject.toml sets [tool.uv] package = false"
     elif poetry.get("package-mode") is False:
         why_not = "pyproject.toml sets [tool.poetry] package-mode = false"
-    elif build is None and not legacy:
+    elif build is None and not legacy and uv.get("package") is not True:
         why_not = "no package to install (no [build-system], setup.py or setup.cfg)"
 
     requires: list[str] = []
     refused: list[Problem] = []
     lines = text.splitlines()
     entries = build.get("requires") if build is not None else None
-    for item in entries if isinstance(entries, list) else (["setuptools"] if legacy else []):
+    # No [build-system]: installers build with setuptools (setup.py, setup.cfg, [tool.uv] package = true).
+    for item in entries if isinstance(entries, list) else ["setuptools"]:
         where = _where(lines, item)
         if not isinstance(item, str):
             continue
