@@ -195,7 +195,8 @@ def test_a_plugin_package_is_installed_editable_so_its_entry_point_is_registered
     assert "2 passed" in by_hand.stdout, by_hand.stdout + by_hand.stderr
     # Control: without the package installed its entry point is not registered, and the suite fails.
     without = _by_hand(area, repo, editable=False)
-    assert "1 failed, 1 passed" in without.stdout, without.stdout + without.stderr
+    assert "2 failed" in without.stdout, without.stdout + without.stderr
+    assert "unknown model 'echo': is tapeplug installed?" in without.stdout
 
     facts, row, details = _grade(grade_cli, area, repo)
     assert (facts["passed"], facts["failed"], facts["errors"]) == (2, 0, 0), details

@@ -128,3 +128,54 @@ def test_links_and_fifos_are_not_read(tmp_path: Path) -> None:
     reader.join(timeout=10)
     assert done, "reading a FIFO named like a requirements file blocked"
     assert done[0].requirements == sorted(_pins())
+
+
+def test_poetry_groups_and_extras_are_read_with_their_version_syntax(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.poetry]\n"
+        'name = "poetic"\n'
+        "[tool.poetry.dependencies]\n"
+        'python = "^3.10"\n'
+        'httpx = "^0.27.2"\n'
+        'requests = {version = "~2.31", extras = ["socks"]}\n'
+        'mine = {git = "https://example.invalid/mine.git"}\n'
+        'lint-only = {version = "*", optional = true}\n'
+        "[tool.poetry.group.dev.dependencies]\n"
+        'tomli-w = "1.0.0"\n'
+        "[tool.poetry.group.docs.dependencies]\n"
+        'sphinx = "*"\n'
+    )
+    deps = read_dependencies(tmp_path)
+    assert deps.requirements == sorted(
+        ["httpx<0.28,>=0.27.2", "requests[socks]<2.32,>=2.31", "tomli-w==1.0.0", *_pins()]
+    )
+    assert _refused(deps) == {"pyproject.toml:7": "mine = {'git': 'https://example.invalid/mine.git'}"}
+    assert deps.sources == ["pyproject.toml [tool.poetry.dependencies], [tool.poetry.group.dev.dependencies]"]
+
+
+def test_a_lockfile_pins_index_packages_but_not_the_grader_tools_or_the_project(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "uvp"\ndependencies = ["tomli-w"]\n')
+    index = 'source = { registry = "https://pypi.org/simple" }'
+    locked = [("uvp", "0.1.0", 'source = { virtual = "." }'), ("tomli-w", "1.0.0", index)]
+    locked += [("pytest", "8.0.0", index), ("pluggy", "1.0.0", index)]
+    locked += [("mine", "1.0", 'source = { git = "https://example.invalid/x" }')]
+    locked += [("numpy", "1.26.4", index), ("numpy", "2.1.0", index)]
+    (tmp_path / "uv.lock").write_text(
+        "version = 1\n"
+        + "".join(f'[[package]]\nname = "{n}"\nversion = "{v}"\n{src}\n' for n, v, src in locked)
+    )
+    deps = read_dependencies(tmp_path)
+    # numpy is locked at two versions (a split by Python version): left to the resolver.
+    assert deps.constraints == ["tomli-w==1.0.0"]
+    assert deps.lockfile == "uv.lock"
+    assert deps.described() == (
+        "1 requirement from pyproject.toml [project] dependencies, pinned by uv.lock (1 locked version)"
+    )
+
+
+def test_a_malformed_lockfile_is_refused_not_trusted(tmp_path: Path) -> None:
+    (tmp_path / "requirements.txt").write_text("tomli-w\n")
+    (tmp_path / "poetry.lock").write_text("[[package]\nname = \n")
+    deps = read_dependencies(tmp_path)
+    assert deps.constraints == [] and deps.lockfile is None
+    assert [p.location for p in deps.refused] == ["poetry.lock"]
