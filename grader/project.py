@@ -41,7 +41,8 @@ class Project:
     evidence. ``build_requires``: the build backend's requirements, each vetted like a dependency;
     ``refused`` the ones the grader will not fetch (then the project is not installed).
     ``requires_python``/``python_version``: the interpreter the project asks for, with where it says
-    so. ``digest``: of the metadata files, part of the venv's cache key.
+    so. ``digest``: part of the venv's cache key: of the whole tree when the project is built (its build
+    runs submission code into the venv), else of the metadata files.
     """
 
     name: str | None
@@ -89,6 +90,8 @@ def read_project(repo: Path) -> Project:
         why_not = "pyproject.toml sets [tool.poetry] package-mode = false"
     elif build is None and not legacy and uv.get("package") is not True:
         why_not = "no package to install (no [build-system], setup.py or setup.cfg)"
+    elif not legacy and not _declares_entry_points(project, poetry):
+        why_not = "it declares no entry points or scripts (its code runs from the checkout as it is)"
 
     requires: list[str] = []
     refused: list[Problem] = []
@@ -131,8 +134,48 @@ def read_project(repo: Path) -> Project:
         requires_python=requires_python,
         requires_python_where=where,
         python_version=pinned[0].strip() if pinned and pinned[0].strip() else None,
-        digest=digest.hexdigest()[:16],
+        # A build runs code of the submission's (a build hook, an in-tree backend, setup.py) into the venv:
+        # the venv is that checkout's own, never one another submission's build could have written.
+        digest=_tree_digest(repo) if not why_not else digest.hexdigest()[:16],
     )
+
+
+def _declares_entry_points(project: dict, poetry: dict) -> bool:
+    """Whether installing adds what the checkout alone lacks: entry points (a plugin) or scripts."""
+    dynamic = project.get("dynamic") if isinstance(project.get("dynamic"), list) else []
+    return (
+        any(project.get(key) for key in ("entry-points", "scripts", "gui-scripts"))
+        or any(key in dynamic for key in ("entry-points", "scripts", "gui-scripts"))
+        or any(poetry.get(key) for key in ("plugins", "scripts"))
+    )
+
+
+_MAX_TREE_FILES = 50_000
+
+
+def _tree_digest(repo: Path) -> str:
+    """sha256 over every path and regular file's content (link targets for links), .git left out."""
+    digest = hashlib.sha256()
+    count = 0
+    for dirpath, dirnames, filenames in os.walk(repo, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if not (dirpath == str(repo) and d == ".git"))
+        for name in sorted(filenames):
+            count += 1
+            if count > _MAX_TREE_FILES:
+                return "tree-" + digest.hexdigest()[:16] + f"-{count}"
+            path = os.path.join(dirpath, name)
+            digest.update(os.path.relpath(path, repo).encode("utf-8", "surrogateescape") + b"\0")
+            try:
+                if os.path.islink(path):
+                    digest.update(os.readlink(path).encode("utf-8", "surrogateescape"))
+                elif os.path.isfile(path):
+                    with open(path, "rb") as handle:
+                        for chunk in iter(lambda: handle.read(1 << 20), b""):
+                            digest.update(chunk)
+            except OSError:
+                digest.update(b"\1unreadable")
+            digest.update(b"\0")
+    return "tree-" + digest.hexdigest()[:16]
 
 
 def _where(lines: list[str], text: object) -> str:

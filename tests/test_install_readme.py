@@ -264,6 +264,9 @@ _POETRY = {
         description = "a poetry project"
         authors = ["A <a@example.test>"]
 
+        [tool.poetry.scripts]
+        poetic = "poetic:main"
+
         [tool.poetry.dependencies]
         python = "^3.10"
 
@@ -276,6 +279,10 @@ _POETRY = {
         build-backend = "poetry.core.masonry.api"
         """,
     "poetic/__init__.py": """
+        def main():
+            print(dump({"a": 1}))
+
+
         def dump(data):
             import tomli_w
 
