@@ -430,7 +430,8 @@ def _drop_import_hooks(site: Path, added: list[str], copy: Path) -> list[str]:
                 if line.strip() and not line.startswith(("#", "import")) and os.path.isabs(line.strip()):
                     note(line.strip(), parent=False)
         elif name.startswith("__editable__") and name.endswith(".py"):
-            for found in re.findall(r"""['"](/[^'"]+)['"]""", _head(path, 65536)):
+            mapping = re.search(r"MAPPING[^=\n]*=\s*(\{[^}]*\})", _head(path, 65536))
+            for found in re.findall(r"""['"](/[^'"]+)['"]""", mapping.group(1) if mapping else ""):
                 if Path(found).is_relative_to(copy) and found.rstrip("/") != str(copy):
                     note(found, parent=True)
         if path.is_dir() and not path.is_symlink():
