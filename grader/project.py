@@ -35,8 +35,9 @@ _MAX_FILE = 1024 * 1024
 class Project:
     """What the grader knows about the submission's package before installing anything.
 
-    ``installable``: a build backend is declared (``[build-system]``), a ``setup.py``/``setup.cfg``
-    exists or ``[tool.uv] package = true`` asks for a build, and the project does not opt out
+    ``installable``: a build backend is declared (``[build-system]``), or pip would build one anyway
+    (``setup.py``/``setup.cfg``, a ``[project]`` table: setuptools), it declares entry points or scripts
+    (or has setup files, which may), and the project does not opt out
     (``[tool.uv] package = false``, poetry ``package-mode = false``). ``why_not`` says why not, for the
     evidence. ``build_requires``: the build backend's requirements, each vetted like a dependency;
     ``refused`` the ones the grader will not fetch (then the project is not installed).
@@ -88,8 +89,9 @@ def read_project(repo: Path) -> Project:
         why_not = "pyproject.toml sets [tool.uv] package = false"
     elif poetry.get("package-mode") is False:
         why_not = "pyproject.toml sets [tool.poetry] package-mode = false"
-    elif build is None and not legacy and uv.get("package") is not True:
-        why_not = "no package to install (no [build-system], setup.py or setup.cfg)"
+    elif build is None and not legacy and not project and uv.get("package") is not True:
+        # A [project] table alone is a package to pip (`pip install -e .` builds it with setuptools).
+        why_not = "no package to install (no [project], [build-system], setup.py or setup.cfg)"
     elif not legacy and not _declares_entry_points(project, poetry):
         why_not = "it declares no entry points or scripts (its code runs from the checkout as it is)"
 
@@ -97,7 +99,7 @@ def read_project(repo: Path) -> Project:
     refused: list[Problem] = []
     lines = text.splitlines()
     entries = build.get("requires") if build is not None else None
-    # No [build-system]: installers build with setuptools (setup.py, setup.cfg, [tool.uv] package = true).
+    # No [build-system]: installers build with setuptools (setup.py, setup.cfg, [project] alone).
     for item in entries if isinstance(entries, list) else ["setuptools"]:
         where = _where(lines, item)
         if not isinstance(item, str):

@@ -248,7 +248,7 @@ def test_a_uv_project_gets_its_locked_versions_and_its_make_test_run_offline(are
     assert facts["command"] == "python -m pytest -q"
     assert "pinned by uv.lock" in _line(details, "dependencies: ")
     assert "pinned by uv.lock honoured" in _line(details, "lockfile: ")
-    assert "no package to install" in _line(details, "project: ")
+    assert "uvp itself not installed: it declares no entry points" in _line(details, "project: ")
     suite = _line(details, "suite: ")
     assert "Makefile:1: `make test` runs `uv run pytest -q`" in suite
     assert "ran `python -m pytest -q` with the installed interpreter instead" in suite
