@@ -252,6 +252,9 @@ def test_a_uv_project_gets_its_locked_versions_and_its_make_test_run_offline(are
     suite = _line(details, "suite: ")
     assert "Makefile:1: `make test` runs `uv run pytest -q`" in suite
     assert "ran `python -m pytest -q` with the installed interpreter instead" in suite
+    report = json.loads((area / "uvp.json").read_text())
+    make = next(r for r in report["rows"] if r["id"] == "make-targets")
+    assert "test not run as `make test` (the suite ran as `python -m pytest -q`)" in make["evidence"]
 
 
 # (c) a poetry project: the test dependency only in [tool.poetry.group.dev.dependencies] -----------------
