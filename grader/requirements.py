@@ -346,26 +346,33 @@ def read_dependencies(repo: Path) -> Dependencies:
         sources.append("pyproject.toml [project] dependencies")
     from_pyproject(project.get("dependencies"))
     extras = project.get("optional-dependencies")
+    named = _named_by_instructions(repo)
+    wanted = [*_EXTRA_GROUPS, *(n for n, _ in named.groups if n not in _EXTRA_GROUPS)]
     if isinstance(extras, dict):
-        chosen = [group for group in _EXTRA_GROUPS if group in extras]
+        chosen = _chosen(extras, wanted)
         if chosen:
-            sources.append(f"extras {', '.join(chosen)}")
+            sources.append(f"extras {', '.join(chosen)}" + _named_where(named, chosen))
         for group in chosen:
             from_pyproject(extras.get(group))
     groups = data.get("dependency-groups")
     if isinstance(groups, dict):
         declared = True
-        chosen = [group for group in _EXTRA_GROUPS if group in groups]
+        chosen = _chosen(groups, wanted)
         if chosen:
-            sources.append(f"dependency groups {', '.join(chosen)}")
+            sources.append(f"dependency groups {', '.join(chosen)}" + _named_where(named, chosen))
         for group in chosen:
             from_pyproject(list(_dependency_group(groups, group)))
     if poetry:
-        declared = _from_poetry(poetry, lines, out, sources) or declared
+        declared = _from_poetry(poetry, lines, out, sources, wanted) or declared
+    seen: set[Path] = set()
+    # Files the README, Makefile or CI installs with `pip install -r`, whatever else is declared.
+    for file_name, where in named.files:
+        if (repo / file_name).is_file() and _inside(repo / file_name, repo) is not None:
+            sources.append(f"{file_name} (named at {where})")
+            _from_file(repo / file_name, repo, seen, out)
     if not declared:
-        seen: set[Path] = set()
         for file_name in _REQUIREMENT_FILES:
-            if (repo / file_name).is_file():
+            if (repo / file_name).is_file() and _inside(repo / file_name, repo) not in seen:
                 sources.append(file_name)
             _from_file(repo / file_name, repo, seen, out)
     constraints, lockfile = _lock_pins(repo, out)
@@ -384,10 +391,74 @@ def read_dependencies(repo: Path) -> Dependencies:
     )
 
 
+# --- what the README, Makefile and CI install -------------------------------------------------------------
+
+_INSTRUCTIONS = ("README.md", "README.rst", "README.txt", "README", "Makefile", "makefile", "GNUmakefile")
+_WORKFLOWS = ".github/workflows"
+_MAX_WORKFLOWS = 20
+_INSTALLS = re.compile(r"\b(?:pip3?|uv|poetry|pdm|hatch)\b.*\b(?:install|sync|add|run)\b")
+_EXTRAS = re.compile(r"(?:^|[\s'\"=])\.\[([A-Za-z0-9_.,\- ]+)\]")
+_OPTION = re.compile(r"--(extra|group|with|only)[= ]+['\"]?([A-Za-z0-9_.\-]+)")
+_REQ_FILE = re.compile(r"(?:^|\s)(?:-r|--requirement)[= ]*['\"]?([A-Za-z0-9_./\-]+\.(?:txt|in))")
+
+
+@dataclass
+class _Named:
+    groups: list[tuple[str, str]] = field(default_factory=list)  # (extra or group name, file:line)
+    files: list[tuple[str, str]] = field(default_factory=list)  # (requirements file, file:line)
+
+
+def _named_by_instructions(repo: Path) -> _Named:
+    """Extras, groups and requirement files the README, Makefile or CI workflows install
+    (``pip install -e '.[test,ci]'``, ``uv sync --extra ci --group lint``, ``poetry install --with
+    test``, ``pip install -r requirements/dev.txt``): read as text, never run."""
+    named = _Named()
+    files = [Path(name) for name in _INSTRUCTIONS]
+    workflows = repo / _WORKFLOWS
+    if workflows.is_dir() and not workflows.is_symlink():
+        found = sorted(p for p in workflows.iterdir() if p.suffix in (".yml", ".yaml"))
+        files += [p.relative_to(repo) for p in found[:_MAX_WORKFLOWS]]
+    for rel in files:
+        text = _read_text(repo / rel)
+        if text is None:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if not _INSTALLS.search(line):
+                continue
+            where = f"{rel.as_posix()}:{number}"
+            for match in _EXTRAS.finditer(line):
+                for extra in match.group(1).split(","):
+                    if extra.strip():
+                        named.groups.append((_normal(extra), where))
+            for _kind, name in _OPTION.findall(line):
+                named.groups.append((_normal(name), where))
+            for name in _REQ_FILE.findall(line):
+                if not any(name == f for f, _ in named.files):
+                    named.files.append((name.removeprefix("./"), where))
+    return named
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name.strip()).lower()
+
+
+def _chosen(table: dict, wanted: list[str]) -> list[str]:
+    """The keys of ``table`` (extras or groups) among ``wanted``, compared as normalized names."""
+    by_normal = {_normal(key): key for key in table if isinstance(key, str)}
+    return list(dict.fromkeys(by_normal[w] for w in wanted if w in by_normal))
+
+
+def _named_where(named: _Named, chosen: list[str]) -> str:
+    places = list(dict.fromkeys(where for n, where in named.groups if n in {_normal(c) for c in chosen}))
+    return f" (named at {', '.join(places[:2])})" if places else ""
+
+
 # --- poetry -----------------------------------------------------------------------------------------------
 
 
-def _from_poetry(poetry: dict, lines: list[str], out: _Collector, sources: list[str]) -> bool:
+def _from_poetry(
+    poetry: dict, lines: list[str], out: _Collector, sources: list[str], wanted: list[str]
+) -> bool:
     """Poetry's own tables: main dependencies, the test/dev groups, and extras of those names.
 
     True when poetry declares dependencies (then no requirements file is read).
@@ -398,14 +469,14 @@ def _from_poetry(poetry: dict, lines: list[str], out: _Collector, sources: list[
     if isinstance(legacy, dict):
         tables.append(("[tool.poetry.dev-dependencies]", legacy))
     groups = poetry.get("group") if isinstance(poetry.get("group"), dict) else {}
-    for group in _EXTRA_GROUPS:
+    for group in _chosen(groups, wanted):
         table = groups.get(group)
         if isinstance(table, dict) and isinstance(table.get("dependencies"), dict):
             tables.append((f"[tool.poetry.group.{group}.dependencies]", table["dependencies"]))
     extras = poetry.get("extras") if isinstance(poetry.get("extras"), dict) else {}
     wanted_optional = {
         canonicalize_name(n)
-        for group in _EXTRA_GROUPS
+        for group in _chosen(extras, wanted)
         for n in (extras.get(group) or [])
         if isinstance(n, str)
     }

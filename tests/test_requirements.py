@@ -179,3 +179,25 @@ def test_a_malformed_lockfile_is_refused_not_trusted(tmp_path: Path) -> None:
     deps = read_dependencies(tmp_path)
     assert deps.constraints == [] and deps.lockfile is None
     assert [p.location for p in deps.refused] == ["poetry.lock"]
+
+
+def test_extras_groups_and_files_the_readme_makefile_or_ci_install_are_installed(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "x"\ndependencies = ["httpx"]\n'
+        '[project.optional-dependencies]\nci = ["respx"]\ndocs = ["sphinx"]\ntest = ["anyio"]\n'
+        '[dependency-groups]\nlint_tools = ["ruff"]\n'
+    )
+    (tmp_path / "README.md").write_text("Install:\n\n    pip install -e '.[CI]'\n\nPlain prose: .[docs]\n")
+    (tmp_path / "Makefile").write_text("install:\n\tpip install -r requirements/dev.txt\n")
+    (tmp_path / "requirements").mkdir()
+    (tmp_path / "requirements" / "dev.txt").write_text("iniconfig\n")
+    (tmp_path / ".github" / "workflows").mkdir(parents=True)
+    (tmp_path / ".github" / "workflows" / "test.yml").write_text("      - run: uv sync --group lint-tools\n")
+    deps = read_dependencies(tmp_path)
+    assert deps.requirements == sorted(["anyio", "httpx", "iniconfig", "respx", "ruff", *_pins()])
+    assert deps.sources == [
+        "pyproject.toml [project] dependencies",
+        "extras test, ci (named at README.md:3)",
+        "dependency groups lint_tools (named at .github/workflows/test.yml:1)",
+        "requirements/dev.txt (named at Makefile:2)",
+    ]
