@@ -332,13 +332,28 @@ class _Builder:
             result = self.untrusted([*argv, "-e", str(copy)], writable=(copy,))
             added = sorted(set(os.listdir(site[0])) - before)
             roots = _drop_import_hooks(site[0], added, copy)
+            regular = None
+            if result.returncode != 0 and not result.timed_out:
+                # A backend without editable support (PEP 660), e.g. an old pinned setuptools: a regular
+                # install, whose copied code is then removed like a hook (the checkout's code runs).
+                regular = self.untrusted([*argv, str(copy)], writable=(copy,))
+                added = sorted(set(os.listdir(site[0])) - before)
+                _drop_import_hooks(site[0], added, copy)
         finally:
             shutil.rmtree(copy, ignore_errors=True)
-        if result.returncode != 0:
+        if result.returncode != 0 and (regular is None or regular.returncode != 0):
             why = "timed out" if result.timed_out else f"{self.tool} exit {result.returncode}"
             tail = _tail(result.stderr + "\n" + result.stdout).splitlines()
             detail = f": {tail[-1][:200]}" if tail else ""
             return f"{name} itself could not be installed (editable build failed, {why}{detail})", []
+        if result.returncode != 0:
+            tail = [t for t in _tail(result.stderr + "\n" + result.stdout).splitlines() if "hint:" not in t]
+            detail = f" ({tail[-1].strip()[:160]})" if tail else ""
+            return (
+                f"{name} installed with a regular install: the editable build failed{detail}; its copied "
+                "code was removed from the venv, so its metadata and entry points come from the install and "
+                "its code from the checkout each run uses"
+            ), []
         shown = ", ".join(r for r in roots if r != ".") or "the root"
         return (
             f"{name} installed editable from the checkout (its metadata and entry points; its code is "

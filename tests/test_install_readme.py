@@ -366,3 +366,45 @@ def test_a_requires_python_the_machine_cannot_satisfy_is_said_in_the_evidence(ar
         assert "no interpreter on this machine the sandbox can run satisfies requires-python >=3.13" in python
         assert f"the suite ran on {newer[0]} instead" in python
     assert "tapeplug installed editable" in _line(details, "project: ")
+
+
+# (e) a build backend without editable installs: a regular install, its copied code removed -----------------
+
+
+def test_a_backend_without_editable_support_gets_a_regular_install_without_its_code(area):
+    repo = _repo(
+        area,
+        "oldst",
+        {
+            "pyproject.toml": """
+                [build-system]
+                requires = ["setuptools<64", "wheel"]
+                build-backend = "setuptools.build_meta"
+
+                [project]
+                name = "oldst"
+                version = "0.1.0"
+
+                [project.entry-points."oldst.plugins"]
+                one = "oldst:One"
+
+                [tool.setuptools]
+                packages = ["oldst"]
+                """,
+            "oldst/__init__.py": "class One:\n    pass\n",
+        },
+    )
+    env = install.ensure_env(repo, cache_root=area / "cache", timeout=300)
+    assert env.project.startswith("oldst installed with a regular install: the editable build failed")
+    site = next(env.venv.glob("lib/python3*/site-packages"))
+    assert sorted(p.name for p in site.iterdir() if "oldst" in p.name) == ["oldst-0.1.0.dist-info"]
+    # The entry point comes from the install, the code it names from the tree.
+    probe = "from importlib.metadata import entry_points as e; print(e(group='oldst.plugins')['one'].load())"
+    done = subprocess.run(
+        [str(env.python), "-c", probe],
+        env={**os.environ, "PYTHONPATH": str(repo)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.stdout.strip() == "<class 'oldst.One'>", done.stderr
