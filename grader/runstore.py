@@ -126,7 +126,7 @@ def store_run(
     }
     files: dict[str, Any] = {"results": _RESULTS}
     write_json(folder / _RESULTS, {"schema": RESULTS_SCHEMA, "checks": results_to_json(results)})
-    if _copy_rubric(rubric.path, folder / _RUBRIC_COPY):
+    if _copy_rubric(rubric.source, folder / _RUBRIC_COPY):
         files["rubric"] = _RUBRIC_COPY
     if logs is not None and logs.is_dir():
         copied = _copy_logs(logs, folder / _LOGS)
@@ -216,6 +216,7 @@ def load_run(folder: Path) -> StoredRun:
             details=[str(d) for d in item.get("details") or []],
             manual=_optional_text(item.get("manual")),
             not_assessable=_optional_text(item.get("not_assessable")),
+            crashed=_optional_text(item.get("crashed")),
         )
     return StoredRun(folder, manifest, report, results)
 
@@ -231,6 +232,7 @@ def results_to_json(results: Mapping[str, CheckResult]) -> dict[str, Any]:
             "details": [str(d) for d in result.details],
             "manual": result.manual,
             "not_assessable": result.not_assessable,
+            "crashed": result.crashed,
         }
         for check_id, result in results.items()
     }
@@ -273,9 +275,10 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _copy_rubric(source: Path, dest: Path) -> bool:
+def _copy_rubric(source: bytes, dest: Path) -> bool:
+    # The bytes the report's rubric sha256 names: a rubric that extends another is stored resolved.
     try:
-        dest.write_bytes(Path(source).read_bytes())
+        dest.write_bytes(source)
     except OSError:
         return False
     return True
