@@ -312,12 +312,12 @@ class _Builder:
         name = project.name or "the project"
         if not project.installable:
             return f"{name} itself not installed: {project.why_not}", []
-        site = sorted(self.target.glob("lib/python3*/site-packages"))
-        if not site:
-            return f"{name} itself not installed: the venv has no site-packages", []
-        before = set(os.listdir(site[0]))
+        site = _open_site(self.target)
+        if site is None:
+            return f"{name} itself not installed: the venv has no single lib/python3.X/site-packages", []
         copy = _fresh_folder(self.cache_root, ".project-")
         try:
+            before = set(os.listdir(site))
             copy_checkout(repo, copy)
             python = str(self.target / "bin" / "python")
             # --no-deps: the dependencies are the vetted ones installed above. The project's own
@@ -330,16 +330,15 @@ class _Builder:
                 argv = [python, "-m", "pip", "install", "--quiet", "--no-compile", "--no-deps"]
                 argv += ["--ignore-requires-python"] if choice.target else []
             result = self.untrusted([*argv, "-e", str(copy)], writable=(copy,))
-            added = sorted(set(os.listdir(site[0])) - before)
-            roots = _drop_import_hooks(site[0], added, copy)
+            roots = _drop_import_hooks(site, sorted(set(os.listdir(site)) - before), copy)
             regular = None
             if result.returncode != 0 and not result.timed_out:
                 # A backend without editable support (PEP 660), e.g. an old pinned setuptools: a regular
                 # install, whose copied code is then removed like a hook (the checkout's code runs).
                 regular = self.untrusted([*argv, str(copy)], writable=(copy,))
-                added = sorted(set(os.listdir(site[0])) - before)
-                _drop_import_hooks(site[0], added, copy)
+                _drop_import_hooks(site, sorted(set(os.listdir(site)) - before), copy)
         finally:
+            os.close(site)
             shutil.rmtree(copy, ignore_errors=True)
         if result.returncode != 0 and (regular is None or regular.returncode != 0):
             why = "timed out" if result.timed_out else f"{self.tool} exit {result.returncode}"
@@ -421,9 +420,65 @@ def _install_failed(builder: _Builder, result: sandbox.RunResult) -> GradeError:
     return InstallFailed(f"{head}\n{tail}" if tail else head, builder.deps)
 
 
-def _drop_import_hooks(site: Path, added: list[str], copy: Path) -> list[str]:
-    """Remove what an editable install added to ``site`` besides its ``*.dist-info``: the ``.pth`` file or
-    finder module pointing at the build's copy.
+def _open_site(venv: Path) -> int | None:
+    """A descriptor of the venv's site-packages, opened one folder at a time without following a link.
+
+    Taken before a build runs: whatever the build then does to the venv's paths (a link put in place of
+    ``lib``), the grader lists and removes only inside the folder it opened.
+    """
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    try:
+        fd = os.open(venv, flags)
+    except OSError:
+        return None
+    try:
+        for part in ("lib", None, "site-packages"):
+            if part is None:  # lib/python3.X
+                names = sorted(n for n in os.listdir(fd) if n.startswith("python3"))
+                if len(names) != 1:
+                    raise OSError("no single lib/python3.X")
+                part = names[0]
+            inner = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        return fd
+    except OSError:
+        os.close(fd)
+        return None
+
+
+def _read_at(dir_fd: int, name: str, limit: int = 8192) -> str:
+    """The start of a regular file in ``dir_fd``: never through a link, never blocking on a FIFO."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError:
+        return ""
+    try:
+        return os.read(fd, limit).decode("utf-8", "replace") if stat.S_ISREG(os.fstat(fd).st_mode) else ""
+    finally:
+        os.close(fd)
+
+
+def _remove_at(dir_fd: int, name: str) -> None:
+    """Remove ``name`` in ``dir_fd``, a folder tree included, never following a link."""
+    info = os.lstat(name, dir_fd=dir_fd)
+    if not stat.S_ISDIR(info.st_mode):
+        os.unlink(name, dir_fd=dir_fd)
+        return
+    for _dirpath, dirnames, filenames, fd in os.fwalk(name, topdown=False, dir_fd=dir_fd):
+        for entry in filenames:
+            os.unlink(entry, dir_fd=fd)
+        for entry in dirnames:
+            if stat.S_ISLNK(os.lstat(entry, dir_fd=fd).st_mode):
+                os.unlink(entry, dir_fd=fd)
+            else:
+                os.rmdir(entry, dir_fd=fd)
+    os.rmdir(name, dir_fd=dir_fd)
+
+
+def _drop_import_hooks(site_fd: int, added: list[str], copy: Path) -> list[str]:
+    """Remove what an install added to the site-packages ``site_fd`` besides its ``*.dist-info``: an editable
+    install's ``.pth`` file or finder module pointing at the build's copy, a regular install's code.
 
     Returns the copy's folders the hook put on the path, relative ("src"): a ``.pth`` line names the
     folder; a setuptools finder maps each package to its folder, whose parent is the root.
@@ -437,22 +492,25 @@ def _drop_import_hooks(site: Path, added: list[str], copy: Path) -> list[str]:
             roots.append(real.relative_to(copy).as_posix() or ".")
 
     for name in added:
-        path = site / name
-        if name.endswith(".dist-info") and path.is_dir() and not path.is_symlink():
+        try:
+            info = os.lstat(name, dir_fd=site_fd)
+        except OSError:
             continue
-        if name.endswith(".pth") and path.is_file() and not path.is_symlink():
-            for line in _head(path).splitlines():
+        if name.endswith(".dist-info") and stat.S_ISDIR(info.st_mode):
+            continue
+        if name.endswith(".pth"):
+            for line in _read_at(site_fd, name).splitlines():
                 if line.strip() and not line.startswith(("#", "import")) and os.path.isabs(line.strip()):
                     note(line.strip(), parent=False)
         elif name.startswith("__editable__") and name.endswith(".py"):
-            mapping = re.search(r"MAPPING[^=\n]*=\s*(\{[^}]*\})", _head(path, 65536))
+            mapping = re.search(r"MAPPING[^=\n]*=\s*(\{[^}]*\})", _read_at(site_fd, name, 65536))
             for found in re.findall(r"""['"](/[^'"]+)['"]""", mapping.group(1) if mapping else ""):
                 if Path(found).is_relative_to(copy) and found.rstrip("/") != str(copy):
                     note(found, parent=True)
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
+        try:
+            _remove_at(site_fd, name)
+        except OSError:
+            pass
     return list(dict.fromkeys(roots))
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from grader import install
-from grader.install import _drop_import_hooks
+from grader.install import _drop_import_hooks, _open_site
 from grader.interpreters import choose
 from grader.project import read_project
 
@@ -76,15 +77,49 @@ def test_the_python_note_says_when_no_interpreter_satisfies_the_project() -> Non
     )
 
 
+def _site(tmp_path: Path) -> Path:
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    return site
+
+
 def test_an_editable_installs_import_hook_is_removed_and_its_folder_kept(tmp_path: Path) -> None:
-    site, copy = tmp_path / "site-packages", tmp_path / "copy"
+    site, copy = _site(tmp_path), tmp_path / "copy"
     (copy / "src" / "plug").mkdir(parents=True)
     (site / "plug-0.dist-info").mkdir(parents=True)
     (site / "_plug.pth").write_text(f"{copy / 'src'}\n")
     finder = f"MAPPING: dict[str, str] = {{'other': '{copy / 'lib' / 'other'}'}}\nNAMESPACES = {{}}\n"
     (site / "__editable___other_0_finder.py").write_text(finder)
     (site / "__editable__.other-0.pth").write_text("import __editable___other_0_finder\n")
-    added = sorted(p.name for p in site.iterdir())
-    roots = _drop_import_hooks(site, added, copy)
+    (site / "plug").mkdir()  # a regular install's code
+    (site / "plug" / "__init__.py").write_text("")
+    fd = _open_site(tmp_path / "venv")
+    assert fd is not None
+    try:
+        roots = _drop_import_hooks(fd, sorted(os.listdir(fd)), copy)
+    finally:
+        os.close(fd)
     assert roots == ["lib", "src"]
     assert sorted(p.name for p in site.iterdir()) == ["plug-0.dist-info"]
+
+
+def test_a_build_that_swaps_site_packages_for_a_link_cannot_make_the_grader_delete_elsewhere(
+    tmp_path: Path,
+) -> None:
+    site = _site(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "precious.txt").write_text("keep me\n")
+    fd = _open_site(tmp_path / "venv")
+    assert fd is not None
+    try:
+        before = set(os.listdir(fd))
+        # What build code could do between the grader's two listings: put a link in place of the folder.
+        site.rename(site.with_name("moved"))
+        site.symlink_to(elsewhere)
+        _drop_import_hooks(fd, sorted(set(os.listdir(fd)) - before), tmp_path / "copy")
+    finally:
+        os.close(fd)
+    assert (elsewhere / "precious.txt").read_text() == "keep me\n"
+    # A venv whose site-packages is a link is not opened at all.
+    assert _open_site(tmp_path / "venv") is None
