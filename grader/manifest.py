@@ -402,6 +402,7 @@ _VENV_PATH = re.compile(r"^(?:\./)?\.?venv/bin/|^\$[({]VENV[)}]/bin/")
 _PYTEST = re.compile(r"(?:^|/)(?:py\.test|pytest)$")
 _SIMPLE_ARG = re.compile(r"^[\w./:=,@+-]+$")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_RECORDING = re.compile(r"record|_KEY=|_TOKEN=|snapshot-update|inline-snapshot=", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -555,6 +556,8 @@ def _readme_command(repo: Path) -> tuple[str, str, list[str]] | None:
             if not (fenced or raw.lstrip().startswith("$ ") or raw.startswith(("    ", "\t"))):
                 continue
             line = raw.strip().removeprefix("$ ").strip()
+            if _RECORDING.search(line):
+                continue  # how to re-record (a key, --record-mode), not how to run the suite
             if len(line) > 200 or not line:
                 continue
             args = _pytest_args(line)

@@ -201,11 +201,15 @@ def test_make_variables_in_pytest_arguments_are_not_guessed(tmp_path: Path) -> N
     assert suite.argv == ["python", "-m", "pytest"]
 
 
-def test_without_a_test_target_the_readmes_command_is_used_and_prose_is_not(tmp_path: Path) -> None:
-    readme = "# x\n\npytest is what we use for tests.\n\nRun them:\n\n```bash\ncd x\nuv run pytest -q\n```\n"
+def test_without_a_test_target_the_readmes_command_is_used_not_prose_or_recording(tmp_path: Path) -> None:
+    readme = (
+        "# x\n\npytest is what we use for tests.\n\nTo record:\n\n```bash\n"
+        'OPENAI_API_KEY="$(llm keys get openai)" pytest --record-mode=rewrite\n```\n'
+        "Run them:\n\n```bash\ncd x\nuv run pytest -q\n```\n"
+    )
     suite = _suite(tmp_path, {"README.md": readme, "Makefile": "lint:\n\truff check .\n"})
     assert suite.argv == ["python", "-m", "pytest", "-q"]
-    assert suite.how.startswith("README.md:9: the README runs `uv run pytest -q`, which makes an environment")
+    assert suite.how.startswith("README.md:13: the README runs `uv run pytest -q`, which makes an")
 
 
 def test_without_makefile_or_readme_command_the_suite_is_python_m_pytest(tmp_path: Path) -> None:
