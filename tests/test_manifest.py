@@ -209,7 +209,7 @@ def test_without_a_test_target_the_readmes_command_is_used_not_prose_or_recordin
     )
     suite = _suite(tmp_path, {"README.md": readme, "Makefile": "lint:\n\truff check .\n"})
     assert suite.argv == ["python", "-m", "pytest", "-q"]
-    assert suite.how.startswith("README.md:13: the README runs `uv run pytest -q`, which makes an")
+    assert suite.how.startswith("README.md:14: the README runs `uv run pytest -q`, which makes an")
 
 
 def test_without_makefile_or_readme_command_the_suite_is_python_m_pytest(tmp_path: Path) -> None:
