@@ -415,9 +415,10 @@ def _named_by_instructions(repo: Path) -> _Named:
     named = _Named()
     files = [Path(name) for name in _INSTRUCTIONS]
     workflows = repo / _WORKFLOWS
-    if workflows.is_dir() and not workflows.is_symlink():
+    # Never through a link out of the repository (.github itself may be one).
+    if _inside(workflows, repo) is not None and workflows.is_dir() and not workflows.is_symlink():
         found = sorted(p for p in workflows.iterdir() if p.suffix in (".yml", ".yaml"))
-        files += [p.relative_to(repo) for p in found[:_MAX_WORKFLOWS]]
+        files += [p.relative_to(repo) for p in found[:_MAX_WORKFLOWS] if _inside(p, repo) is not None]
     for rel in files:
         text = _read_text(repo / rel)
         if text is None:

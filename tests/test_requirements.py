@@ -201,3 +201,15 @@ def test_extras_groups_and_files_the_readme_makefile_or_ci_install_are_installed
         "dependency groups lint_tools (named at .github/workflows/test.yml:1)",
         "requirements/dev.txt (named at Makefile:2)",
     ]
+
+
+def test_workflows_behind_a_link_out_of_the_repository_are_not_read(tmp_path: Path) -> None:
+    outside, repo = tmp_path / "outside", tmp_path / "repo"
+    (outside / "workflows").mkdir(parents=True)
+    (outside / "workflows" / "ci.yml").write_text("      - run: pip install -e '.[ci]'\n")
+    repo.mkdir()
+    (repo / "pyproject.toml").write_text(
+        '[project]\nname = "x"\ndependencies = []\n[project.optional-dependencies]\nci = ["respx"]\n'
+    )
+    (repo / ".github").symlink_to(outside)
+    assert read_dependencies(repo).requirements == sorted(_pins())
