@@ -44,6 +44,7 @@ import os
 import re
 import shutil
 import stat
+import subprocess
 import sys
 import tempfile
 import time
@@ -52,6 +53,7 @@ from pathlib import Path
 
 from grader import audit, sandbox
 from grader.acquire import copy_checkout, no_space, no_space_reason, no_space_text
+from grader.deeptree import remove_tree, walk
 from grader.errors import GradeError, NotAssessable
 from grader.interpreters import Choice, choose
 from grader.project import Project, read_project
@@ -339,7 +341,7 @@ class _Builder:
                 _drop_import_hooks(site, sorted(set(os.listdir(site)) - before), copy)
         finally:
             os.close(site)
-            shutil.rmtree(copy, ignore_errors=True)
+            remove_tree(copy)  # a build may have left a tree deeper than shutil.rmtree can recurse
         if result.returncode != 0 and (regular is None or regular.returncode != 0):
             why = "timed out" if result.timed_out else f"{self.tool} exit {result.returncode}"
             tail = _tail(result.stderr + "\n" + result.stdout).splitlines()
@@ -465,15 +467,21 @@ def _remove_at(dir_fd: int, name: str) -> None:
     if not stat.S_ISDIR(info.st_mode):
         os.unlink(name, dir_fd=dir_fd)
         return
-    for _dirpath, dirnames, filenames, fd in os.fwalk(name, topdown=False, dir_fd=dir_fd):
-        for entry in filenames:
-            os.unlink(entry, dir_fd=fd)
-        for entry in dirnames:
-            if stat.S_ISLNK(os.lstat(entry, dir_fd=fd).st_mode):
+    try:
+        for _dirpath, dirnames, filenames, fd in os.fwalk(name, topdown=False, dir_fd=dir_fd):
+            for entry in filenames:
                 os.unlink(entry, dir_fd=fd)
-            else:
-                os.rmdir(entry, dir_fd=fd)
-    os.rmdir(name, dir_fd=dir_fd)
+            for entry in dirnames:
+                if stat.S_ISLNK(os.lstat(entry, dir_fd=fd).st_mode):
+                    os.unlink(entry, dir_fd=fd)
+                else:
+                    os.rmdir(entry, dir_fd=fd)
+        os.rmdir(name, dir_fd=dir_fd)
+    except RecursionError:
+        # Deeper than fwalk recurses: rm (no recursion, no link followed), reaching the folder through the
+        # grader's own descriptor, never through a path the build could have changed.
+        here = f"/proc/{os.getpid()}/fd/{dir_fd}/{name}"
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", here], check=False, capture_output=True)
 
 
 def _drop_import_hooks(site_fd: int, added: list[str], copy: Path) -> list[str]:
@@ -603,7 +611,7 @@ def _rewrite_warmup(python: Path, work: Path) -> list[str]:
 def _digest(venv: Path) -> dict[str, str]:
     """relative path -> sha256 of (kind, mode, owner, content or link target), for every entry in ``venv``."""
     out: dict[str, str] = {}
-    for dirpath, dirnames, filenames in os.walk(venv, followlinks=False):
+    for dirpath, dirnames, filenames in walk(venv):
         dirnames.sort()
         for name in sorted((*dirnames, *filenames)):
             path = os.path.join(dirpath, name)
@@ -651,7 +659,7 @@ def _tool_versions(venv: Path, names: list[str]) -> dict[str, str]:
 
 def _seal(venv: Path) -> None:
     """Take group and other write access off everything in ``venv`` (uv leaves its lock file 0666)."""
-    for dirpath, dirnames, filenames in os.walk(venv, followlinks=False):
+    for dirpath, dirnames, filenames in walk(venv):
         for name in (*dirnames, *filenames):
             path = os.path.join(dirpath, name)
             info = os.lstat(path)

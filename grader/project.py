@@ -16,6 +16,7 @@ from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
+from grader.deeptree import walk
 from grader.requirements import Problem, poetry_specifier, vet_requirement
 from grader.safeio import read_bytes
 
@@ -159,8 +160,8 @@ def _tree_digest(repo: Path) -> str:
     """sha256 over every path and regular file's content (link targets for links), .git left out."""
     digest = hashlib.sha256()
     count = 0
-    for dirpath, dirnames, filenames in os.walk(repo, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if not (dirpath == str(repo) and d == ".git"))
+    for dirpath, dirnames, filenames in walk(repo):  # no recursion: see grader/deeptree.py
+        dirnames[:] = [d for d in dirnames if not (dirpath == str(repo) and d == ".git")]
         for name in sorted(filenames):
             count += 1
             if count > _MAX_TREE_FILES:
