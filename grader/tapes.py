@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from grader import walk
+from grader._json import mapping
 from grader.manifest import CASSETTE_DIR_CANDIDATES
 from grader.recordings import Found, RecordParts, find_metadata, is_record, split_record
 from grader.safeio import read_bytes
@@ -311,9 +312,9 @@ _Loader.yaml_implicit_resolvers = {
 
 
 def _kit(rel: str, data: dict[str, Any]) -> Tape:
-    req = _dict(data.get("request"))
-    resp = _dict(data.get("response"))
-    meta = _dict(data.get("meta"))
+    req = mapping(data.get("request"))
+    resp = mapping(data.get("response"))
+    meta = mapping(data.get("meta"))
     inter = Interaction(
         method=_str(req.get("method")),
         path=_str(req.get("path")),
@@ -344,8 +345,8 @@ def _vcr(rel: str, items: list[Any], text: str) -> Tape:
     for index, item in enumerate(items):
         if not isinstance(item, dict):
             continue
-        req = _dict(item.get("request"))
-        resp = _dict(item.get("response"))
+        req = mapping(item.get("request"))
+        resp = mapping(item.get("response"))
         uri = _str(req.get("uri")) or _str(req.get("url"))
         status = resp.get("status")
         code = status.get("code") if isinstance(status, dict) else status
@@ -405,8 +406,8 @@ def _generic_records(data: Any) -> list[Interaction] | None:
         return [_from_parts(item, outer) for item in data]
     out = []
     for item in data:
-        req = _dict(item.get("request"))
-        resp = _dict(item.get("response"))
+        req = mapping(item.get("request"))
+        resp = mapping(item.get("response"))
         uri = _str(req.get("url")) or _str(req.get("uri"))
         path = _str(req.get("path")) or (urlsplit(uri).path if uri else None)
         req_body = req.get("body", req.get("json"))
@@ -563,11 +564,6 @@ def _inflate(data: bytes, wbits: int) -> bytes | None:
 
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    """A JSON/YAML mapping, or an empty one for anything else (a tape's parts may be any shape)."""
-    return value if isinstance(value, dict) else {}
 
 
 def _int(value: Any) -> int | None:
