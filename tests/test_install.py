@@ -16,6 +16,7 @@ import pytest
 from grader import install, sandbox
 from grader.errors import NotAssessable
 from grader.requirements import grader_tools
+from tests.helpers.tape import A_TAPE
 
 pytestmark = pytest.mark.slow
 
@@ -267,6 +268,9 @@ def test_find_links_sdist_is_refused_and_its_setup_py_never_runs(area, grade_cli
     (repo / "tests" / "test_ini.py").write_text(
         "import iniconfig\n\n\ndef test_ini():\n    assert iniconfig\n"
     )
+    for rel, text in A_TAPE.items():  # offline-replay needs a recording to show a replay
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text, encoding="utf-8")
     for argv in (
         ["git", "init", "-q", "-b", "main"],
         ["git", "add", "-A"],
