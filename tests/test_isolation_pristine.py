@@ -98,10 +98,14 @@ def test_make_test_erasing_its_evidence_still_gets_the_key_and_header_findings(
     report = _grade(repo, grade_cache, keep=True)
     kept = _kept(report)
     try:
-        # The attack ran: the checkout the suite owned was scrubbed, its history is one clean commit.
+        # The attack ran: the checkout the suite owned was scrubbed, its history is one clean commit (kept
+        # as .git.inert: the kept checkout's .git is the submitted one, grader/kept.py).
         assert not (kept / "repo" / "config" / "local.env").exists()
+        suite_git = tmp_path / "suite-git"
+        shutil.copytree(kept / "repo" / ".git.inert", suite_git, symlinks=True)
+        (suite_git / "HEAD.inert").rename(suite_git / "HEAD")
         log = subprocess.run(
-            gitsafe.argv("-C", str(kept / "repo"), "log", "--format=%s"),
+            gitsafe.argv("--git-dir", str(suite_git), "log", "--format=%s"),
             env=gitsafe.env(),
             capture_output=True,
             text=True,
