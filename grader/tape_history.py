@@ -5,9 +5,11 @@ A commit that changes the *answer* of one tape while its request (and, for the k
 as it was is an edit by hand: a failing label made to pass. Each such change is a `TapeEdit` naming the
 commit that had the recorded answer, the commit that changed it, and the tape's ``file:line``.
 
-Not an edit: a tape deleted, a tape whose request changed (a new recording), and a commit that changes every
-tape the set held before it (re-recording the whole set). Headers are not compared (a re-recording changes
-``date``), only status and body.
+Not an edit: a tape deleted, a tape whose request changed (a new recording), and a commit that re-records
+the whole set: it gives every tape the set held before it a new answer (a new key, a changed request or a
+changed response). Restamping every tape's ``recorded_at`` (or other metadata) in the commit that edits one
+answer is not a re-recording: the other answers stayed as they were. Headers are not compared (a
+re-recording changes ``date``), only status and body.
 
 History is read from the first-parent line of HEAD (what is graded), merges compared with their first
 parent, through one hardened git call (`_git`): no system or global config, no hooks, no fsmonitor, no
@@ -90,15 +92,18 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
         )
     except (OSError, _GitError):
         return TapeHistory([], [])  # no history (a folder, an archive without .git): nothing to compare
-    pairs: list[tuple[str, str, str, str, str]] = []  # (path, old blob, new blob, before commit, after)
+    # (path, old blob, new blob, commit that held the answer, commit that changed the tape), every tape a
+    # commit modified: whether the commit re-recorded the whole set is only known once the answers are read.
+    pairs: list[tuple[str, str, str, str, str]] = []
+    sets: dict[str, bool] = {}  # commit -> it modified every tape the set held before it
     current: dict[str, str] = {}  # tape path -> commit that last wrote it
     for commit, changes in _commits(log.decode("utf-8", "surrogateescape")):
         tapes = {p: c for p, c in changes.items() if p.lower().endswith(TAPE_SUFFIXES)}
         modified = {p for p, (status, _, _) in tapes.items() if status == "M" and p in current}
         existing = {p for p in current if tapes.get(p, ("",))[0] != "D"}
-        whole_set = bool(modified) and modified >= existing
+        sets[commit] = bool(modified) and modified >= existing
         for path, (status, old, new) in sorted(tapes.items()):
-            if status == "M" and path in modified and not whole_set:
+            if status == "M" and path in modified:
                 pairs.append((path, old, new, current[path], commit))
             if status == "D":
                 current.pop(path, None)
@@ -108,14 +113,23 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
     if len(pairs) > _MAX_PAIRS:
         notes.append(f"tape history: {len(pairs) - _MAX_PAIRS} changed tape versions not compared (cap)")
         pairs = pairs[:_MAX_PAIRS]
-    edits: list[TapeEdit] = []
+    found: dict[str, list[_Change]] = defaultdict(list)  # commit -> what it did to each tape it modified
     blobs = [sha for _, old, new, _, _ in pairs for sha in (old, new)]
     with contextlib.closing(_cat(repo, blobs)) as contents:
         for path, _old, _new, before, after in pairs:
             old_data, new_data = next(contents, None), next(contents, None)
             if old_data is None or new_data is None:
+                found[after].append(_Change(edits=[], rerecorded=True))  # unread: never evidence either way
                 continue
-            edits += _compare(path, old_data, new_data, before[:_SHORT], after[:_SHORT])
+            found[after].append(_compare(path, old_data, new_data, before[:_SHORT], after[:_SHORT]))
+    edits: list[TapeEdit] = []
+    for commit, changes in found.items():
+        # A re-recording asks every question again: every tape of the set gets new answers (ids, bodies).
+        # A commit that touched every tape but left some answers as they were (only `recorded_at` or other
+        # metadata restamped) re-recorded nothing: its changed answers are edits.
+        if sets.get(commit) and all(change.rerecorded for change in changes):
+            continue
+        edits += [edit for change in changes for edit in change.edits]
     return TapeHistory(edits, notes)
 
 
@@ -136,15 +150,24 @@ def _commits(log: str) -> Iterator[tuple[str, dict[str, tuple[str, str, str]]]]:
         yield commit, changes
 
 
-def _compare(path: str, old_data: bytes, new_data: bytes, before: str, after: str) -> list[TapeEdit]:
+@dataclass
+class _Change:
+    """What one commit did to one tape: the hand edits in it, and whether it looks re-recorded."""
+
+    edits: list[TapeEdit]
+    rerecorded: bool  # a new key, a request changed or added, or a recorded answer changed
+
+
+def _compare(path: str, old_data: bytes, new_data: bytes, before: str, after: str) -> _Change:
     new_text = new_data.decode("utf-8", "replace")
     old, new = _parse(path, old_data.decode("utf-8", "replace")), _parse(path, new_text)
     new.text = new_text
     if "invalid" in (old.format, new.format):
-        return []
+        return _Change(edits=[], rerecorded=True)
     if old.format == "kit" and new.format == "kit" and old.key != new.key:
-        return []  # a new key is a new recording
+        return _Change(edits=[], rerecorded=True)  # a new key is a new recording
     out: list[TapeEdit] = []
+    rerecorded = False
     olds: dict[str, list[Interaction]] = defaultdict(list)
     for inter in old.interactions:
         olds[_request(inter)].append(inter)
@@ -154,8 +177,10 @@ def _compare(path: str, old_data: bytes, new_data: bytes, before: str, after: st
         index = seen[sig]
         seen[sig] += 1
         if index >= len(olds[sig]):
+            rerecorded = True
             continue  # an interaction added: a recording, not an edit
         if _response(olds[sig][index]) != _response(inter):
+            rerecorded = True
             out.append(
                 TapeEdit(
                     path=path,
@@ -165,7 +190,7 @@ def _compare(path: str, old_data: bytes, new_data: bytes, before: str, after: st
                     request=f"{inter.method or '?'} {inter.path or inter.url or '?'}",
                 )
             )
-    return out
+    return _Change(edits=out, rerecorded=rerecorded)
 
 
 def _request(inter: Interaction) -> str:

@@ -78,6 +78,38 @@ def test_re_recording_the_whole_set_at_once_is_not_an_edit(recorded) -> None:
     assert tape_edits(repo, "cassettes").edits == []
 
 
+def _restamp(tape: dict[str, Any]) -> None:
+    tape["meta"]["recorded_at"] = "2027-01-02T03:04:05Z"
+
+
+@pytest.mark.parametrize("restamp_edited", [True, False], ids=["edited-tape-restamped", "edited-tape-as-is"])
+def test_restamping_every_tape_does_not_hide_a_hand_edit(recorded, restamp_edited: bool) -> None:
+    # Red-team finding: every tape modified in the edit's commit looked like a re-recording of the set.
+    repo, first = recorded
+    tapes = _tapes(repo)
+    edited = tapes[2]
+    for tape in tapes:
+        if tape != edited or restamp_edited:
+            _edit_kit(tape, _restamp)
+    _edit_kit(edited, _bump_id)
+    commit(repo, "re-record")
+    second = _head(repo)
+
+    found = tape_edits(repo, "cassettes")
+    assert [(e.path, e.before, e.after) for e in found.edits] == [
+        (f"cassettes/{edited.name}", first[:7], second[:7])
+    ]
+
+
+def test_a_re_recording_that_also_restamps_is_still_not_an_edit(recorded) -> None:
+    repo, _ = recorded
+    for tape in _tapes(repo):
+        _edit_kit(tape, _restamp)
+        _edit_kit(tape, _bump_id)
+    commit(repo, "re-record everything")
+    assert tape_edits(repo, "cassettes").edits == []
+
+
 def test_deleting_a_tape_or_changing_its_request_is_not_an_edit(recorded) -> None:
     repo, _ = recorded
     first, second, third = _tapes(repo)[:3]
@@ -196,9 +228,14 @@ def test_a_vcr_cassette_edit_is_found_by_request_not_by_position(tmp_path: Path)
 
 
 @pytest.mark.slow
-def test_grading_a_hand_edited_tape_caps_offline_replay_at_2_and_says_why(recorded) -> None:
+@pytest.mark.parametrize("restamp_all", [False, True], ids=["one-tape", "every-tape-restamped"])
+def test_grading_a_hand_edited_tape_caps_offline_replay_at_2_and_says_why(
+    recorded, restamp_all: bool
+) -> None:
     repo, first = recorded
     tape = _tapes(repo)[5]
+    for other in _tapes(repo) if restamp_all else ():
+        _edit_kit(other, _restamp)  # hiding the edit among metadata changes to every tape
     _edit_kit(tape, _bump_id)
     commit(repo, "tidy")
     second = _head(repo)
