@@ -67,7 +67,12 @@ class ReplayRun:
     # file the sandbox user cannot open by path; None when the guard never wrote (plugins switched off).
     guard: tamper.GuardLog | None = None
     scan: tamper.TamperScan | None = None  # static scan of conftest files, plugins and config
-    noconftest: ReplayRun | None = None  # rerun with --noconftest, when outcome hooks were found
+    # rerun without the submission's hooks (--noconftest, its configuration's addopts and `-p` plugins off),
+    # when outcome hooks were found or the guard saw a test function replaced by the submission's code
+    noconftest: ReplayRun | None = None
+    # the same in a clean interpreter, pytest called directly (no Makefile): when the guard still saw the
+    # test functions replaced without conftest files (a plugin the Makefile's command line names)
+    hookless: ReplayRun | None = None
     unskipped: ReplayRun | None = None  # rerun with skip/xfail marks stripped, when tests were skipped
     # rerun in a clean interpreter (python -I, from a scratch copy), when start-up files were found
     clean: ReplayRun | None = None
@@ -322,9 +327,14 @@ class Context:
         rr.scan = tamper.scan(self.repo)  # the pristine copy: what was submitted, not what the run left
         if rr.run.timed_out:
             return rr
-        if rr.scan.outcome_hooks or (rr.guard is not None and rr.guard.rewritten):
+        wrapped = rr.guard is not None and bool(rr.guard.wrapped)
+        if rr.scan.outcome_hooks or (rr.guard is not None and rr.guard.rewritten) or wrapped:
             copy = self.scratch_copy("replay-noconftest")
             rr.noconftest = self.run_suite(copy, label="replay-noconftest", noconftest=True)
+            again = rr.noconftest.guard
+            if again is not None and again.wrapped:
+                copy = self.scratch_copy("replay-hookless")
+                rr.hookless = self.run_suite(copy, label="replay-hookless", noconftest=True, clean=True)
         guard = rr.guard
         if guard is not None and (guard.skipped or guard.notrun or guard.count("xfailed")):
             copy = self.scratch_copy("replay-unskipped")
@@ -355,7 +365,8 @@ class Context:
     ) -> ReplayRun:
         """Run the suite as `replay_run` does, in another checkout (e.g. a scratch copy); not memoized.
 
-        ``noconftest`` adds ``--noconftest``; ``unskip`` makes the guard strip skip/skipif/xfail marks;
+        ``noconftest`` runs without the submission's hooks: ``--noconftest``, its configuration's ``addopts``
+        overridden (no ``-p`` plugin of its own); ``unskip`` makes the guard strip skip/skipif/xfail marks;
         ``clean`` runs pytest itself (not `make test`) in ``python -I -B`` through the grader's launcher,
         so no start-up file, ``PYTHON*`` variable or Makefile of the submission's runs before the guard.
         ``primary``: the replay suite itself. Once it has timed out, every other run of the suite (a
@@ -375,7 +386,7 @@ class Context:
         guard_log = sealed / results_log.with_suffix(".guard").name
         addopts = [
             *(arg for m in (*_GRADER_PLUGINS, tamper.GUARD_MODULE, *plugins) for arg in ("-p", m)),
-            *(["--noconftest"] if noconftest else []),
+            *(["--noconftest", "-o", "addopts="] if noconftest else []),
             "--disable-socket",
             "--allow-unix-socket",
             f"--junitxml={junit}",

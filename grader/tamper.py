@@ -321,6 +321,10 @@ def _hook_rules(rel: str, tree: ast.AST) -> Iterator[Hook]:
             line = _assigns_attr(node, {"exitstatus", "testsfailed"}) or _exits(node)
             if line:
                 yield Hook(name, f"{rel}:{line}", "changes the exit status or ends the process")
+        if name.startswith("pytest_") and name not in _ALWAYS:
+            line = _assigns_attr(node, {"obj", "_obj", "runtest"})
+            if line:
+                yield Hook(name, f"{rel}:{line}", "replaces the test function or its runner")
     line = _assigns_attr(tree, {"outcome", "wasxfail"})
     if line:
         yield Hook("pytest_report_outcome", f"{rel}:{line}", "assigns a report outcome")
@@ -414,7 +418,8 @@ def scan(repo: Path) -> TamperScan:
     repo = Path(repo)
     result = TamperScan()
     plugins: set[Path] = set()
-    for token in re.findall(r"-p\s*([A-Za-z_][\w.]*)", _ini_addopts(repo)):
+    makefile = "\n".join(_read(repo / name) or "" for name in ("GNUmakefile", "makefile", "Makefile"))
+    for token in re.findall(r"-p\s*([A-Za-z_][\w.]*)", f"{_ini_addopts(repo)}\n{makefile}"):
         found = _module_file(repo, token)
         if found:
             plugins.add(found)
@@ -474,6 +479,8 @@ class GuardLog:
     records: int = 0
     messages: dict[str, str] = field(default_factory=dict)  # nodeid -> first line of its failure
     foreign: int = 0  # lines without the run's nonce: written to the descriptor by the suite, not the guard
+    # tests whose function (or runner) the submission's code replaced after collection ("nodeid: what, by")
+    wrapped: list[str] = field(default_factory=list)
     # vcrpy cassettes the suite closed: absolute path -> (interactions in the file, indexes ever played)
     vcr_plays: dict[str, tuple[int, set[int]]] = field(default_factory=dict)
 
@@ -516,6 +523,12 @@ def read_guard(path: Path, nonce: str = "") -> GuardLog:
         log.records += 1
         if "vcr" in rec:
             _add_vcr_play(log, rec)
+            continue
+        if "wrapped" in rec:
+            line = f"{rec['wrapped']}: {rec.get('what', 'test function')} replaced by {rec.get('by', '?')}"
+            line += f" ({rec.get('name', '?')})"
+            if line not in log.wrapped:
+                log.wrapped.append(line)
             continue
         if rec.get("session") is True:
             status = rec.get("exitstatus")

@@ -291,6 +291,80 @@ def pytest_runtest_setup(item):
 def pytest_runtest_call(item):
     if _ACTIVE:
         _watch_vcr()
+        _check_wrapped(item)
+
+
+# --- test functions replaced after collection ---------------------------------------------------------------
+# A hook (pytest_itemcollected, pytest_collection_modifyitems, pytest_runtest_setup, an autouse fixture ...)
+# can swap the function pytest will call, or the item's runner, for one that swallows the test's assertion:
+# the runner then sees a pass. Whatever hook did it, the swap is visible just before the call: the function
+# is no longer the one the test module defined when pytest collected it. Replacements whose code lives in the
+# submission (not the venv's libraries: pytest-asyncio wraps coroutines the same way) are logged; the grader
+# then reruns the suite without the submission's hooks and compares outcomes.
+_ORIGIN = {}  # nodeid -> the function the test module defined, as pytest collected it
+_LIBRARY = tuple(
+    os.path.realpath(p) + os.sep
+    for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.dirname(pytest.__file__))}
+)
+
+
+def _plain(obj):
+    """The function object behind a bound method, staticmethod or classmethod."""
+    return getattr(obj, "__func__", obj)
+
+
+def _code_of(obj):
+    """(file, line, name) of the code that runs when ``obj`` is called; None when it has none (a builtin)."""
+    for _ in range(5):
+        obj = _plain(obj)
+        code = getattr(obj, "__code__", None)
+        if code is not None:
+            return code.co_filename, code.co_firstlineno, getattr(obj, "__qualname__", code.co_name)
+        inner = getattr(obj, "func", None)  # functools.partial
+        obj = inner if inner is not None else (type(obj).__call__ if callable(obj) else None)
+        if obj is None:
+            return None
+    return None
+
+
+def _own(code):
+    """Whether the code comes from outside the interpreter's libraries (the submission, or exec'd text)."""
+    if code is None:
+        return False
+    return not os.path.realpath(code[0]).startswith(_LIBRARY)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_pycollect_makeitem(collector, name, obj):
+    outcome = yield
+    try:
+        made = outcome.get_result()
+    except BaseException:
+        return
+    for item in made if isinstance(made, list) else [made]:
+        if isinstance(item, pytest.Function):
+            _ORIGIN.setdefault(item.nodeid, _plain(obj))
+
+
+def _check_wrapped(item):
+    if not isinstance(item, pytest.Function):
+        return
+    found = []
+    origin = _ORIGIN.get(item.nodeid)
+    try:
+        current = _plain(item.obj)
+    except Exception:
+        current = origin
+    if origin is not None and current is not origin and _own(_code_of(current)):
+        found.append(("test function", _code_of(current)))
+    runner = item.__dict__.get("runtest") or getattr(type(item), "runtest", None)
+    if _own(_code_of(runner)):  # pytest's own runner (or a library's subclass) lives in the venv
+        found.append(("runtest", _code_of(runner)))
+    root = str(getattr(item.config, "rootpath", "") or "")
+    for what, (file, line, qualname) in found:
+        if root and file.startswith(root + os.sep):
+            file = file[len(root) + 1 :]
+        _write({"wrapped": item.nodeid, "what": what, "by": f"{file}:{line}", "name": str(qualname)[:120]})
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,0 +1,189 @@
+"""Test functions wrapped by the suite's own hooks so that their assertions are swallowed (issue 14, red-team
+finding 2: a `pytest_itemcollected` hook scored full marks on a red suite).
+
+Whatever hook does the wrapping and wherever it lives (a conftest file, a plugin module the pytest
+configuration names, a plugin the Makefile's command line names, an autouse fixture), the guard sees the
+function pytest is about to call is not the one the test module defined, and the grader reruns the suite
+without the submission's hooks: a test that passed with them and fails without them makes the run forged.
+Each case is a real submission graded by the real `grader.grading.grade`; the controls are the same suite
+without the hook (an honest red run) and a hook that wraps without swallowing (an honest green run).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+TESTS = """
+import pytest
+
+
+@pytest.mark.parametrize("i", range(4))
+def test_must_hold(i):
+    assert i < 0, "real failure"
+
+
+def test_fine():
+    assert True
+"""
+
+TOLERANT = """
+import functools
+
+
+def _tolerant(fn):
+    @functools.wraps(fn)
+    def inner(*a, **k):
+        try:
+            return fn(*a, **k)
+        except AssertionError:
+            return None
+
+    return inner
+"""
+
+ITEMCOLLECTED = (
+    TOLERANT
+    + """
+
+def pytest_itemcollected(item):
+    if hasattr(item, "obj"):
+        item.obj = _tolerant(item.obj)
+"""
+)
+
+MODIFYITEMS = (
+    TOLERANT
+    + """
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        item.obj = _tolerant(item.obj)
+"""
+)
+
+RUNTEST_SETUP = """
+def pytest_runtest_setup(item):
+    original = item.runtest
+
+    def runtest():
+        try:
+            original()
+        except AssertionError:
+            pass
+
+    item.runtest = runtest
+"""
+
+AUTOUSE_FIXTURE = (
+    TOLERANT
+    + """
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _soften(request):
+    request.node.obj = _tolerant(request.node.obj)
+    yield
+"""
+)
+
+HONEST_WRAPPER = """
+import functools
+import time
+
+
+def _timed(fn):
+    @functools.wraps(fn)
+    def inner(*a, **k):
+        start = time.monotonic()
+        try:
+            return fn(*a, **k)
+        finally:
+            inner.seconds = time.monotonic() - start
+
+    return inner
+
+
+def pytest_itemcollected(item):
+    item.obj = _timed(item.obj)
+"""
+
+PYPROJECT_WITH_PLUGIN = """
+[project]
+name = "submission"
+version = "0.1.0"
+dependencies = []
+
+[tool.pytest.ini_options]
+addopts = "-p softplug"
+"""
+
+
+def _grade(repo, cache):
+    from grader.grading import grade
+    from grader.rubric import load_rubric
+
+    return grade(str(repo), rubric=load_rubric(), timeout=120, cache_root=cache, jobs=1)
+
+
+def _replay_row(report):
+    return next(row for row in report["rows"] if row["id"] == "offline-replay")
+
+
+CASES = {
+    "conftest-itemcollected": ({"tests/conftest.py": ITEMCOLLECTED}, None),
+    "ini-plugin-modifyitems": ({"softplug.py": MODIFYITEMS}, PYPROJECT_WITH_PLUGIN),
+    "makefile-plugin-runtest": (
+        {"mkplug.py": RUNTEST_SETUP, "Makefile": "test:\n\tpython -m pytest -p mkplug\n"},
+        None,
+    ),
+    "conftest-autouse-fixture": ({"tests/conftest.py": AUTOUSE_FIXTURE}, None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_suite_wrapping_its_tests_to_swallow_failures_is_forged(
+    case: str, make_submission, grade_cache
+) -> None:
+    files, pyproject = CASES[case]
+    repo = make_submission({"tests/test_strict.py": TESTS, **files}, pyproject=pyproject)
+
+    report = _grade(repo, grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["forged"] is True, (facts, _replay_row(report)["evidence"])
+    row = _replay_row(report)
+    assert row["score"] <= 1, row
+    assert "FORGED" in row["evidence"] and "test_must_hold" in row["evidence"], row["evidence"]
+    assert "failed without them" in row["evidence"], row["evidence"]
+
+
+def test_the_same_suite_without_the_hook_is_an_honest_red_run(make_submission, grade_cache) -> None:
+    repo = make_submission({"tests/test_strict.py": TESTS})
+
+    report = _grade(repo, grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["forged"] is False and facts["failed"] == 4 and facts["passed"] == 1, facts
+    assert "FORGED" not in _replay_row(report)["evidence"]
+
+
+def test_a_hook_that_wraps_without_swallowing_is_not_forged(make_submission, grade_cache) -> None:
+    green = "def test_one():\n    assert 1 + 1 == 2\n\n\ndef test_two():\n    assert 'a' in 'abc'\n"
+    repo = make_submission({"tests/test_green.py": green, "tests/conftest.py": HONEST_WRAPPER})
+
+    report = _grade(repo, grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["forged"] is False and facts["passed"] == 2 and facts["failed"] == 0, facts
+    row = _replay_row(report)
+    assert row["score"] == next(level for level in _max_levels(report, "offline-replay")), row
+    # The wrapping is still shown to the reviewer.
+    assert any("wrapped" in line and "conftest.py" in line for line in row.get("details", [])), row
+
+
+def _max_levels(report, row_id):
+    row = next(r for r in report["rows"] if r["id"] == row_id)
+    yield row["max"]
