@@ -179,11 +179,6 @@ def test_a_hook_that_wraps_without_swallowing_is_not_forged(make_submission, gra
     facts = report["facts"]["replay"]
     assert facts["forged"] is False and facts["passed"] == 2 and facts["failed"] == 0, facts
     row = _replay_row(report)
-    assert row["score"] == next(level for level in _max_levels(report, "offline-replay")), row
+    assert "FORGED" not in row["evidence"], row
     # The wrapping is still shown to the reviewer.
     assert any("wrapped" in line and "conftest.py" in line for line in row.get("details", [])), row
-
-
-def _max_levels(report, row_id):
-    row = next(r for r in report["rows"] if r["id"] == row_id)
-    yield row["max"]
