@@ -94,7 +94,7 @@ def grade(
     report_progress = _one_line_progress(progress or _no_progress)
     cache_root = cache_root or default_cache_root()
     try:
-        root = Path(tempfile.mkdtemp(prefix="grade-"))
+        root = Path(tempfile.mkdtemp())
     except OSError as exc:
         if no_space(exc):
             raise NotAssessable(no_space_reason("workspace folder", tempfile.gettempdir())) from None

@@ -317,8 +317,8 @@ def scrubbed_env(
         env["PIP_NO_INDEX"] = "1"
         env["UV_OFFLINE"] = "1"
     if audit_log is not None:
-        env["GRADER_AUDIT_LOG"] = str(audit_log)
-        env["GRADER_AUDIT_ROOT"] = str(audit_root if audit_root is not None else (cwd or home))
+        env["PY_AUDIT_LOG"] = str(audit_log)
+        env["PY_AUDIT_ROOT"] = str(audit_root if audit_root is not None else (cwd or home))
     if extra:
         env.update({str(k): str(v) for k, v in extra.items()})
     return env

@@ -9,13 +9,13 @@ names, its Makefile and its Python sources, and lists every place that can make 
   ``pytest_runtest_setup`` calling skip/xfail, ``pytest_sessionfinish`` touching the exit status;
 * monkeypatching of pytest's internals (``_pytest.*``, ``TestReport``, ``CallInfo``) anywhere in the tree,
   and any assignment to ``<something>.outcome`` in a conftest or plugin;
-* references to the grader's own machinery (``GRADER_*`` variables, ``_grader_*`` modules), and a Makefile or
+* references to the grader's own machinery (its variables, its plugin modules), and a Makefile or
   pytest config that switches plugins off (``-p no:``), drops ``PYTEST_ADDOPTS`` or passes ``--noconftest``.
 
-``grader/audit/_grader_guard.py`` is the grader's second pytest plugin (``-p _grader_guard``). It records
+``grader/audit/_grader_guard.py`` is the grader's second pytest plugin (``-p _pytest_outcomes``). It records
 each test's outcome as the runner saw it (``call.excinfo``, read before any other hook wrapper can touch
 it) next to the outcome finally reported, and writes through an inherited file descriptor rather than a
-path. With ``GRADER_GUARD_UNSKIP=1`` it strips skip/skipif/xfail marks after every other collection hook
+path. With ``PYTEST_RUN_SKIPPED=1`` it strips skip/skipif/xfail marks after every other collection hook
 ran, so tests the suite skipped are run and their real outcome is known. See docs/security.md for what this
 does and does not guarantee.
 """
@@ -51,13 +51,17 @@ __all__ = [
     "write_guard",
 ]
 
-GUARD_MODULE = "_grader_guard"
+# The names a run sees (`-p` in PYTEST_ADDOPTS, the clean launcher's path) say nothing of a grader: a
+# submission must not be able to tell a graded run from an ordinary `make test` by them (docs/security.md).
+GUARD_MODULE = "_pytest_outcomes"
+RESULTS_MODULE = "_pytest_results"  # grader/audit/_grader_pytest.py, as the run loads it
 # Copied, never imported here: it runs inside the submission's pytest process, from a grader-owned folder
 # put first on PYTHONPATH so a same-named file in the submission cannot shadow it.
-_GUARD_FILE = Path(__file__).resolve().parent / "audit" / f"{GUARD_MODULE}.py"
+_GUARD_FILE = Path(__file__).resolve().parent / "audit" / "_grader_guard.py"
 _STARTUP_FILE = _GUARD_FILE.parent / "_grader_startup.py"
 _CLEAN_FILE = _GUARD_FILE.parent / "_grader_clean.py"
-CLEAN_LAUNCHER = "_grader_clean.py"
+_RESULTS_FILE = _GUARD_FILE.parent / "_grader_pytest.py"
+CLEAN_LAUNCHER = "_pytest_main.py"
 _MAX_FILES = 5000
 _MAX_BYTES = 1_000_000
 _GUARD_CAP = 64 * 1024**2
@@ -71,7 +75,10 @@ _ALWAYS = {
 }
 _SKIP_CALLS = {"skip", "xfail", "skipif"}
 _PYTEST_INTERNALS = {"TestReport", "CallInfo", "CollectReport", "runner", "reports", "skipping", "outcomes"}
-_GRADER_NAMES = re.compile(r"\b(GRADER_[A-Z_]+|_grader_(?:pytest|audit|guard))\b")
+_GRADER_NAMES = re.compile(
+    r"\b(GRADER_[A-Z_]+|_grader_(?:pytest|audit|guard)|PY_AUDIT_(?:LOG|ROOT)|PY_SOURCE_PATH|PYTEST_RESULT_LOG"
+    r"|PYTEST_REPORT_(?:FD|NONCE)|PYTEST_RUN_SKIPPED|_pytest_(?:outcomes|results|main))\b"
+)
 _CONFIG_TAMPER = re.compile(
     r"(-p\s*no:\S+|--noconftest|PYTEST_ADDOPTS\s*=|PYTEST_DISABLE_PLUGIN_AUTOLOAD|--junit-?xml\S*|-o\s*addopts)"
 )
@@ -83,7 +90,8 @@ _STARTUP_WHY = "runs at interpreter start-up, before the grader's guard, when it
 # the tree stands in for it when the tree's root is put on the start-up path.
 _SHADOWABLE = frozenset(
     {"pytest", "_pytest", "pluggy", "iniconfig", "packaging", "py", "exceptiongroup", "tomli", "colorama"}
-    | {"pytest_socket", GUARD_MODULE, "_grader_pytest", "_grader_audit", "sitecustomize", "usercustomize"}
+    | {"pytest_socket", GUARD_MODULE, RESULTS_MODULE, "_grader_pytest", "_grader_audit"}
+    | {"sitecustomize", "usercustomize"}
 )
 _SHADOW_WHY = "which is imported before the grader's guard when its folder is on the path"
 _CONFIG_FILES = (
@@ -582,6 +590,7 @@ def write_guard(folder: Path) -> Path:
         (_GUARD_FILE, f"{GUARD_MODULE}.py"),
         (_STARTUP_FILE, "sitecustomize.py"),
         (_CLEAN_FILE, CLEAN_LAUNCHER),
+        (_RESULTS_FILE, f"{RESULTS_MODULE}.py"),
     ):
         shutil.copyfile(source, folder / name)
         (folder / name).chmod(0o644)

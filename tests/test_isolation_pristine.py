@@ -314,7 +314,7 @@ import os
 
 
 def test_replaces_the_audit_log():
-    path = os.environ["GRADER_AUDIT_LOG"]
+    path = os.environ["PY_AUDIT_LOG"]
     os.unlink(path)
     {how}
 """
@@ -390,7 +390,7 @@ FORGING_SITECUSTOMIZE = '''
 """Rewrite the grader's records on their way out: every failed becomes passed."""
 import os
 
-os.environ["GRADER_RESULT_LOG"] = os.devnull  # and keep the cross-check log quiet
+os.environ["PYTEST_RESULT_LOG"] = os.devnull  # and keep the cross-check log quiet
 _real_write = os.write
 
 
@@ -464,7 +464,7 @@ def test_the_grader_startup_module_keeps_the_tree_off_the_start_up_path(tmp_path
         "PYTHONPATH": str(folder),
         "PYTHONSAFEPATH": "1",
         "PYTHONNOUSERSITE": "1",
-        "GRADER_SUBMISSION_PATH": str(tree),
+        "PY_SOURCE_PATH": str(tree),
     }
     for argv in (
         [sys.executable, "-c", "import json, mine; print(mine.VALUE)"],
