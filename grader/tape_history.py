@@ -8,8 +8,9 @@ commit that had the recorded answer, the commit that changed it, and the tape's 
 Not an edit: a tape deleted, a tape whose request changed (a new recording), and a commit that re-records
 the whole set: it gives every tape the set held before it a new answer (a new key, a changed request or a
 changed response). Restamping every tape's ``recorded_at`` (or other metadata) in the commit that edits one
-answer is not a re-recording: the other answers stayed as they were. Headers are not compared (a
-re-recording changes ``date``), only status and body.
+answer is not a re-recording: the other answers stayed as they were. A tape moved in a commit is compared
+with what it was, and a tape deleted and later put back at the same path with the version deleted, so
+neither launders an edit. Headers are not compared (a re-recording changes ``date``), only status and body.
 
 History is read from the first-parent line of HEAD (what is graded), merges compared with their first
 parent, through one hardened git call (`_git`): no system or global config, no hooks, no fsmonitor, no
@@ -81,7 +82,7 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
             "--diff-merges=first-parent",
             "--raw",
             "--no-abbrev",
-            "--no-renames",
+            "--find-renames",  # a tape moved and edited in one commit is compared with what it was
             "--no-textconv",
             "--no-ext-diff",
             "--no-show-signature",
@@ -96,19 +97,37 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
     # commit modified: whether the commit re-recorded the whole set is only known once the answers are read.
     pairs: list[tuple[str, str, str, str, str]] = []
     sets: dict[str, bool] = {}  # commit -> it modified every tape the set held before it
-    current: dict[str, str] = {}  # tape path -> commit that last wrote it
+    current: dict[str, tuple[str, str]] = {}  # tape path -> (commit that last wrote it, its blob)
+    # Deleted tapes: a tape deleted in one commit and put back (same path) in a later one is compared with
+    # the version that was deleted, like a modification: deleting and re-adding does not launder an edit.
+    gone: dict[str, tuple[str, str]] = {}
     for commit, changes in _commits(log.decode("utf-8", "surrogateescape")):
         tapes = {p: c for p, c in changes.items() if p.lower().endswith(TAPE_SUFFIXES)}
-        modified = {p for p, (status, _, _) in tapes.items() if status == "M" and p in current}
-        existing = {p for p in current if tapes.get(p, ("",))[0] != "D"}
-        sets[commit] = bool(modified) and modified >= existing
-        for path, (status, old, new) in sorted(tapes.items()):
-            if status == "M" and path in modified:
-                pairs.append((path, old, new, current[path], commit))
+        # (path, the version it is compared with: (commit that held it, blob)) for every tape this commit
+        # gives a new version of one the history already had: modified, moved, or put back after deletion.
+        compared: dict[str, tuple[str, str]] = {}
+        for path, (status, _old, _new, source) in tapes.items():
+            if status == "M" and path in current:
+                compared[path] = current[path]
+            elif status == "R" and source in current:
+                compared[path] = current[source]
+            elif status == "A" and path in gone:
+                compared[path] = gone[path]
+        moved = {source for status, _, _, source in tapes.values() if status == "R"}
+        existing = {p for p in current if tapes.get(p, ("",))[0] != "D" and p not in moved}
+        sets[commit] = bool(compared) and set(compared) >= existing
+        for path, (status, _old, new, source) in sorted(tapes.items()):
+            if path in compared:
+                held_by, held_blob = compared[path]
+                pairs.append((path, held_blob, new, held_by, commit))
+            if status == "R":
+                current.pop(source, None)
             if status == "D":
-                current.pop(path, None)
+                if path in current:
+                    gone[path] = current.pop(path)
             else:
-                current[path] = commit
+                current[path] = (commit, new)
+                gone.pop(path, None)
     notes: list[str] = []
     if len(pairs) > _MAX_PAIRS:
         notes.append(f"tape history: {len(pairs) - _MAX_PAIRS} changed tape versions not compared (cap)")
@@ -133,8 +152,9 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
     return TapeHistory(edits, notes)
 
 
-def _commits(log: str) -> Iterator[tuple[str, dict[str, tuple[str, str, str]]]]:
-    """(commit, {path: (status letter, old blob, new blob)}) from ``git log --raw --format=@%H``."""
+def _commits(log: str) -> Iterator[tuple[str, dict[str, tuple[str, str, str, str]]]]:
+    """(commit, {path: (status letter, old blob, new blob, path before a move)}) from
+    ``git log --raw --format=@%H``; a move (``R``) is listed under its new path."""
     commit, changes = "", {}
     for line in log.splitlines():
         if line.startswith("@"):
@@ -145,7 +165,12 @@ def _commits(log: str) -> Iterator[tuple[str, dict[str, tuple[str, str, str]]]]:
             meta, _, path = line.partition("\t")
             fields = meta.split()
             if len(fields) >= 5:
-                changes[path] = (fields[4][:1], fields[2], fields[3])
+                status = fields[4][:1]
+                source, _, moved_to = path.partition("\t")
+                if status in ("R", "C") and moved_to:
+                    changes[moved_to] = ("R" if status == "R" else "A", fields[2], fields[3], source)
+                else:
+                    changes[path] = (status, fields[2], fields[3], path)
     if commit:
         yield commit, changes
 

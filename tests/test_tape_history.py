@@ -110,6 +110,70 @@ def test_a_re_recording_that_also_restamps_is_still_not_an_edit(recorded) -> Non
     assert tape_edits(repo, "cassettes").edits == []
 
 
+def test_deleting_a_tape_and_putting_it_back_edited_is_an_edit(recorded) -> None:
+    repo, first = recorded
+    tape = _tapes(repo)[4]
+    saved = tape.read_text(encoding="utf-8")
+    tape.unlink()
+    commit(repo, "drop a tape")
+    tape.write_text(saved, encoding="utf-8")
+    _edit_kit(tape, _bump_id)
+    commit(repo, "record it again")
+    third = _head(repo)
+
+    found = tape_edits(repo, "cassettes")
+    assert [(e.path, e.before, e.after) for e in found.edits] == [
+        (f"cassettes/{tape.name}", first[:7], third[:7])
+    ]
+
+
+def test_moving_a_tape_and_editing_it_in_one_commit_is_an_edit(recorded) -> None:
+    repo, first = recorded
+    tape = _tapes(repo)[6]
+    moved = tape.with_name("renamed.json")
+    tape.rename(moved)
+    _edit_kit(moved, _bump_id)
+    commit(repo, "tidy names")
+    second = _head(repo)
+
+    found = tape_edits(repo, "cassettes")
+    assert [(e.path, e.before, e.after) for e in found.edits] == [
+        ("cassettes/renamed.json", first[:7], second[:7])
+    ]
+
+
+def test_deleting_every_tape_and_recording_them_anew_is_not_an_edit(recorded) -> None:
+    repo, _ = recorded
+    saved = {tape: tape.read_text(encoding="utf-8") for tape in _tapes(repo)}
+    for tape in saved:
+        tape.unlink()
+    commit(repo, "drop the tapes")
+    for tape, text in saved.items():
+        tape.write_text(text, encoding="utf-8")
+        _edit_kit(tape, _bump_id)
+    commit(repo, "record everything again")
+    assert tape_edits(repo, "cassettes").edits == []
+
+
+def test_deleting_every_tape_and_putting_them_back_with_one_edited_is_an_edit(recorded) -> None:
+    repo, first = recorded
+    saved = {tape: tape.read_text(encoding="utf-8") for tape in _tapes(repo)}
+    for tape in saved:
+        tape.unlink()
+    commit(repo, "drop the tapes")
+    for tape, text in saved.items():
+        tape.write_text(text, encoding="utf-8")
+    edited = _tapes(repo)[1]
+    _edit_kit(edited, _bump_id)
+    commit(repo, "record everything again")
+    third = _head(repo)
+
+    found = tape_edits(repo, "cassettes")
+    assert [(e.path, e.before, e.after) for e in found.edits] == [
+        (f"cassettes/{edited.name}", first[:7], third[:7])
+    ]
+
+
 def test_deleting_a_tape_or_changing_its_request_is_not_an_edit(recorded) -> None:
     repo, _ = recorded
     first, second, third = _tapes(repo)[:3]
