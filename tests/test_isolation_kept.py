@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -55,6 +56,17 @@ def test_plants_git_config_for_the_reviewer():
     os.makedirs("linked", exist_ok=True)
     with open("linked/.git", "w") as out:
         out.write("gitdir: ../barejunk\\n")
+    # Red-team F1 addendum: files any local user could change once they are root's again.
+    os.makedirs("shared", exist_ok=True)
+    os.chmod("shared", 0o3777)
+    with open("shared/ww.txt", "w") as out:
+        out.write("x")
+    os.chmod("shared/ww.txt", 0o666)
+    os.chmod("pyproject.toml", 0o666)
+    import shutil
+    shutil.copy("/usr/bin/id", "tool-id")
+    os.chmod("tool-id", 0o6755)
+    os.symlink("/etc", "link-etc")
     # The suite's HOME and log folder are kept too.
     home = os.environ.get("HOME", "")
     if home and os.access(home, os.W_OK):
@@ -121,6 +133,15 @@ def test_a_kept_workspace_is_safe_to_enter_with_git(tmp_path: Path, make_submiss
             for args in (["status"], ["log", "-1"], ["diff"]):
                 subprocess.run(["git", *args], cwd=folder, capture_output=True, check=False, timeout=60)
             assert not marker.exists(), f"git {args} in {folder} ran the submission's payload"
+        # Nothing kept is writable by group or others, setuid, setgid or sticky (links aside).
+        loose = []
+        for folder in folders:
+            for entry in [folder, *folder.iterdir()] if folder.is_dir() and not folder.is_symlink() else []:
+                st = entry.lstat()
+                if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o7022:
+                    loose.append(f"{entry.relative_to(kept)} {oct(st.st_mode)}")
+        assert not loose, loose[:10]
+        assert (kept / "repo" / "shared" / "ww.txt").exists() and (kept / "repo" / "link-etc").is_symlink()
         # The note and stderr say what was done to the suite's git folders.
         assert ".git.inert" in inert and "repo/nested/.git" in inert, inert
         assert (kept / "repo" / "barejunk" / "HEAD.inert").is_file()
