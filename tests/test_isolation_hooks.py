@@ -110,6 +110,31 @@ def pytest_itemcollected(item):
     item.obj = _timed(item.obj)
 """
 
+# Red-team F3: a wrapper of pytest_runtest_call registered under a computed name from pytest_configure: no
+# hook name, no pytest internals, no grader name in the source for the static scan to find.
+REGISTERED_CALL_WRAPPER = """
+import pytest
+
+
+class _Tolerance:
+    pass
+
+
+def _tolerant(item):
+    try:
+        return (yield)
+    except AssertionError:
+        return None
+
+
+_NAME = "_".join(["pytest", "runtest", "call"])
+setattr(_Tolerance, _NAME, staticmethod(pytest.hookimpl(wrapper=True)(_tolerant)))
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_Tolerance(), "tolerance")
+"""
+
 PYPROJECT_WITH_PLUGIN = """
 [project]
 name = "submission"
@@ -133,13 +158,19 @@ def _replay_row(report):
 
 
 CASES = {
-    "conftest-itemcollected": ({"tests/conftest.py": ITEMCOLLECTED}, None),
-    "ini-plugin-modifyitems": ({"softplug.py": MODIFYITEMS}, PYPROJECT_WITH_PLUGIN),
+    "conftest-itemcollected": ({"tests/conftest.py": ITEMCOLLECTED}, None, "failed without them"),
+    "ini-plugin-modifyitems": ({"softplug.py": MODIFYITEMS}, PYPROJECT_WITH_PLUGIN, "failed without them"),
     "makefile-plugin-runtest": (
         {"mkplug.py": RUNTEST_SETUP, "Makefile": "test:\n\tpython -m pytest -p mkplug\n"},
         None,
+        "failed without them",
     ),
-    "conftest-autouse-fixture": ({"tests/conftest.py": AUTOUSE_FIXTURE}, None),
+    "conftest-autouse-fixture": ({"tests/conftest.py": AUTOUSE_FIXTURE}, None, "failed without them"),
+    "registered-call-wrapper": (
+        {"tests/conftest.py": REGISTERED_CALL_WRAPPER},
+        None,
+        "swallowed by a pytest_runtest_call wrapper",
+    ),
 }
 
 
@@ -147,7 +178,7 @@ CASES = {
 def test_a_suite_wrapping_its_tests_to_swallow_failures_is_forged(
     case: str, make_submission, grade_cache
 ) -> None:
-    files, pyproject = CASES[case]
+    files, pyproject, why = CASES[case]
     repo = make_submission({"tests/test_strict.py": TESTS, **files}, pyproject=pyproject)
 
     report = _grade(repo, grade_cache)
@@ -157,7 +188,7 @@ def test_a_suite_wrapping_its_tests_to_swallow_failures_is_forged(
     row = _replay_row(report)
     assert row["score"] <= 1, row
     assert "FORGED" in row["evidence"] and "test_must_hold" in row["evidence"], row["evidence"]
-    assert "failed without them" in row["evidence"], row["evidence"]
+    assert why in row["evidence"], row["evidence"]
 
 
 def test_the_same_suite_without_the_hook_is_an_honest_red_run(make_submission, grade_cache) -> None:

@@ -47,6 +47,14 @@ def _message(report):
     return _first_line(longrepr)
 
 
+def _raw_exc(exc):
+    if isinstance(exc, pytest.skip.Exception):
+        return "skipped"
+    if isinstance(exc, pytest.xfail.Exception):
+        return "xfail"
+    return "failed"
+
+
 def _raw(call):
     excinfo = call.excinfo
     if excinfo is None:
@@ -62,6 +70,12 @@ def _raw(call):
 def pytest_runtest_makereport(item, call):
     raw = _raw(call)  # read before any other wrapper can change call.excinfo
     raw_message = _first_line(call.excinfo.exconly()) if call.excinfo is not None else ""
+    if call.when == "call":
+        # The test raised inside the runner but the call ended cleanly: an outer pytest_runtest_call
+        # wrapper swallowed it. The runner's view wins.
+        swallowed = _RAISED.pop(item.nodeid, None)
+        if swallowed is not None and raw == "passed" and swallowed[0] != "skipped":
+            raw, raw_message = swallowed[0], swallowed[1] + " (swallowed by a pytest_runtest_call wrapper)"
     outcome = yield
     report = outcome.get_result()
     _SEEN.add((report.nodeid, report.when))
@@ -295,11 +309,24 @@ def pytest_runtest_setup(item):
         _watch_vcr()
 
 
-@pytest.hookimpl(tryfirst=True)
+# The innermost wrapper around pytest's own call of the test (trylast: every other wrapper of this hook,
+# however and whenever it was registered, runs outside this one). What the test raised is recorded here,
+# before any outer wrapper can swallow it: `call.excinfo`, which makereport reads, is built only after all
+# of them ran.
+_RAISED = {}  # nodeid -> (raw outcome, first line of the exception)
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
 def pytest_runtest_call(item):
     if _ACTIVE:
         _watch_vcr()
         _check_wrapped(item)
+    _RAISED.pop(item.nodeid, None)
+    try:
+        return (yield)
+    except BaseException as exc:
+        _RAISED[item.nodeid] = (_raw_exc(exc), _first_line(f"{type(exc).__name__}: {exc}"))
+        raise
 
 
 # --- test functions replaced after collection ---------------------------------------------------------------
