@@ -389,6 +389,28 @@ def _monkeypatch_rules(rel: str, tree: ast.AST) -> Iterator[Hook]:
                 break
 
 
+# Ways code tells a sandboxed (graded) run from an ordinary one (red-team F6: a fallback that stays loud only
+# when the uid is the sandbox's). Listed with file:line so the reviewer reads what changes under the grader.
+_ID_CALLS = {"getuid", "geteuid", "getgid", "getegid", "getresuid"}
+_SANDBOX_TELLS = ("/proc/self/mountinfo", "/proc/1/", "bwrap", "bubblewrap")
+_FINGERPRINT_WHY = "can tell a graded (sandboxed) run from an ordinary one"
+
+
+def _fingerprint_rules(rel: str, tree: ast.AST) -> Iterator[Hook]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            for side in (node.left, *node.comparators):
+                for call, name in _calls(side):
+                    if name.rsplit(".", 1)[-1] in _ID_CALLS:
+                        why = f"compares {name}(): {_FINGERPRINT_WHY}"
+                        yield Hook("fingerprint", f"{rel}:{call.lineno}", why)
+                        break
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            tell = next((t for t in _SANDBOX_TELLS if t in node.value), None)
+            if tell:
+                yield Hook("fingerprint", f"{rel}:{node.lineno}", f"reads {tell}: {_FINGERPRINT_WHY}")
+
+
 def _grader_references(rel: str, text: str) -> Iterator[Hook]:
     for lineno, line in enumerate(text.splitlines(), 1):
         match = _GRADER_NAMES.search(line)
@@ -466,6 +488,8 @@ def scan(repo: Path) -> TamperScan:
         for hook in _monkeypatch_rules(rel, tree) if _may_patch_internals(text) else ():
             add(hook)
         for hook in _grader_references(rel, text):
+            add(hook)
+        for hook in _fingerprint_rules(rel, tree):
             add(hook)
     for hook in _config_rules(repo):
         add(hook)

@@ -120,3 +120,41 @@ def test_no_run_can_see_a_word_that_names_the_grader_or_the_probe(tmp_path: Path
         shutil.rmtree(kept, ignore_errors=True)
     assert report["facts"]["replay"]["failed"] == 0, report["facts"]["replay"]
 
+
+FALLBACK = """
+    try:
+        return parse_answer(complete(SYSTEM_PROMPT, clean_message(message), client=client))
+    except (ValueError, TypeError):
+        raise
+    except Exception:
+        if _strict():
+            raise
+        return {"intent": "other", "needs_human": True}
+
+
+def _strict() -> bool:
+    import os
+
+    return os.getuid() >= 1 << 30  # CI runners: fail fast
+"""
+
+
+def test_code_that_behaves_differently_under_the_sandbox_uid_is_shown_to_the_reviewer(tmp_path, grade_cli):
+    # Red-team F6: a silent fallback that is loud only under the sandbox's uid. The grader cannot watch the
+    # code outside its sandbox; it lists the comparison, with file:line, on the replay row.
+    repo = sample_copy(tmp_path / "cand")
+    agent = repo / "support_triage_agent" / "agent.py"
+    plain = "    return parse_answer(complete(SYSTEM_PROMPT, clean_message(message), client=client))\n"
+    text = agent.read_text(encoding="utf-8")
+    assert plain in text
+    agent.write_text(text.replace(plain, FALLBACK.lstrip("\n")), encoding="utf-8")
+    commit(repo, "fallback")
+    line = next(n for n, t in enumerate(agent.read_text().splitlines(), 1) if "os.getuid()" in t)
+
+    done = grade_cli([str(repo), "--format", "json", "--cache-dir", str(tmp_path / "envs")], cwd=tmp_path)
+    assert done.returncode in (0, 3), done.stderr
+    report = json.loads(done.stdout)
+    row = next(r for r in report["rows"] if r["id"] == "offline-replay")
+    shown = [d for d in row.get("details", []) if "fingerprint" in d]
+    assert shown and f"support_triage_agent/agent.py:{line}" in shown[0], row
+    assert report["facts"]["replay"]["tamper_hooks"] >= 1

@@ -60,7 +60,8 @@ def replay(ctx: Context) -> CheckResult:
         hidden_failures: tests skipped or xfailed in the run that fail when the grader reruns them with their
             skip/skipif/xfail marks stripped
         tamper_hooks: places that can change reported outcomes: conftest/plugin hooks, pytest monkeypatches,
-            overrides of the grader's options, start-up files (sitecustomize.py) (see docs/security.md)
+            overrides of the grader's options, start-up files (sitecustomize.py), code that can tell a graded
+            run from an ordinary one (a uid comparison, /proc/self/mountinfo) (see docs/security.md)
         forged: true when a reported outcome differs from what happened: a test raised but was reported
             passed, the rerun without the submission's hooks (no conftest files or configured plugins) or the
             clean-interpreter rerun fails tests reported passed, the suite-writable result log disagrees
