@@ -16,9 +16,12 @@ import os
 import shutil
 from pathlib import Path
 
+from grader.deeptree import walk
+
 __all__ = ["INERT", "make_inert"]
 
 INERT = ".inert"
+_DEPTH = 4096
 _GIT_DIR_SIGNS = ("objects", "commondir")  # git takes a folder for a repository only with one of them
 
 
@@ -29,7 +32,9 @@ def make_inert(root: Path, pristine: Path | None) -> list[str]:
     """
     renamed: list[str] = []
     skip = Path(pristine).resolve() if pristine is not None else None
-    for dirpath, dirnames, filenames in os.walk(root, topdown=True, followlinks=False):
+    # Iterative (a run can leave folders nested deeper than Python's recursion limit), and deep enough for
+    # any folder a reviewer could still enter.
+    for dirpath, dirnames, filenames in walk(root, max_depth=_DEPTH):
         here = Path(dirpath)
         if skip is not None and here.resolve() == skip:
             dirnames[:] = []

@@ -381,12 +381,24 @@ _UNSAFE_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX | stat.S_IWGRP | stat.
 
 
 def _chown_tree(root: Path, uid: int, gid: int, *, tame: bool = False) -> None:
-    # lchown: never follow a submission's symlink to chown something outside its tree.
+    # lchown: never follow a submission's symlink to chown something outside its tree. Iterative, not
+    # os.walk: a run can leave folders nested deeper than Python's recursion limit (grader/deeptree.py).
     _own_one(str(root), uid, gid, tame)
-    if root.is_dir() and not root.is_symlink():
-        for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-            for name in (*dirnames, *filenames):
-                _own_one(os.path.join(dirpath, name), uid, gid, tame)
+    if not root.is_dir() or root.is_symlink():
+        return
+    stack = [str(root)]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:  # gone, or a path past PATH_MAX: the clean-up removes it all the same
+            continue
+        for entry in entries:
+            _own_one(entry.path, uid, gid, tame)
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+            except OSError:
+                pass
 
 
 def _own_one(path: str, uid: int, gid: int, tame: bool) -> None:

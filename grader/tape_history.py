@@ -38,6 +38,7 @@ __all__ = ["TapeEdit", "TapeHistory", "tape_edits"]
 _RESPONSE_KEY = re.compile(r'^\s*"?response"?\s*:')  # where the answer starts, JSON or YAML
 _SHORT = 7  # commit ids as the history scan shows them
 _MAX_PAIRS = 20_000  # changed tape versions compared per grade; more is noted, never a crash
+_MAX_HISTORY_BYTES = 64 * 2**20  # tape versions read per grade (old + new); more is noted
 
 
 @dataclass(frozen=True)
@@ -129,27 +130,43 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
                 current[path] = (commit, new)
                 gone.pop(path, None)
     notes: list[str] = []
+    # What is graded first: tapes still at HEAD, newest change first. A history padded with rewrites of a
+    # tape deleted later (1,200 one-MB versions took 150 s) then costs its cap, never the tapes that count.
+    order = {id(pair): n for n, pair in enumerate(pairs)}
+    pairs.sort(key=lambda pair: (pair[0] not in current, -order[id(pair)]))
     if len(pairs) > _MAX_PAIRS:
         notes.append(f"tape history: {len(pairs) - _MAX_PAIRS} changed tape versions not compared (cap)")
         pairs = pairs[:_MAX_PAIRS]
-    found: dict[str, list[_Change]] = defaultdict(list)  # commit -> what it did to each tape it modified
+    # commit -> (place in the history, what it did to the tape) for each tape version it changed
+    found: dict[str, list[tuple[int, _Change]]] = defaultdict(list)
     blobs = [sha for _, old, new, _, _ in pairs for sha in (old, new)]
+    read = done = 0
     with contextlib.closing(_cat(repo, blobs)) as contents:
-        for path, _old, _new, before, after in pairs:
+        for pair in pairs:
+            path, _old, _new, before, after = pair
+            if read > _MAX_HISTORY_BYTES:
+                notes.append(
+                    f"tape history: {len(pairs) - done} older changed tape versions not compared (over "
+                    f"{_MAX_HISTORY_BYTES // 2**20} MB read; tapes at HEAD, newest change first, were)"
+                )
+                break
             old_data, new_data = next(contents, None), next(contents, None)
+            done += 1
             if old_data is None or new_data is None:
-                found[after].append(_Change(edits=[], rerecorded=True))  # unread: never evidence either way
+                found[after].append((order[id(pair)], _Change(edits=[], rerecorded=True)))  # never evidence
                 continue
-            found[after].append(_compare(path, old_data, new_data, before[:_SHORT], after[:_SHORT]))
-    edits: list[TapeEdit] = []
+            read += len(old_data) + len(new_data)
+            change = _compare(path, old_data, new_data, before[:_SHORT], after[:_SHORT])
+            found[after].append((order[id(pair)], change))
+    edits: list[tuple[int, TapeEdit]] = []
     for commit, changes in found.items():
         # A re-recording asks every question again: every tape of the set gets new answers (ids, bodies).
         # A commit that touched every tape but left some answers as they were (only `recorded_at` or other
         # metadata restamped) re-recorded nothing: its changed answers are edits.
-        if sets.get(commit) and all(change.rerecorded for change in changes):
+        if sets.get(commit) and all(change.rerecorded for _, change in changes):
             continue
-        edits += [edit for change in changes for edit in change.edits]
-    return TapeHistory(edits, notes)
+        edits += [(n, edit) for n, change in changes for edit in change.edits]
+    return TapeHistory([edit for _, edit in sorted(edits, key=lambda e: e[0])], notes)
 
 
 def _commits(log: str) -> Iterator[tuple[str, dict[str, tuple[str, str, str, str]]]]:
