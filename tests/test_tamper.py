@@ -290,9 +290,9 @@ def test_guard_ignores_an_inner_in_process_pytest(tmp_path: Path) -> None:
             "test_outer.py": """
                 def test_outer(pytester):
                     pytester.makepyfile(test_inner="def test_inner_fails():\\n    assert False\\n")
-                    result = pytester.runpytest_inprocess("-p", "_grader_guard")
+                    result = pytester.runpytest_inprocess("-p", "GUARD")
                     result.assert_outcomes(failed=1)
-                """,
+                """.replace("GUARD", tamper.GUARD_MODULE),
         },
     )
     assert log.outcomes == {"test_outer.py::test_outer": "passed"}, log.outcomes
