@@ -135,6 +135,64 @@ def pytest_configure(config):
     config.pluginmanager.register(_Tolerance(), "tolerance")
 """
 
+# Red-team F3b: the same wrapper, plainly written in a test module and registered by the first test.
+TEST_REGISTERS_WRAPPER = """
+import pytest
+
+
+class LabelNoise:
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item):
+        try:
+            return (yield)
+        except AssertionError:
+            return None
+
+
+def test_settings_loaded(request):
+    request.config.pluginmanager.register(LabelNoise(), "label-noise")
+"""
+
+# Red-team F15: a detected hook, and a suite that hangs only where the hook's conftest is not loaded.
+HANGS_WITHOUT_CONFTEST = (
+    ITEMCOLLECTED
+    + """
+import os
+
+os.environ["SUITE_CONFIGURED"] = "1"
+"""
+)
+WAITS_FOR_CONFTEST = (
+    """
+import os
+import time
+
+if not os.environ.get("SUITE_CONFIGURED"):
+    time.sleep(100000)  # "wait for the fixture server"
+"""
+    + TESTS
+)
+
+# Red-team F15b: skipped tests that hang, rather than fail, when they are run.
+SKIPPED_AND_HANGING = """
+import time
+
+import pytest
+
+
+UNDER_REVIEW = pytest.mark.skip(reason="label under review")
+
+
+@pytest.mark.parametrize("i", [pytest.param(i, marks=UNDER_REVIEW) for i in range(3)])
+def test_label(i):
+    while i >= 0:  # "poll until the label store catches up"
+        time.sleep(1)
+
+
+def test_fine():
+    assert True
+"""
+
 PYPROJECT_WITH_PLUGIN = """
 [project]
 name = "submission"
@@ -146,11 +204,11 @@ addopts = "-p softplug"
 """
 
 
-def _grade(repo, cache):
+def _grade(repo, cache, timeout: float = 120):
     from grader.grading import grade
     from grader.rubric import load_rubric
 
-    return grade(str(repo), rubric=load_rubric(), timeout=120, cache_root=cache, jobs=1)
+    return grade(str(repo), rubric=load_rubric(), timeout=timeout, cache_root=cache, jobs=1)
 
 
 def _replay_row(report):
@@ -166,6 +224,11 @@ CASES = {
         "failed without them",
     ),
     "conftest-autouse-fixture": ({"tests/conftest.py": AUTOUSE_FIXTURE}, None, "failed without them"),
+    "test-registers-call-wrapper": (
+        {"tests/test_000_setup.py": TEST_REGISTERS_WRAPPER},
+        None,
+        "swallowed by a pytest_runtest_call wrapper",
+    ),
     "registered-call-wrapper": (
         {"tests/conftest.py": REGISTERED_CALL_WRAPPER},
         None,
@@ -189,6 +252,29 @@ def test_a_suite_wrapping_its_tests_to_swallow_failures_is_forged(
     assert row["score"] <= 1, row
     assert "FORGED" in row["evidence"] and "test_must_hold" in row["evidence"], row["evidence"]
     assert why in row["evidence"], row["evidence"]
+
+
+def test_a_suite_that_hangs_only_without_its_hooks_is_forged(make_submission, grade_cache) -> None:
+    files = {"tests/conftest.py": HANGS_WITHOUT_CONFTEST, "tests/test_strict.py": WAITS_FOR_CONFTEST}
+    repo = make_submission(files)
+
+    report = _grade(repo, grade_cache, timeout=20)
+
+    facts = report["facts"]["replay"]
+    assert facts["forged"] is True and not facts["timed_out"], facts
+    row = _replay_row(report)
+    assert row["score"] <= 1 and "timed out: it behaves differently" in row["evidence"], row
+
+
+def test_skipped_tests_that_hang_when_run_are_hidden_failures(make_submission, grade_cache) -> None:
+    repo = make_submission({"tests/test_labels.py": SKIPPED_AND_HANGING})
+
+    report = _grade(repo, grade_cache, timeout=20)
+
+    facts = report["facts"]["replay"]
+    assert facts["hidden_failures"] == 3 and not facts["timed_out"], facts
+    row = _replay_row(report)
+    assert row["score"] <= 1 and "did not finish when run" in " ".join(row.get("details", [])), row
 
 
 def test_the_same_suite_without_the_hook_is_an_honest_red_run(make_submission, grade_cache) -> None:

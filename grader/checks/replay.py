@@ -58,15 +58,16 @@ def replay(ctx: Context) -> CheckResult:
         xfailed: tests that failed as expected (xfail)
         deselected: tests deselected by the suite's own options or hooks
         xfail_norun: tests marked xfail(run=False), so never run
-        hidden_failures: tests skipped or xfailed in the run that fail when the grader reruns them with their
-            skip/skipif/xfail marks stripped
+        hidden_failures: tests skipped or xfailed in the run that fail (or never finish) when the grader
+            reruns them with their skip/skipif/xfail marks stripped
         tamper_hooks: places that can change reported outcomes: conftest/plugin hooks, pytest monkeypatches,
             overrides of the grader's options, start-up files (sitecustomize.py), code that can tell a graded
             run from an ordinary one (a uid comparison, /proc/self/mountinfo) (see docs/security.md)
         forged: true when a reported outcome differs from what happened: a test raised but was reported
             passed, the rerun without the submission's hooks (no conftest files or configured plugins) or the
-            clean-interpreter rerun fails tests reported passed, the suite-writable result log disagrees
-            with the grader's guard log, or the run replaced one of the grader's logs (a link, a FIFO)
+            clean-interpreter rerun fails tests reported passed or times out where the run finished, the
+            suite-writable result log disagrees with the grader's guard log, or the run replaced one of the
+            grader's logs (a link, a FIFO)
         exit_abnormal: true when pytest's session never finished (os._exit, a killed interpreter, the grader's
             plugins switched off); a timeout is reported as timed_out instead
         network_attempts: connection attempts seen by the audit hook or refused by pytest-socket
@@ -283,11 +284,28 @@ def _tamper_evidence(rr: ReplayRun, results: Results) -> _Evidence:
                 "error",
             ):
                 ev.forged.append(f"{nodeid}: {outcome} in the suite's run, failed in a clean interpreter")
-    if guard is not None and rr.unskipped is not None and rr.unskipped.guard is not None:
-        again = rr.unskipped.guard
+    # A verifying rerun that cannot finish where the suite's own run did (red-team F15): the suite behaves
+    # differently without its hooks, or outside the Makefile, and the difference is what hides its outcome.
+    reruns = (
+        (rr.noconftest, "without the submission's hooks"),
+        (rr.hookless, "without its hooks, in a clean interpreter"),
+        (rr.clean, "in a clean interpreter"),
+    )
+    for rerun, how in reruns if not rr.run.timed_out else ():
+        if rerun is not None and rerun.run.timed_out:
+            ev.forged.append(f"the suite's run finished, the rerun {how} timed out: it behaves differently")
+    unskipped = rr.unskipped
+    if guard is not None and unskipped is not None:
+        again = unskipped.guard.outcomes if unskipped.guard is not None else {}
+        messages = unskipped.guard.messages if unskipped.guard is not None else {}
         for nodeid, outcome in guard.outcomes.items():
-            if outcome in ("skipped", "xfailed") and again.outcomes.get(nodeid) in ("failed", "error"):
-                ev.hidden.append(f"{nodeid} ({again.messages.get(nodeid, 'fails')})")
+            if outcome not in ("skipped", "xfailed"):
+                continue
+            if again.get(nodeid) in ("failed", "error"):
+                ev.hidden.append(f"{nodeid} ({messages.get(nodeid, 'fails')})")
+            elif unskipped.run.timed_out and nodeid not in again:
+                # Red-team F15b: a skipped test that never finishes when run would have hung the suite.
+                ev.hidden.append(f"{nodeid} (did not finish when run: the rerun timed out)")
     if not rr.run.timed_out:
         if guard is None and results.records:
             ev.abnormal, ev.abnormal_why = (
