@@ -164,7 +164,7 @@ def test_reads_test_extras_and_dependency_groups(tmp_path):
 
 def test_default_cache_root_follows_xdg(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert install.default_cache_root() == tmp_path / "cassette-grader"
+    assert install.default_cache_root() == tmp_path / "cassette-envs"
 
 
 def test_changing_the_grader_modules_a_venv_holds_changes_its_cache_key(monkeypatch, tmp_path):
