@@ -221,7 +221,7 @@ def _pipeline(
     if environment:
         report["environment"] = environment
     if keep_workspace:
-        report.setdefault("notes", []).append(f"workspace kept at {root}")
+        report["notes"].append(f"workspace kept at {root}")
     if store is not None:
         from grader.runstore import store_run
 
@@ -472,7 +472,6 @@ def _report(
         "facts": {check_id: jsonable(result.facts) for check_id, result in results.items()},
         "findings": findings,
         "timings": {k: max(0.0, v) for k, v in timings.items()},
+        "notes": list(notes),  # always present ([] when there is none): a tool reads it without a guard
     }
-    if notes:
-        report["notes"] = list(notes)
     return report
