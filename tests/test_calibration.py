@@ -19,12 +19,13 @@ import pytest
 import yaml
 
 from grader.errors import BadInput
-from grader.selftest import load_corpus
+from grader.selftest import default_corpus_path, load_corpus
 from tests.helpers.sample_marks import LOOPBACK_EVIDENCE, REHEARSAL, default_scores
 
 ROOT = Path(__file__).resolve().parents[1]
 GRADE = [sys.executable, "-m", "grader"]
-CASE_IDS = [case.id for case in load_corpus()]
+SHIPPED = default_corpus_path()
+CASE_IDS = [case.id for case in load_corpus(SHIPPED)]
 _FULL_KEY = re.compile(r"sk-(?:proj|ant-api03)-[A-Za-z0-9_-]{30,}")
 
 pytestmark = pytest.mark.slow
@@ -51,7 +52,7 @@ def _selftest(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[s
 @pytest.fixture(scope="module")
 def corpus_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], dict]:
     out = tmp_path_factory.mktemp("selftest") / "verdicts.json"
-    done = _selftest("--json", str(out))
+    done = _selftest("--corpus", str(SHIPPED), "--json", str(out))
     assert out.is_file(), done.stderr
     return done, json.loads(out.read_text(encoding="utf-8"))
 

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from grader.audit import AuditLog
 from grader.checks import registry
 from grader.checks.boundary import boundary
 from grader.checks.hygiene import hygiene
@@ -43,7 +44,7 @@ def _ctx(repo, *, cassette_dir="cassettes", opened=None, key_function=None, defa
     def replay_run():
         if opened is None:
             raise RuntimeError("install failed: no matching distribution for numpy==0.0")
-        return SimpleNamespace(audit=SimpleNamespace(opened=set(opened)))
+        return SimpleNamespace(audit=AuditLog(opened=set(opened)))
 
     return SimpleNamespace(
         repo=repo,
