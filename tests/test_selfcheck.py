@@ -166,8 +166,10 @@ def test_a_fresh_bake_lists_what_is_left_to_do(tmp_path: Path) -> None:
     replay = _fails(lines, "offline replay")
     assert replay, output
     assert re.fullmatch(
-        r"FAIL: offline replay: test_triage_matches_label\[01-refund\]: CassetteMiss: cassette miss: "
-        r"no tape [0-9a-f]{16} .* \(tests/test_triage\.py:\d+\)",
+        # The miss whole (not cut short), without the exception's class name repeating "cassette miss".
+        r"FAIL: offline replay: test_triage_matches_label\[01-refund\]: cassette miss: "
+        r"no tape [0-9a-f]{16} for POST /v1/chat/completions \(expected cassettes/[0-9a-f]{16}\.json\); "
+        r"no tape is recorded yet; run `make record` \(tests/test_triage\.py:\d+\)",
         replay[0],
     ), replay[0]
     tickets = len((project / "data/tickets.jsonl").read_text().splitlines())
