@@ -15,7 +15,7 @@ from grader.tapes import tapes_of
 if TYPE_CHECKING:
     from grader.context import Context
 
-__all__ = ["replay"]
+__all__ = ["replay", "suite_passed"]
 
 _MAX_DETAILS = 10
 
@@ -45,7 +45,8 @@ def _zero_facts() -> dict[str, object]:
     }
 
 
-@register("replay")
+# First: make-targets and the others reuse its memoized suite run, and its timing is then the suite's.
+@register("replay", phase="first")
 def replay(ctx: Context) -> CheckResult:
     """Runs the submission's suite offline (`make test`, else `python -m pytest`) in the sandbox.
 
@@ -221,6 +222,17 @@ class _Evidence:
         if self.abnormal:
             out.append(self.abnormal_why)
         return out
+
+
+def suite_passed(rr: ReplayRun) -> bool:
+    """The grader's verdict on the replay run, not the suite's exit status: every test it ran passed, none
+    failed when the grader re-ran it (without conftest, unskipped, in a clean interpreter), nothing forged,
+    and the session finished in time. Any row that credits "the tests pass" uses this."""
+    results = rr.results or Results()
+    if rr.run.returncode != 0 or rr.run.timed_out or results.failed or results.errors or not results.passed:
+        return False
+    evidence = _tamper_evidence(rr, results)
+    return not (evidence.forged or evidence.hidden or evidence.abnormal)
 
 
 def _tamper_evidence(rr: ReplayRun, results: Results) -> _Evidence:
