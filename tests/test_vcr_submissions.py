@@ -160,7 +160,14 @@ def test_model_and_date_come_from_the_vcr_yaml(name: str, built, grade_json) -> 
     report = grade_json(sub.repo)
     row = _row(report, "model-metadata")
     facts = report["facts"]["metadata"]
-    assert row["score"] == 3, _said(row)
+    # Everything is named. The builder recorded against the stand-in and rewrote the host to api.openai.com;
+    # the stand-in's own answers give it away, and the default rubric stops the row at 2 and says so.
+    assert row["score"] == 2, _said(row)
+    assert row["evidence"].startswith(
+        f"all {len(sub.cassettes)} tapes were recorded against a loopback endpoint "
+        "(the kit's stand-in, by its own answers, whatever endpoint the tapes name), not a real model"
+    ), _said(row)
+    assert facts["tapes"] == facts["with_endpoint"] == facts["loopback_tapes"]
     assert facts["models"] == [MODEL]
     assert facts["tapes"] == facts["with_model"] == facts["with_time"] == len(sub.cassettes)
     # Each tape's recording time is the `date` header vcrpy stored with the response.
