@@ -244,9 +244,7 @@ def _pipeline(
     if environment:
         report["environment"] = environment
     if keep_workspace:
-        report.setdefault("notes", []).extend(
-            [f"workspace kept at {root}", _make_kept_inert(root, workspace)]
-        )
+        report["notes"].extend([f"workspace kept at {root}", _make_kept_inert(root, workspace)])
     if store is not None:
         from grader.runstore import store_run
 
@@ -498,7 +496,6 @@ def _report(
         "facts": {check_id: jsonable(result.facts) for check_id, result in results.items()},
         "findings": findings,
         "timings": {k: max(0.0, v) for k, v in timings.items()},
+        "notes": list(notes),  # always present ([] when there is none): a tool reads it without a guard
     }
-    if notes:
-        report["notes"] = list(notes)
     return report
