@@ -26,6 +26,7 @@ from grader.deeptree import MAX_DEPTH, remove_tree
 from grader.details import submission_relative
 from grader.errors import BadInput, NotAssessable, describe
 from grader.install import Env, InstallFailed, default_cache_root, ensure_env
+from grader.kept import make_inert
 from grader.manifest import not_a_submission, read_manifest
 from grader.requirements import Dependencies, read_dependencies
 from grader.rubric import score, totals
@@ -33,6 +34,7 @@ from grader.runstore import store_run
 from grader.sandbox import host_shortfall, isolation
 
 if TYPE_CHECKING:
+    from grader.acquire import Workspace
     from grader.checks import Check
     from grader.rubric import Rubric
 
@@ -94,7 +96,7 @@ def grade(
     report_progress = _one_line_progress(progress or _no_progress)
     cache_root = cache_root or default_cache_root()
     try:
-        root = Path(tempfile.mkdtemp(prefix="grade-"))
+        root = Path(tempfile.mkdtemp())
     except OSError as exc:
         if no_space(exc):
             raise NotAssessable(no_space_reason("workspace folder", tempfile.gettempdir())) from None
@@ -124,9 +126,24 @@ def grade(
         raise NotAssessable(no_space_reason("workspace", root)) from None
     finally:
         if keep_workspace:
-            report_progress("workspace", 0.0, f"kept at {root}")
+            # Again on every way out (an error after the runs): idempotent, nothing left to rename.
+            make_inert(root, root / "pristine")
+            report_progress("workspace", 0.0, f"kept at {root}; {_KEPT_GIT}")
         else:
             remove_tree(root)  # not shutil.rmtree: a run can leave folders too deep for it
+
+
+_KEPT_GIT = (
+    "every .git the suite could write was renamed to .git.inert (and HEAD of a bare one to HEAD.inert); "
+    "repo/.git is the submitted one: git there runs nothing of the submission's"
+)
+
+
+def _make_kept_inert(root: Path, workspace: Workspace) -> str:
+    """Make the kept workspace safe to enter with git (grader/kept.py); the note saying what was done."""
+    renamed = make_inert(root, workspace.pristine)
+    shown = ", ".join(renamed[:5]) + (f", … ({len(renamed)} in all)" if len(renamed) > 5 else "")
+    return f"kept workspace: {_KEPT_GIT}" + (f" (renamed: {shown})" if renamed else "")
 
 
 def _names(exc: OSError, folder: Path) -> bool:
@@ -220,7 +237,7 @@ def _pipeline(
     if environment:
         report["environment"] = environment
     if keep_workspace:
-        report.setdefault("notes", []).append(f"workspace kept at {root}")
+        report["notes"].extend([f"workspace kept at {root}", _make_kept_inert(root, workspace)])
     if store is not None:
         # Before the workspace goes: the raw logs (audit, results, JUnit) are part of the stored evidence.
         logs = root / "logs"
@@ -461,7 +478,6 @@ def _report(
         "facts": {check_id: jsonable(result.facts) for check_id, result in results.items()},
         "findings": findings,
         "timings": {k: max(0.0, v) for k, v in timings.items()},
+        "notes": list(notes),  # always present ([] when there is none): a tool reads it without a guard
     }
-    if notes:
-        report["notes"] = list(notes)
     return report

@@ -130,11 +130,11 @@ def _listed(value: object) -> list[object]:
 def default_cache_root() -> Path:
     """Where environments are cached. As root, a folder the sandbox's unprivileged user can enter."""
     if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"]) / "cassette-grader"
+        return Path(os.environ["XDG_CACHE_HOME"]) / "cassette-envs"
     # Root's home is usually 0700: a venv under it would force the sandbox to keep running as root.
     if hasattr(os, "geteuid") and os.geteuid() == 0:
-        return Path("/var/cache/cassette-grader")
-    return Path.home() / ".cache" / "cassette-grader"
+        return Path("/var/cache/cassette-envs")
+    return Path.home() / ".cache" / "cassette-envs"
 
 
 def read_requirements(repo: Path) -> list[str]:

@@ -16,6 +16,7 @@ import pytest
 from grader import install, sandbox
 from grader.errors import NotAssessable
 from grader.requirements import grader_tools
+from tests.helpers.tape import A_TAPE
 
 pytestmark = pytest.mark.slow
 
@@ -163,7 +164,7 @@ def test_reads_test_extras_and_dependency_groups(tmp_path):
 
 def test_default_cache_root_follows_xdg(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert install.default_cache_root() == tmp_path / "cassette-grader"
+    assert install.default_cache_root() == tmp_path / "cassette-envs"
 
 
 def test_changing_the_grader_modules_a_venv_holds_changes_its_cache_key(monkeypatch, tmp_path):
@@ -236,6 +237,7 @@ def _needs_privilege_drop() -> None:
         pytest.skip("no privilege drop on this machine: builds run as the grader's own user")
 
 
+@pytest.mark.index
 def test_find_links_sdist_is_refused_and_its_setup_py_never_runs(area, grade_cli):
     from tests.helpers.pkgindex import make_sdist
 
@@ -267,6 +269,9 @@ def test_find_links_sdist_is_refused_and_its_setup_py_never_runs(area, grade_cli
     (repo / "tests" / "test_ini.py").write_text(
         "import iniconfig\n\n\ndef test_ini():\n    assert iniconfig\n"
     )
+    for rel, text in A_TAPE.items():  # offline-replay needs a recording to show a replay
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text, encoding="utf-8")
     for argv in (
         ["git", "init", "-q", "-b", "main"],
         ["git", "add", "-A"],

@@ -62,12 +62,12 @@ _MAX_LISTED = 10
 # Exit code the wrapper script uses when the stand-in never printed its URL.
 _NO_STANDIN = 97
 _WRAPPER = """\
-url_file="$HOME/.canary-standin-url"
-python -E -s "$CANARY_TOOLS/standin.py" --port 0 --quiet --rules "$CANARY_TOOLS/rules/standin.json" \
+url_file="$HOME/.standin-url"
+python -E -s "$STANDIN_TOOLS/standin.py" --port 0 --quiet --rules "$STANDIN_TOOLS/rules/standin.json" \
   >"$url_file" 2>/dev/null &
 i=0
 while [ ! -s "$url_file" ] && [ "$i" -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
-if [ ! -s "$url_file" ]; then echo "canary probe: the stand-in server did not start" >&2; exit {code}; fi
+if [ ! -s "$url_file" ]; then echo "the stand-in server did not start" >&2; exit {code}; fi
 url=$(head -n 1 "$url_file")
 rm -f "$url_file"
 {strip}
@@ -249,10 +249,10 @@ def _plan(ctx: Context) -> CanaryProbe | _Plan:
     if not base_env.replace("_", "").isalnum():
         return CanaryProbe(f"not available: base_url_env {base_env!r} is not a variable name")
 
-    tools = _stage_standin(ctx.workspace.root / "canary-standin")
+    tools = _stage_standin(ctx.workspace.root / "standin")
     scratch = ctx.scratch_copy("canary-record")
     canary = make_canary(key_env)
-    env = {key_env: canary, "CANARY_TOOLS": str(tools), "CASSETTE_MODE": "record"}
+    env = {key_env: canary, "STANDIN_TOOLS": str(tools), "CASSETTE_MODE": "record"}
     trust = _one_certificate(tools / "ca.pem")
     if trust is not None:
         env["SSL_CERT_FILE"] = str(trust)

@@ -102,8 +102,8 @@ def metadata(ctx: Context) -> CheckResult:
         "models": sorted(models),
         "disagreeing": len(disagreeing),
     }
-    host = (local[0].endpoint if local else "") or ("the kit's stand-in" if disguised else "")
-    facts["summary"] = _summary(facts, sorted(models), invalid, host)
+    # "" when every such tape names a real endpoint: the stand-in is known by its answers, not by a host.
+    facts["summary"] = _summary(facts, sorted(models), invalid, (local[0].endpoint or "") if local else "")
     return CheckResult(facts=facts, findings=findings, details=details)
 
 
@@ -159,11 +159,12 @@ def _summary(facts: dict[str, object], models: list[str], invalid: int, loopback
             which = "the only tape was" if total == 1 else f"all {total} tapes were"
         else:
             which = f"{local} of {total} tapes " + ("was" if local == 1 else "were")
-        parts.insert(
-            0,
-            f"{which} recorded against a loopback endpoint ({loopback_host}: a local stand-in such as the "
-            "kit's), not a real model",
+        where = (
+            f"{loopback_host}: a local stand-in such as the kit's"
+            if loopback_host
+            else "the kit's stand-in, by its own answers, whatever endpoint the tapes name"
         )
+        parts.insert(0, f"{which} recorded against a loopback endpoint ({where}), not a real model")
     return "; ".join(parts)
 
 

@@ -170,6 +170,7 @@ def _introductions(repo: Path, wanted: set[str]) -> dict[str, tuple[int, str, st
         "--all",
         "--reverse",
         *gitsafe.RAW_LOG,
+        "--no-renames",
         "-m",
         "--format=@%H",
     ).decode("utf-8", "surrogateescape")
