@@ -456,8 +456,9 @@ def _open_site(venv: Path) -> int | None:
         return None
 
 
-def _read_at(dir_fd: int, name: str, limit: int = 8192) -> str:
-    """The start of a regular file in ``dir_fd``: never through a link, never blocking on a FIFO."""
+def _read_at(dir_fd: int | None, name: str, limit: int = 8192) -> str:
+    """The start of a regular file in ``dir_fd`` (None: ``name`` is a path): never through a link, never
+    blocking on a FIFO."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
     except OSError:
@@ -637,14 +638,7 @@ def _digest(venv: Path) -> dict[str, str]:
 
 def _head(path: Path, limit: int = 8192) -> str:
     """The start of a regular file a build wrote: never through a link, never blocking on a FIFO."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return ""
-    try:
-        return os.read(fd, limit).decode("utf-8", "replace") if stat.S_ISREG(os.fstat(fd).st_mode) else ""
-    finally:
-        os.close(fd)
+    return _read_at(None, str(path), limit)
 
 
 def _tool_versions(venv: Path, names: list[str]) -> dict[str, str]:
