@@ -18,9 +18,9 @@ from grader.errors import BadInput
 
 __all__ = ["CLASSES", "CONTRACT_CLASSES", "Acceptance", "default_acceptance_path", "load_acceptance"]
 
-# What can go wrong in one run of the agent, as the report and the rule name it. The first four break the
+# What can go wrong in one run of the agent, as the report and the rule name it. The first five break the
 # agent's output contract (they count towards max_violation_rate); the others are behaviour differences.
-CONTRACT_CLASSES = ("unparseable", "schema", "made_up_default", "wrong_label")
+CONTRACT_CLASSES = ("unparseable", "schema", "made_up_default", "wrong_label", "timeout")
 CLASSES = (*CONTRACT_CLASSES, "loud", "termination", "tool_shape")
 _RATES = ("max_violation_rate", "max_changed_rate", "max_loud_rate")
 _KEYS = ("version", "name", "zero", *_RATES)
@@ -83,7 +83,9 @@ def load_acceptance(path: Path | None = None) -> Acceptance:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else 1
-        raise BadInput(f"{path}:{line}: YAML syntax error: {exc.problem or exc.context}; fix the syntax") from None
+        raise BadInput(
+            f"{path}:{line}: YAML syntax error: {exc.problem or exc.context}; fix the syntax"
+        ) from None
     except yaml.YAMLError as exc:
         raise BadInput(f"{path}: YAML error: {' '.join(str(exc).split())}") from None
     return _Reader(path, hashlib.sha256(raw).hexdigest()).read(root)
@@ -104,7 +106,9 @@ class _Reader:
 
     def read(self, root: yaml.Node | None) -> Acceptance:
         if root is None:
-            raise BadInput(f"{self.path}:1: the acceptance rule is empty; start from rubric/drift-acceptance.yaml")
+            raise BadInput(
+                f"{self.path}:1: the acceptance rule is empty; start from rubric/drift-acceptance.yaml"
+            )
         if not isinstance(root, yaml.MappingNode):
             raise BadInput(
                 f"{self.path}:{_line(root)}: the acceptance rule must be a mapping (version: 1, "
@@ -129,7 +133,11 @@ class _Reader:
         zero = self._zero(found.get("zero"))
         if not self.problems and all(rate is None for rate in rates.values()) and not zero:
             self.problems.append(
-                (_line(root), "the rule checks nothing; set max_violation_rate, max_changed_rate, max_loud_rate or zero")
+                (
+                    _line(root),
+                    "the rule checks nothing; set max_violation_rate, max_changed_rate, max_loud_rate "
+                    "or zero",
+                )
             )
         if self.problems:
             lines = [f"{self.path}:{line}: {message}" for line, message in sorted(self.problems)]

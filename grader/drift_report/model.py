@@ -180,7 +180,8 @@ def _judge(rule: Acceptance, candidate: dict[str, Any], difference: Rate) -> dic
         checks.append(
             _check(
                 "max_loud_rate",
-                f"loud failures {loud.count}/{n} ({percent(loud.value)}) at most {percent(rule.max_loud_rate)}",
+                f"loud failures {loud.count}/{n} ({percent(loud.value)}) "
+                f"at most {percent(rule.max_loud_rate)}",
                 loud.value <= rule.max_loud_rate,
                 round(loud.value, 6),
                 rule.max_loud_rate,
@@ -249,7 +250,9 @@ def build_report(
     }
     deltas = {
         "tokens": _delta(summary["candidate"]["tokens"], summary["control"]["tokens"]),
-        "seconds_median": _delta(summary["candidate"]["seconds_median"], summary["control"]["seconds_median"]),
+        "seconds_median": _delta(
+            summary["candidate"]["seconds_median"], summary["control"]["seconds_median"]
+        ),
     }
     report: dict[str, Any] = {
         "schema": SCHEMA,
@@ -259,7 +262,9 @@ def build_report(
         "grader_version": grader_version,
         "settings": {"trials": trials, "replay_until": replay_until, "model": model},
         "denominator": {"tickets": len(tickets), "trials": trials, "runs_per_arm": len(tickets) * trials},
-        "arms": {name: {"spec": a.spec, "kind": a.kind, "served_model": a.served_model} for name, a in arms.items()},
+        "arms": {
+            name: {"spec": a.spec, "kind": a.kind, "served_model": a.served_model} for name, a in arms.items()
+        },
         "recording": recording,
         "tickets": [
             {
@@ -270,7 +275,11 @@ def build_report(
                 "recorded_calls": t.recorded_calls,
                 "recorded_tools": list(t.recorded_tools),
                 **{
-                    arm: [_run_dict(index[(arm, t.id, k)]) for k in range(1, trials + 1) if (arm, t.id, k) in index]
+                    arm: [
+                        _run_dict(index[(arm, t.id, k)])
+                        for k in range(1, trials + 1)
+                        if (arm, t.id, k) in index
+                    ]
                     for arm in ARMS
                 },
             }

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from grader.drift_report.acceptance import CONTRACT_CLASSES
-from grader.drift_report.stats import Rate, percent
+from grader.drift_report.stats import Rate
 from grader.inert import inert_tree
 
 __all__ = ["FORMATS", "render"]
@@ -196,11 +196,16 @@ def _text(report: dict[str, Any]) -> str:
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    out += ["  ".join(cell.ljust(w) for cell, w in zip(r[:4], widths, strict=False)) + "  " + r[4] for r in rows]
-    out.append("(verdict: intent, +human when needs_human; LOUD: failed naming the problem; (kind): drift injected)")
+    out += [
+        "  ".join(cell.ljust(w) for cell, w in zip(r[:4], widths, strict=False)) + "  " + r[4] for r in rows
+    ]
+    out.append(
+        "(verdict: intent, +human when needs_human; LOUD: failed naming the problem; (kind): drift injected)"
+    )
     out.append("")
     out += [
-        f"contract violations: {s['contract']} ({_class_counts(report['summary'], 'candidate')} in the candidate)",
+        f"contract violations: {s['contract']} "
+        f"({_class_counts(report['summary'], 'candidate')} in the candidate)",
         f"loud failures: {s['loud']}",
         f"termination (calls per ticket differ from the recording): {s['termination']}",
         f"tool-call shape (differs from the recording): {s['tool_shape']}",
@@ -269,11 +274,14 @@ def _markdown(report: dict[str, Any]) -> str:
     ]
     for t in report["tickets"]:
         out.append(
-            f"| {_cell(t['id'])} | {_cell(_short(t['message'], _MESSAGE_WIDTH))} | {_cell(_verdict(t['recorded']))} "
-            f"| {_cell(_cells(t['control']))} | {_cell(_cells(t['candidate']))} |"
+            f"| {_cell(t['id'])} | {_cell(_short(t['message'], _MESSAGE_WIDTH))} "
+            f"| {_cell(_verdict(t['recorded']))} | {_cell(_cells(t['control']))} "
+            f"| {_cell(_cells(t['candidate']))} |"
         )
     out.append("")
-    out.append("Verdict: intent, `+human` when needs_human; LOUD: failed naming the problem; (kind): drift injected.")
+    out.append(
+        "Verdict: intent, `+human` when needs_human; LOUD: failed naming the problem; (kind): drift injected."
+    )
     problems = _problems(report)
     if problems:
         out += ["", "### Runs that did not keep the contract or differ from the recording", ""]
@@ -296,5 +304,7 @@ def render(report: dict[str, Any], fmt: str) -> str:
     try:
         renderer = _RENDERERS[fmt]
     except KeyError:
-        raise ValueError(f"unknown drift report format {fmt!r}; choose one of: {', '.join(FORMATS)}") from None
+        raise ValueError(
+            f"unknown drift report format {fmt!r}; choose one of: {', '.join(FORMATS)}"
+        ) from None
     return renderer(inert_tree(report))

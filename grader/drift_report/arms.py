@@ -1,0 +1,207 @@
+"""The two arms of `grade drift`: each ticket re-run against the control, then the candidate, and so on.
+
+One sandboxed run per ticket, arm and trial, through `grader.drift_run.run_tickets` (the machine behind the
+`model-drift` row): the submission's triage command with the ticket appended, `CASSETTE_MODE=record` and its
+own scratch tape folder (`CASSETTE_DIR`), never the committed tapes; against a stand-in profile on loopback,
+or a live URL. Interleaving ticket by ticket (the arm that goes first alternates) keeps the two arms as close
+in time as one process can: a live endpoint that changes during the run changes both arms alike.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from grader.drift_report.answers import read_exchange
+from grader.drift_report.model import Arm, Run, Ticket
+from grader.tapes import load_tapes
+
+if TYPE_CHECKING:
+    from grader.context import Context
+
+__all__ = ["ArmSpec", "run_arms"]
+
+# The line the template's cassette layer prints at exit under CASSETTE_REPLAY_UNTIL (REPLAY.md).
+_CALLS_LINE = re.compile(
+    r"^model calls: (\d+) \((\d+) from tape, (\d+) live(?:, (\d+) missed)?\), first live call (\d+|none)$",
+    re.M,
+)
+_NO_ANSWER = frozenset({"refusal", "empty", "truncated", "http_429", "http_500"})
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    """``--control``/``--candidate``: a stand-in profile (name or file) or a live URL, and its key if any."""
+
+    name: str  # "control" | "candidate"
+    spec: str  # what the report shows: the profile, or the URL without credentials
+    profile: str | None = None
+    url: str | None = None
+    key_env: str | None = None  # the variable the live key is passed in
+    key: str | None = None  # the live key (from the grader's environment); never printed
+
+    @property
+    def kind(self) -> str:
+        return "url" if self.url else "profile"
+
+
+Progress = Callable[[str, float, str], None]
+
+
+def _redact(text: str, secrets: Sequence[str]) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "[redacted]")
+    return text
+
+
+def _classify(outcome: Any, truth: bool) -> tuple[str, str | None, dict[str, Any] | None]:
+    """(outcome, class, verdict) of one drift_run TicketOutcome, on the report's scale."""
+    answer = outcome.answer
+    valid = (
+        isinstance(answer, dict)
+        and set(answer) == {"intent", "needs_human"}
+        and isinstance(answer.get("intent"), str)
+        and isinstance(answer.get("needs_human"), bool)
+    )
+    if outcome.verdict == "loud":
+        return "loud", None, None
+    if outcome.verdict == "correct":
+        return "ok", None, dict(answer)
+    if outcome.verdict == "unreached":
+        # No model call (every call served from the tapes under --replay-until): judged on its output only.
+        if outcome.exit_code not in (0, None):
+            return "loud", None, None
+        if valid:
+            return "ok", None, dict(answer)
+    if outcome.exit_code is None:
+        return "violation", "timeout", None
+    if answer is None:
+        return "violation", "unparseable", None
+    if not valid:
+        return "violation", "schema", None
+    calls = outcome.calls
+    if truth and calls and (calls[-1].status != 200 or calls[-1].drift in _NO_ANSWER):
+        return "violation", "made_up_default", dict(answer)
+    return "violation", "wrong_label", dict(answer)
+
+
+def _scratch_facts(run: Any) -> tuple[tuple[str, ...] | None, int | None, str | None, int]:
+    """(tools called, tokens, served model, exchanges) from the tapes the run wrote in its scratch folder."""
+    folder = getattr(run, "tapes", None)
+    if folder is None or not Path(folder).is_dir():
+        return (), None, None, 0
+    folder = Path(folder)
+    tools: list[str] = []
+    tokens: list[int | None] = []
+    served = None
+    count = 0
+    for tape in load_tapes(folder.parent, Path(folder.name)):
+        for interaction in tape.interactions:
+            exchange = read_exchange(interaction)
+            count += 1
+            tools.extend(exchange.tools)
+            tokens.append(exchange.tokens)
+            served = served or exchange.served_model or tape.served_model
+    total = sum(t for t in tokens if t is not None) if tokens and all(t is not None for t in tokens) else None
+    return tuple(tools), total, served, count
+
+
+def _calls(outcome: Any, truth: bool) -> int | None:
+    counted = _CALLS_LINE.findall(outcome.stderr or "")
+    if counted:
+        return int(counted[-1][0])
+    return len(outcome.calls) if truth else None
+
+
+def _one(
+    ctx: Context, arm: ArmSpec, ticket: Ticket, trial: int, extra_env: dict[str, str]
+) -> tuple[Run, str | None]:
+    from grader.drift_run import Ticket as ProbeTicket
+    from grader.drift_run import run_tickets
+
+    env = dict(extra_env)
+    if arm.url and arm.key_env and arm.key:
+        env[arm.key_env] = arm.key
+    label = f"drift {arm.name} {ticket.id} {trial}"
+    kwargs: dict[str, Any] = {"env": env, "label": label}
+    if arm.url:
+        kwargs["url"] = arm.url
+    else:
+        kwargs["profile"] = arm.profile
+    result = run_tickets(ctx, [ProbeTicket(ticket.id, ticket.message, ticket.where)], **kwargs)
+    secrets = [arm.key or ""]
+    if not result.ran or not result.outcomes:
+        why = result.status if not result.ran else "the run gave no outcome for this ticket"
+        return (
+            Run(ticket=ticket.id, arm=arm.name, trial=trial, outcome="loud", detail=_redact(why, secrets)),
+            None,
+        )
+    outcome = result.outcomes[0]
+    truth = arm.url is None
+    kind, cls, verdict = _classify(outcome, truth)
+    tools, tokens, served, _count = _scratch_facts(result)
+    calls = outcome.calls
+    run = Run(
+        ticket=ticket.id,
+        arm=arm.name,
+        trial=trial,
+        outcome=kind,
+        verdict=verdict,
+        cls=cls,
+        detail=_redact(" ".join(str(outcome.reason).split()), secrets),
+        calls=_calls(outcome, truth),
+        tools=tools,
+        tokens=tokens,
+        seconds=float(outcome.seconds),
+        drift=tuple(dict.fromkeys(c.drift for c in calls)) if truth else (),
+        truth={"intent": calls[-1].intent, "needs_human": calls[-1].needs_human} if truth and calls else None,
+    )
+    return run, served
+
+
+def run_arms(
+    ctx: Context,
+    tickets: Sequence[Ticket],
+    control: ArmSpec,
+    candidate: ArmSpec,
+    *,
+    trials: int,
+    replay_until: int | None,
+    progress: Progress,
+) -> tuple[list[Run], dict[str, Arm]]:
+    """Every ticket x trial in both arms, interleaved; the runs and what each arm's answers said they were."""
+    import time
+
+    extra = {"CASSETTE_REPLAY_UNTIL": str(replay_until)} if replay_until is not None else {}
+    runs: list[Run] = []
+    served: dict[str, str | None] = {"control": None, "candidate": None}
+    step = 0
+    for trial in range(1, trials + 1):
+        for ticket in tickets:
+            order = (control, candidate) if step % 2 == 0 else (candidate, control)
+            step += 1
+            for arm in order:
+                start = time.monotonic()
+                run, model = _one(ctx, arm, ticket, trial, extra)
+                served[arm.name] = served[arm.name] or model
+                runs.append(run)
+                progress(
+                    f"{arm.name}",
+                    time.monotonic() - start,
+                    f"{ticket.id} trial {trial}: {run.outcome}"
+                    + (f" {run.cls}" if run.cls else "")
+                    + (
+                        f" ({', '.join(d for d in run.drift if d != 'none')})"
+                        if any(d != "none" for d in run.drift)
+                        else ""
+                    ),
+                )
+    arms = {
+        spec.name: Arm(spec=spec.spec, kind=spec.kind, served_model=served[spec.name])
+        for spec in (control, candidate)
+    }
+    return runs, arms
