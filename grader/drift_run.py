@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -245,10 +246,10 @@ def run_tickets(
     manifest = getattr(ctx, "manifest", None)
     key_env = getattr(manifest, "api_key_env", None)
     base_env = getattr(manifest, "base_url_env", None)
-    tools = ctx.workspace.root / f"{_slug(label)}-tools"
+    # A folder of its own per call: arms of `grade drift` may run at once under the same label.
+    tools = Path(tempfile.mkdtemp(prefix=f"{_slug(label)}-tools-", dir=ctx.workspace.root))
     target = url or stage_profile(profile, tools)
     if url:
-        tools.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(_GRADER / "_drift_driver.py", tools / "driver.py")
         tools.chmod(0o755)
         (tools / "driver.py").chmod(0o644)
