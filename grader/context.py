@@ -223,10 +223,12 @@ class Context:
         label: str = "",
         pass_fds: Sequence[int] = (),
         suite_probe: bool = False,
+        network: bool = False,
     ) -> tuple[RunResult, AuditLog]:
         """Run `argv` in the sandbox with the submission's venv, no network and no credentials.
 
         Within the grade's budget: NotAssessable when it is spent, or when it ran out during this run.
+        ``network``: the host's network (only `grade drift` against a live endpoint URL asks for it).
         ``suite_probe``: the command runs the suite again (a rerun, a record command that runs it); once the
         replay suite timed out it is skipped, or stopped if already running (NotAssessable).
         """
@@ -274,6 +276,7 @@ class Context:
                 timeout=allowed,
                 venv=venv,
                 env=extra,
+                network=network,
                 loopback=loopback,
                 audit_log=audit_log,
                 audit_root=cwd,

@@ -345,7 +345,7 @@ def run_checks(
 
 
 # Checks that take their probes from `_start_background` (the canary's is `secrets`, which runs last anyway).
-_BACKGROUND = {"loud-miss"}
+_BACKGROUND = {"loud-miss", "drift"}
 
 
 def _start_background(ctx: Context, check_ids: list[str]) -> None:
@@ -355,7 +355,8 @@ def _start_background(ctx: Context, check_ids: list[str]) -> None:
     rerun with the tapes withheld, the triage command on an unseen message) overlap the replay suite and
     the middle checks, each in a scratch copy it makes from the pristine copy of the checkout
     (`Context.keep_pristine`). `secrets` waits for the canary, then scans every output, the probe's
-    included; `loud-miss` waits for its two.
+    included; `loud-miss` waits for its two; `drift` for the drift probe (the triage command per ticket
+    against the drifted stand-in).
     """
     if "secrets" in check_ids:
         from grader.checks.canary import start_canary
@@ -365,6 +366,10 @@ def _start_background(ctx: Context, check_ids: list[str]) -> None:
         from grader.checks.loud_miss import start_loud_miss
 
         start_loud_miss(ctx)
+    if "drift" in check_ids:
+        from grader.checks.drift import start_drift
+
+        start_drift(ctx)
 
 
 def _run_one(check: Check | None, check_id: str, ctx: Context) -> CheckResult:
