@@ -3,8 +3,7 @@
 One sandboxed run per ticket, arm and trial, through `grader.drift_run.run_tickets` (the machine behind the
 `model-drift` row): the submission's triage command with the ticket appended, `CASSETTE_MODE=record` and its
 own scratch tape folder (`CASSETTE_DIR`), never the committed tapes; against a stand-in profile on loopback,
-or a live URL. Interleaving ticket by ticket (the arm that goes first alternates) keeps the two arms as close
-in time as one process can: a live endpoint that changes during the run changes both arms alike.
+or a live URL. The arms go ticket by ticket, both arms of a ticket at the same time.
 """
 
 from __future__ import annotations
@@ -163,6 +162,11 @@ def _one(
     return run, served
 
 
+def _said(run: Run) -> str:
+    drift = [d for d in run.drift if d != "none"]
+    return run.outcome + (f" {run.cls}" if run.cls else "") + (f" ({', '.join(drift)})" if drift else "")
+
+
 def run_arms(
     ctx: Context,
     tickets: Sequence[Ticket],
@@ -173,33 +177,33 @@ def run_arms(
     replay_until: int | None,
     progress: Progress,
 ) -> tuple[list[Run], dict[str, Arm]]:
-    """Every ticket x trial in both arms, interleaved; the runs and what each arm's answers said they were."""
+    """Every ticket x trial in both arms, interleaved; the runs and what each arm's answers said they were.
+
+    The two arms of one ticket run at the same time (two sandboxes, each with its own stand-in or its own
+    connection to the URL), so a live endpoint that changes during the run changes both arms alike, and the
+    whole costs about one arm's time.
+    """
     import time
+    from concurrent.futures import ThreadPoolExecutor
 
     extra = {"CASSETTE_REPLAY_UNTIL": str(replay_until)} if replay_until is not None else {}
     runs: list[Run] = []
     served: dict[str, str | None] = {"control": None, "candidate": None}
-    step = 0
-    for trial in range(1, trials + 1):
-        for ticket in tickets:
-            order = (control, candidate) if step % 2 == 0 else (candidate, control)
-            step += 1
-            for arm in order:
-                start = time.monotonic()
-                run, model = _one(ctx, arm, ticket, trial, extra)
-                served[arm.name] = served[arm.name] or model
-                runs.append(run)
-                progress(
-                    f"{arm.name}",
-                    time.monotonic() - start,
-                    f"{ticket.id} trial {trial}: {run.outcome}"
-                    + (f" {run.cls}" if run.cls else "")
-                    + (
-                        f" ({', '.join(d for d in run.drift if d != 'none')})"
-                        if any(d != "none" for d in run.drift)
-                        else ""
-                    ),
-                )
+
+    def timed(arm: ArmSpec, ticket: Ticket, trial: int) -> tuple[Run, str | None, float]:
+        start = time.monotonic()
+        run, model = _one(ctx, arm, ticket, trial, extra)
+        return run, model, time.monotonic() - start
+
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="drift-arm") as pool:
+        for trial in range(1, trials + 1):
+            for ticket in tickets:
+                futures = [pool.submit(timed, arm, ticket, trial) for arm in (control, candidate)]
+                for future in futures:
+                    run, model, seconds = future.result()
+                    served[run.arm] = served[run.arm] or model
+                    runs.append(run)
+                    progress(run.arm, seconds, f"{ticket.id} trial {trial}: {_said(run)}")
     arms = {
         spec.name: Arm(spec=spec.spec, kind=spec.kind, served_model=served[spec.name])
         for spec in (control, candidate)
