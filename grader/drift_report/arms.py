@@ -92,7 +92,7 @@ def _scratch_facts(run: Any) -> tuple[tuple[str, ...] | None, int | None, str | 
     """(tools called, tokens, served model, exchanges) from the tapes the run wrote in its scratch folder."""
     folder = getattr(run, "tapes", None)
     if folder is None or not Path(folder).is_dir():
-        return (), None, None, 0
+        return None, None, None, 0
     folder = Path(folder)
     tools: list[str] = []
     tokens: list[int | None] = []
@@ -105,8 +105,22 @@ def _scratch_facts(run: Any) -> tuple[tuple[str, ...] | None, int | None, str | 
             tools.extend(exchange.tools)
             tokens.append(exchange.tokens)
             served = served or exchange.served_model or tape.served_model
-    total = sum(t for t in tokens if t is not None) if tokens and all(t is not None for t in tokens) else None
+    if not count:
+        # Nothing taped (an agent that ignores CASSETTE_DIR, or only error answers): not observed.
+        return None, None, None, 0
+    total = sum(t for t in tokens if t is not None) if all(t is not None for t in tokens) else None
     return tuple(tools), total, served, count
+
+
+def _profile_served(profile: str, provider: str, requested: str | None) -> str | None:
+    """The model a stand-in profile says it is, for answers nothing was taped from."""
+    from grader.standin import served_model
+    from grader.standin_profile import load_profile, resolve_profile
+
+    loaded = load_profile(resolve_profile(profile))
+    if provider in loaded.served_model:
+        return loaded.served_model[provider]
+    return served_model(requested, provider, loaded.rules) if requested and provider else None
 
 
 def _calls(outcome: Any, truth: bool) -> int | None:
@@ -144,6 +158,8 @@ def _one(
     kind, cls, verdict = _classify(outcome, truth)
     tools, tokens, served, _count = _scratch_facts(result)
     calls = outcome.calls
+    if served is None and arm.profile and calls:
+        served = _profile_served(arm.profile, calls[0].provider, ticket.requested_model)
     run = Run(
         ticket=ticket.id,
         arm=arm.name,

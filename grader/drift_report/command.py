@@ -93,6 +93,7 @@ def _recorded(ctx: Any, probe_tickets: list[Any]) -> tuple[list[Ticket], dict[st
                 recorded=verdict_of(exchanges[0].text) if exchanges else None,
                 recorded_calls=len(exchanges) if exchanges else None,
                 recorded_tools=tuple(t for e in exchanges for t in e.tools),
+                requested_model=next((i.model for i in by_message.get(probe.message, []) if i.model), None),
                 recorded_tokens=sum(t for t in tokens if t is not None)
                 if tokens and None not in tokens
                 else None,

@@ -49,6 +49,7 @@ class Ticket:
     recorded_tools: tuple[str, ...] = ()  # tool names the recorded answers called (empty: text answers)
     recorded_tokens: int | None = None
     where: str = ""  # the tape (file) the ticket was read from
+    requested_model: str | None = None  # the model the recorded request asked for
 
 
 @dataclass(frozen=True)
