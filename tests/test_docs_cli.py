@@ -81,7 +81,8 @@ def _doc_commands() -> list[tuple[Path, str, str]]:
         text = path.read_text(encoding="utf-8")
         pieces = re.findall(r"`([^`\n]*)`", text) + [line for line in text.splitlines() if "grade " in line]
         for piece in pieces:
-            for match in re.finditer(r"\bgrade((?: (?:batch|merge|rescore|checks|drift))?)\b([^`#|;&]*)", piece):
+            commands = r"\bgrade((?: (?:batch|merge|rescore|checks|drift))?)\b([^`#|;&]*)"
+            for match in re.finditer(commands, piece):
                 sub = match.group(1).strip()
                 rest = match.group(2)
                 command = f"grade {sub}" if sub else ("grade --selftest" if "--selftest" in rest else "grade")
