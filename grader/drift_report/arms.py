@@ -71,7 +71,8 @@ def _classify(outcome: Any, truth: bool) -> tuple[str, str | None, dict[str, Any
     if outcome.verdict == "correct":
         return "ok", None, dict(answer)
     if outcome.verdict == "unreached":
-        # No model call (every call served from the tapes under --replay-until): judged on its output only.
+        # No call reached the arm (every call served from the tapes under --replay-until): judged on its
+        # output only.
         if outcome.exit_code not in (0, None):
             return "loud", None, None
         if valid:
@@ -123,11 +124,29 @@ def _profile_served(profile: str, provider: str, requested: str | None) -> str |
     return served_model(requested, provider, loaded.rules) if requested and provider else None
 
 
-def _calls(outcome: Any, truth: bool) -> int | None:
+def _detail(outcome: Any, kind: str) -> str:
+    counted = _CALLS_LINE.findall(outcome.stderr or "")
+    if outcome.verdict == "unreached" and kind == "ok":
+        total, taped = (counted[-1][0], counted[-1][1]) if counted else ("?", "?")
+        return (
+            f"answered {_shown(outcome.answer)} with no call to the arm: "
+            f"{taped} of {total} calls from the tapes"
+        )
+    return " ".join(str(outcome.reason).split())
+
+
+def _shown(answer: Any) -> str:
+    import json
+
+    return json.dumps(answer, ensure_ascii=False, sort_keys=True)
+
+
+def _calls(outcome: Any, truth: bool) -> tuple[int | None, int | None]:
+    """(model calls, of which live) of one run: the cassette layer's count line, else the stand-in's log."""
     counted = _CALLS_LINE.findall(outcome.stderr or "")
     if counted:
-        return int(counted[-1][0])
-    return len(outcome.calls) if truth else None
+        return int(counted[-1][0]), int(counted[-1][2])
+    return (len(outcome.calls), len(outcome.calls)) if truth else (None, None)
 
 
 def _one(
@@ -157,6 +176,7 @@ def _one(
     truth = arm.url is None
     kind, cls, verdict = _classify(outcome, truth)
     tools, tokens, served, _count = _scratch_facts(result)
+    total_calls, live_calls = _calls(outcome, truth)
     calls = outcome.calls
     if served is None and arm.profile and calls:
         served = _profile_served(arm.profile, calls[0].provider, ticket.requested_model)
@@ -167,8 +187,9 @@ def _one(
         outcome=kind,
         verdict=verdict,
         cls=cls,
-        detail=_redact(" ".join(str(outcome.reason).split()), secrets),
-        calls=_calls(outcome, truth),
+        detail=_redact(_detail(outcome, kind), secrets),
+        calls=total_calls,
+        live_calls=live_calls,
         tools=tools,
         tokens=tokens,
         seconds=float(outcome.seconds),

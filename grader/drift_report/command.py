@@ -171,6 +171,13 @@ def drift(
         tickets, recording = _recorded(ctx, probe_tickets)
         runs, arm_info = run_arms(ctx, tickets, *arms, trials=trials, replay_until=replay_until, progress=say)
         notes = _notes(arms, trials, model, arm_info)
+        unreached = sum(1 for run in runs if run.live_calls == 0)
+        if unreached:
+            how = f" under --replay-until {replay_until}" if replay_until is not None else ""
+            notes.append(
+                f"{unreached} of {len(runs)} runs made no call to their arm (every call came from the tapes"
+                f"{how}): they compare the agent with its recording, not the two models"
+            )
         return build_report(
             target=workspace.source,
             commit=workspace.commit,

@@ -69,6 +69,7 @@ class Run:
     cls: str | None = None
     detail: str = ""
     calls: int | None = None
+    live_calls: int | None = None  # of ``calls``, those that reached the arm (the rest came from the tapes)
     tools: tuple[str, ...] | None = None
     tokens: int | None = None
     seconds: float = 0.0
@@ -106,6 +107,7 @@ def _run_dict(run: Run) -> dict[str, Any]:
         "class": run.cls,
         "detail": run.detail,
         "calls": run.calls,
+        "live_calls": run.live_calls,
         "tools": list(run.tools) if run.tools is not None else None,
         "tokens": run.tokens,
         "seconds": round(run.seconds, 3),
@@ -131,7 +133,9 @@ def _usage(runs: Sequence[Run]) -> dict[str, Any]:
     tokens = [r.tokens for r in runs if r.tokens is not None]
     seconds = [r.seconds for r in runs]
     return {
-        "tokens": sum(tokens) if tokens and len(tokens) == len(runs) else None,
+        # Over the runs whose answers reported usage (an error answer is not taped, so it has none).
+        "tokens": sum(tokens) if tokens else None,
+        "tokens_runs": len(tokens),
         "seconds_median": round(statistics.median(seconds), 3) if seconds else None,
         "seconds_total": round(sum(seconds), 3),
     }
@@ -249,8 +253,19 @@ def build_report(
         **recording,
         "tokens": sum(recorded_tokens) * trials if len(recorded_tokens) == len(tickets) and tickets else None,
     }
+    # Tokens are compared pair by pair (same ticket and trial, both arms' usage known): an arm whose error
+    # answers reported no usage would otherwise look cheaper.
+    pairs = [
+        (index[("candidate", t.id, k)].tokens, index[("control", t.id, k)].tokens)
+        for t in tickets
+        for k in range(1, trials + 1)
+        if ("candidate", t.id, k) in index and ("control", t.id, k) in index
+    ]
+    known = [(new, old) for new, old in pairs if new is not None and old is not None]
     deltas = {
-        "tokens": _delta(summary["candidate"]["tokens"], summary["control"]["tokens"]),
+        "tokens": sum(new - old for new, old in known) if known else None,
+        "tokens_pairs": len(known),
+        "tokens_control": sum(old for _new, old in known) if known else None,
         "seconds_median": _delta(
             summary["candidate"]["seconds_median"], summary["control"]["seconds_median"]
         ),

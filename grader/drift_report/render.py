@@ -92,17 +92,21 @@ def _class_counts(summary: dict[str, Any], arm: str) -> str:
 
 
 def _tokens(summary: dict[str, Any], recording: dict[str, Any]) -> str:
-    def show(value: Any) -> str:
-        return "n/a" if value is None else str(value)
+    def arm(name: str) -> str:
+        data = summary[name]
+        if data["tokens"] is None:
+            return f"{name} n/a"
+        return f"{name} {data['tokens']} ({data['tokens_runs']}/{data['runs']} runs)"
 
-    delta = summary["delta"]["tokens"]
-    change = ""
-    if delta is not None:
-        base = summary["control"]["tokens"] or 0
-        change = f" ({delta:+d}{f', {delta / base:+.1%}' if base else ''})"
+    delta = summary["delta"]
+    change = "no run of both arms reported usage"
+    if delta["tokens"] is not None:
+        base = delta["tokens_control"] or 0
+        share = f", {delta['tokens'] / base:+.1%}" if base else ""
+        change = f"candidate - control {delta['tokens']:+d}{share} over {delta['tokens_pairs']} paired runs"
+    recorded = recording.get("tokens")
     return (
-        f"recording {show(recording.get('tokens'))}, control {show(summary['control']['tokens'])}, "
-        f"candidate {show(summary['candidate']['tokens'])}{change}"
+        f"recording {'n/a' if recorded is None else recorded}, {arm('control')}, {arm('candidate')}; {change}"
     )
 
 
