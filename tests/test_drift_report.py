@@ -458,3 +458,18 @@ def test_a_bad_acceptance_rule_is_reported_before_the_target_is_touched(tmp_path
         f"grade: error: {rule}:1: unsupported version 2; use version: 1",
         f"grade: error: {rule}:2: 'bogus' in 'zero' is not a class; use one of {', '.join(CLASSES)}",
     ]
+
+
+def test_a_submission_without_a_triage_command_is_refused_in_one_line(
+    four_tickets: Path, tmp_path: Path
+) -> None:
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "pyproject.toml").write_text('[project]\nname = "bare"\nversion = "0"\n', encoding="utf-8")
+    shutil.copytree(four_tickets / "cassettes", bare / "cassettes")
+    done = _grade(["drift", str(bare), "--control", "baseline", "--candidate", "drifted"], cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"grade: error: {bare}: no triage command to re-run the tickets with; declare "
+        "[tool.takehome] triage_command (docs/design.md)"
+    ]

@@ -143,6 +143,11 @@ def drift(
         refused = not_a_submission(workspace.repo, manifest)
         if refused:
             raise BadInput(f"{workspace.source}: {refused}")
+        if not manifest.triage_command:
+            raise BadInput(
+                f"{workspace.source}: no triage command to re-run the tickets with; declare "
+                "[tool.takehome] triage_command (docs/design.md)"
+            )
         arms = (with_key(arms[0], manifest.api_key_env), with_key(arms[1], manifest.api_key_env))
         say(
             "acquire",
