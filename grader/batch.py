@@ -283,7 +283,7 @@ def run_batch(
     write_summary(out, ordered, rubric)
     manifest = _manifest(ordered, rubric, source)
     if shard is not None:
-        (out / RUBRIC_COPY).write_bytes(rubric.path.read_bytes())
+        (out / RUBRIC_COPY).write_bytes(rubric.source)  # resolved when it extends another rubric
         manifest["shard"] = {
             "index": shard.index,
             "count": shard.count,

@@ -6,6 +6,12 @@ is its own: ``request_key(request)``, ``key_for(url, body)``, ``request_key(meth
 ``fingerprint(body)``. Candidates are found statically (a module-level function that computes a hash and
 whose parameters look like a request); the probe script, run in the sandbox, tries the call shapes such
 parameters suggest on a recorded request and keeps the first that answers the same key twice.
+
+Some submissions never hash: the key is a canonical form compared as it is (a vcrpy matcher over
+``canonical_body(body)``), or a hash of one (``tape_key(canonical_request(method, url, headers, body))``).
+The canonical form carries every property the probes test (a hash of it only shortens it), so a function
+named for canonicalising a request is a candidate too, after the hashing ones; a dict or list it returns is
+compared as sorted JSON.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ __all__ = ["PROBE_SCRIPT", "candidates"]
 _HASHES = {"sha1", "sha224", "sha256", "sha384", "sha512", "md5", "blake2b", "blake2s", "sha3_256", "new"}
 _REQUEST_PARAMS = {"request", "req", "r", "http_request", "method", "url", "path", "body", "payload", "data"}
 _NAME_HINTS = ("key", "fingerprint", "hash", "digest", "ident")
+_CANONICAL_HINTS = ("canonical", "normaliz", "normalis")
 _SKIP = {
     ".git",
     ".venv",
@@ -57,8 +64,9 @@ def candidates(repo: Path) -> list[str]:
             module = _module_name(repo, path)
             if module is None:
                 continue
-            for func in _hashing_functions(path, repo):
-                rank = 0 if any(h in func.name.lower() for h in _NAME_HINTS) else 1
+            for func, hashes in _key_functions(path, repo):
+                named = any(h in func.name.lower() for h in _NAME_HINTS)
+                rank = (0 if named else 1) if hashes else 2
                 found.append((rank, f"{module}:{func.name}"))
     return [spec for _, spec in sorted(found)][:MAX_CANDIDATES]
 
@@ -72,7 +80,9 @@ def _module_name(repo: Path, path: Path) -> str | None:
     return ".".join(parts)
 
 
-def _hashing_functions(path: Path, repo: Path) -> list[ast.FunctionDef]:
+def _key_functions(path: Path, repo: Path) -> list[tuple[ast.FunctionDef, bool]]:
+    """Module-level functions of a request that hash it, or that are named for canonicalising it
+    (with whether they hash)."""
     try:  # never through a link, never a FIFO, capped (grader/safeio.py)
         tree = ast.parse(read_bytes(path, cap=_MAX_BYTES, root=repo))
     except (OSError, SyntaxError, ValueError):
@@ -82,10 +92,12 @@ def _hashing_functions(path: Path, repo: Path) -> list[ast.FunctionDef]:
         if not isinstance(node, ast.FunctionDef):
             continue
         params = [a.arg for a in node.args.posonlyargs + node.args.args]
-        if not 1 <= len(params) - len(node.args.defaults) <= 3 or params[0] not in _REQUEST_PARAMS:
+        if not 1 <= len(params) - len(node.args.defaults) <= 4 or params[0] not in _REQUEST_PARAMS:
             continue
         if any(_is_hash_call(n) for n in ast.walk(node)):
-            out.append(node)
+            out.append((node, True))
+        elif any(h in node.name.lower() for h in _CANONICAL_HINTS):
+            out.append((node, False))
     return out
 
 
@@ -100,7 +112,7 @@ def _is_hash_call(node: ast.AST) -> bool:
 # Runs inside the sandbox with the submission importable (PYTHONPATH = repo). Prints one marked JSON line:
 # the first candidate that could be called, the shape it was called with, and the two keys of every case.
 PROBE_SCRIPT = r"""
-import importlib, inspect, json, sys
+import hashlib, importlib, inspect, json, sys
 MARK = MARKER
 specs, sample, cases = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
 
@@ -134,7 +146,10 @@ SHAPES = {
     "method, url, dict": lambda b, t: (sample["method"], sample["url"], b),
     "method, path, dict": lambda b, t: (sample["method"], sample["path"], b),
     "method, url, str": lambda b, t: (sample["method"], sample["url"], t),
+    "method, url, headers, bytes": lambda b, t: (sample["method"], sample["url"], HEADERS, t.encode("utf-8")),
+    "method, url, headers, dict": lambda b, t: (sample["method"], sample["url"], HEADERS, b),
 }
+HEADERS = {"content-type": "application/json"}
 
 def shapes_for(func):
     params = [p for p in inspect.signature(func).parameters.values()
@@ -149,12 +164,16 @@ def shapes_for(func):
     if len(names) == 3:
         return ["method, url, bytes", "method, path, bytes", "method, url, dict", "method, path, dict",
                 "method, url, str"]
+    if len(names) == 4:
+        return ["method, url, headers, bytes", "method, url, headers, dict"]
     return []
 
 def key(func, shape, body, text):
     value = func(*SHAPES[shape](body, text))
     if isinstance(value, bytes):
         value = value.hex()
+    if isinstance(value, (dict, list)):  # a canonical form: equal forms are equal keys
+        value = hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
     if not isinstance(value, (str, int)):
         raise TypeError("returned %s, not a key" % type(value).__name__)
     return str(value)

@@ -281,7 +281,7 @@ def _rewrite_run(run: StoredRun, report: dict[str, Any], rubric: Rubric, stamp: 
     files["reports"] = write_reports(run.path, report, list(reports))
     files["report"] = files["reports"]["json"]
     try:
-        (run.path / "rubric.yaml").write_bytes(rubric.path.read_bytes())  # the bytes its sha256 names
+        (run.path / "rubric.yaml").write_bytes(rubric.source)  # the bytes its sha256 names
         files["rubric"] = "rubric.yaml"
     except OSError:
         files.pop("rubric", None)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import io
 import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 from jinja2 import StrictUndefined, nodes
@@ -30,7 +31,8 @@ from grader.errors import BadInput
 
 __all__ = ["Row", "RowScore", "Rubric", "default_rubric_path", "load_rubric", "score", "totals"]
 
-_TOP_KEYS = {"version", "name", "scale", "thresholds", "rows"}
+_EXTENDS = "extends"
+_TOP_KEYS = {"version", "name", "scale", "thresholds", "rows", _EXTENDS}
 _TOP_REQUIRED = ("version", "name", "rows")
 _ROW_KEYS = {"id", "title", "weight", "check", "levels", "evidence"}
 _ROW_REQUIRED = ("id", "title", "weight", "check", "levels")
@@ -112,6 +114,15 @@ class Row:
     evidence: str
     line: int
     level_lines: dict[int, int] = field(default_factory=dict, compare=False)
+    # The file each line is in: a rubric that extends another holds rows and levels from both files.
+    path: str = field(default="", compare=False)
+    level_paths: dict[int, str] = field(default_factory=dict, compare=False)
+
+    def where(self, level: int | None = None) -> str:
+        """``file:line`` of the row, or of one of its levels."""
+        if level is not None and level in self.level_lines:
+            return f"{self.level_paths.get(level, self.path)}:{self.level_lines[level]}"
+        return f"{self.path}:{self.line}"
 
 
 @dataclass(frozen=True)
@@ -123,6 +134,9 @@ class Rubric:
     rows: tuple[Row, ...]
     path: Path
     sha256: str
+    # The bytes ``sha256`` names and a stored run keeps: the file itself, or for a rubric that extends
+    # another, the resolved rubric as one self-contained YAML document (a copy must load on its own).
+    source: bytes = field(default=b"", repr=False, compare=False)
 
     @property
     def max(self) -> int:
@@ -189,28 +203,46 @@ def load_rubric(path: Path | None = None, *, checks: Mapping[str, Check] | None 
     except UnicodeDecodeError as exc:
         raise BadInput(f"{path}: the rubric is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
     known = registry() if checks is None else dict(checks)
-    return _Loader(path, known).load(text, hashlib.sha256(raw).hexdigest())
+    return _Loader(path, known).load(text, raw)
+
+
+class _Loc(NamedTuple):
+    """Where a YAML node starts: a rubric that extends another is read from two files."""
+
+    path: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}"
 
 
 class _Loader:
     def __init__(self, path: Path, checks: dict[str, Check]) -> None:
         self.path = path
         self.checks = checks
-        self.errors: list[tuple[int, str]] = []
+        self.errors: list[tuple[_Loc, str]] = []
         # Names declared under thresholds, valid or not: a bad value is one error, not one per use.
         self.declared: set[str] = set()
 
-    def error(self, line: int, message: str) -> None:
-        self.errors.append((line, message))
+    def error(self, at: _Loc, message: str) -> None:
+        self.errors.append((at, message))
 
-    def load(self, text: str, sha256: str) -> Rubric:
-        root = self._compose(text)
-        rubric = self._rubric(root, sha256)
+    def load(self, text: str, raw: bytes) -> Rubric:
+        root = self._compose(text, self.path)
+        extended = self._extend(root, self.path, (self.path.resolve(),))
+        rubric = None
+        if extended is not None:  # None: the base could not be read; nothing else can be checked
+            source = raw if extended is root else b""
+            if extended is not root and not self.errors:
+                source = _resolved_yaml(self._value(extended), self.path)
+            rubric = self._rubric(extended, hashlib.sha256(source).hexdigest(), source)
         if self.errors:
             # The message is the first problem in file order (one line for whoever shows one); ``problems``
-            # lists every one, so nobody fixes them one run at a time.
+            # lists every one, so nobody fixes them one run at a time. This file's problems come first.
+            own = str(self.path)
             ordered = [
-                f"{self.path}:{line}: {message}" for line, message in sorted(self.errors, key=_by_line)
+                f"{at}: {message}"
+                for at, message in sorted(self.errors, key=lambda e: (e[0].path != own, e[0].path, e[0].line))
             ]
             more = len(ordered) - 1
             suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
@@ -218,19 +250,92 @@ class _Loader:
         assert rubric is not None  # no errors means every part was built
         return rubric
 
-    def _compose(self, text: str) -> yaml.Node:
+    def _compose(self, text: str, path: Path) -> yaml.Node:
+        stream = io.StringIO(text)
+        stream.name = str(path)  # type: ignore[misc]  # every node's mark then names its file
         try:
-            node = yaml.compose(text, Loader=yaml.SafeLoader)
+            node = yaml.compose(stream, Loader=yaml.SafeLoader)
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark or exc.context_mark
             line = mark.line + 1 if mark is not None else 1
             problem = exc.problem or exc.context or "invalid YAML"
-            raise BadInput(f"{self.path}:{line}: YAML syntax error: {problem}") from None
+            raise BadInput(f"{path}:{line}: YAML syntax error: {problem}") from None
         except yaml.YAMLError as exc:
-            raise BadInput(f"{self.path}: YAML error: {exc}") from None
+            raise BadInput(f"{path}: YAML error: {exc}") from None
         if node is None:
-            raise BadInput(f"{self.path}:1: the rubric is empty; start from rubric/default.yaml")
+            raise BadInput(f"{path}:1: the rubric is empty; start from rubric/default.yaml")
         return node
+
+    # -- extends: BASE (a rubric that is another one with a few keys changed)
+
+    def _extend(self, root: yaml.Node, path: Path, chain: tuple[Path, ...]) -> yaml.Node | None:
+        """``root`` laid over the rubric its ``extends`` names (itself resolved first); ``root`` without one.
+
+        Every key given replaces the base's, except ``thresholds`` (merged name by name) and ``rows``
+        (a row whose id the base has is merged key by key, its ``levels`` level by level; a new id is added
+        at the end). Nodes keep their own file, so a problem in either file is reported at its own line.
+        None when the base cannot be read (the error is recorded)."""
+        if not isinstance(root, yaml.MappingNode):
+            return root
+        found = [(k, v) for k, v in root.value if isinstance(k, yaml.ScalarNode) and k.value == _EXTENDS]
+        if not found:
+            return root
+        key_node, value_node = found[0]
+        own = yaml.MappingNode(
+            root.tag,
+            [(k, v) for k, v in root.value if k is not key_node],
+            start_mark=root.start_mark,
+            end_mark=root.end_mark,
+        )
+        self._drop_repeated_rows(own)
+        for name in ("version", "name"):  # a rubric that extends another still says what it is
+            if not any(isinstance(k, yaml.ScalarNode) and k.value == name for k, _ in own.value):
+                self.error(_at(root), f"a rubric with {_EXTENDS}: needs its own {name!r}")
+        target = value_node.value if isinstance(value_node, yaml.ScalarNode) else None
+        if not isinstance(target, str) or not target.strip() or value_node.tag != "tag:yaml.org,2002:str":
+            self.error(_at(value_node), f"{_EXTENDS} must be the path of a rubric file, e.g. default.yaml")
+            return None
+        base_path = Path(target) if Path(target).is_absolute() else path.parent / target
+        if base_path.resolve() in chain:
+            self.error(_at(value_node), f"{_EXTENDS}: {target} leads back to this file (a loop of extends)")
+            return None
+        try:
+            text = base_path.read_bytes().decode("utf-8")
+        except FileNotFoundError:
+            self.error(
+                _at(value_node),
+                f"{_EXTENDS}: {base_path} not found (relative paths start at this file's folder)",
+            )
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            self.error(_at(value_node), f"{_EXTENDS}: cannot read {base_path} as UTF-8 text: {exc}")
+            return None
+        base = self._extend(self._compose(text, base_path), base_path, (*chain, base_path.resolve()))
+        if base is None:
+            return None
+        if not isinstance(base, yaml.MappingNode):
+            self.error(_at(value_node), f"{_EXTENDS}: {base_path} is not a rubric (a mapping of keys)")
+            return None
+        return _overlay(base, own, {"thresholds": _overlay, "rows": _overlay_rows})
+
+    def _drop_repeated_rows(self, own: yaml.MappingNode) -> None:
+        """A row id given twice in an extending file is reported here: merged, the second would hide it."""
+        for key_node, rows in own.value:
+            if _key(key_node) != "rows" or not isinstance(rows, yaml.SequenceNode):
+                continue
+            first: dict[str, _Loc] = {}
+            kept = []
+            for row in rows.value:
+                row_id = _row_id(row)
+                if row_id is not None and row_id in first:
+                    self.error(
+                        _at(row), f"duplicate row id {row_id!r} (first defined on line {first[row_id].line})"
+                    )
+                    continue
+                if row_id is not None:
+                    first[row_id] = _at(row)
+                kept.append(row)
+            rows.value = kept
 
     # -- node helpers: every value keeps its line so errors can point at it
 
@@ -239,14 +344,14 @@ class _Loader:
 
     def _mapping(self, node: yaml.Node, what: str) -> dict[str, tuple[yaml.Node, yaml.Node]] | None:
         if not isinstance(node, yaml.MappingNode):
-            self.error(_line(node), f"{what} must be a mapping of keys to values")
+            self.error(_at(node), f"{what} must be a mapping of keys to values")
             return None
         out: dict[str, tuple[yaml.Node, yaml.Node]] = {}
         for key_node, value_node in node.value:
             key = self._value(key_node)
             key_text = str(key) if not isinstance(key, bool) else str(key).lower()
             if key_text in out:
-                self.error(_line(key_node), f"duplicate key {key_text!r} in {what}")
+                self.error(_at(key_node), f"duplicate key {key_text!r} in {what}")
                 continue
             out[key_text] = (key_node, value_node)
         return out
@@ -257,19 +362,21 @@ class _Loader:
         allowed: set[str],
         required: tuple[str, ...],
         where: str,
-        line: int,
+        line: _Loc,
     ) -> None:
         explained: set[str] = set()  # required keys an unknown key was probably meant to be
         for key, (key_node, _) in items.items():
             if key in allowed:
                 continue
-            guess = difflib.get_close_matches(key, sorted(allowed - set(items)), n=1, cutoff=0.6)
+            # Keys given in the same file are not what it meant; one inherited through extends may be.
+            given = {k for k, (n, _) in items.items() if n.start_mark.name == key_node.start_mark.name}
+            guess = difflib.get_close_matches(key, sorted(allowed - given), n=1, cutoff=0.6)
             if guess:
                 explained.add(guess[0])
-                self.error(_line(key_node), f"unknown key {key!r} in {where} (did you mean {guess[0]!r}?)")
+                self.error(_at(key_node), f"unknown key {key!r} in {where} (did you mean {guess[0]!r}?)")
             else:
                 self.error(
-                    _line(key_node), f"unknown key {key!r} in {where}; allowed: {', '.join(sorted(allowed))}"
+                    _at(key_node), f"unknown key {key!r} in {where}; allowed: {', '.join(sorted(allowed))}"
                 )
         for key in required:
             if key not in items and key not in explained:
@@ -277,25 +384,25 @@ class _Loader:
 
     # -- the document
 
-    def _rubric(self, root: yaml.Node, sha256: str) -> Rubric | None:
+    def _rubric(self, root: yaml.Node, sha256: str, source: bytes) -> Rubric | None:
         top = self._mapping(root, "the rubric")
         if top is None:
             return None
-        self._keys(top, _TOP_KEYS, _TOP_REQUIRED, "the rubric", _line(root))
+        self._keys(top, _TOP_KEYS, _TOP_REQUIRED, "the rubric", _at(root))
 
         version = None
         if "version" in top:
             node = top["version"][1]
             version = self._value(node)
             if version != 1 or isinstance(version, bool):
-                self.error(_line(node), f"unsupported rubric version {version!r}; use version: 1")
+                self.error(_at(node), f"unsupported rubric version {version!r}; use version: 1")
 
         name = ""
         if "name" in top:
             node = top["name"][1]
             name = self._value(node)
             if not isinstance(name, str) or not name.strip():
-                self.error(_line(node), "name must be a non-empty string")
+                self.error(_at(node), "name must be a non-empty string")
                 name = ""
 
         scale = self._scale(top["scale"][1]) if "scale" in top else _DEFAULT_SCALE
@@ -311,6 +418,7 @@ class _Loader:
             rows=tuple(rows),
             path=self.path,
             sha256=sha256,
+            source=source,
         )
 
     def _scale(self, node: yaml.Node) -> tuple[int, int] | None:
@@ -322,9 +430,7 @@ class _Loader:
             and 0 <= value[0] < value[1]
         )
         if not ok:
-            self.error(
-                _line(node), f"scale must be [lowest, highest] whole numbers like [0, 3]; got {value!r}"
-            )
+            self.error(_at(node), f"scale must be [lowest, highest] whole numbers like [0, 3]; got {value!r}")
             return None
         return (value[0], value[1])
 
@@ -335,34 +441,34 @@ class _Loader:
             self.declared.add(key)
             value = self._value(value_node)
             if not _IDENT.match(key):
-                self.error(_line(key_node), f"threshold name {key!r} must be letters, digits and underscores")
+                self.error(_at(key_node), f"threshold name {key!r} must be letters, digits and underscores")
             elif not _is_number(value) or not math.isfinite(value):
-                self.error(_line(value_node), f"threshold {key!r} must be a number; got {value!r}")
+                self.error(_at(value_node), f"threshold {key!r} must be a number; got {value!r}")
             else:
                 out[key] = value
         return out
 
     def _rows(self, node: yaml.Node, scale: tuple[int, int], thresholds: dict[str, float]) -> list[Row]:
         if not isinstance(node, yaml.SequenceNode) or not node.value:
-            self.error(
-                _line(node), "rows must be a non-empty list of rows (each with id, title, weight, ...)"
-            )
+            self.error(_at(node), "rows must be a non-empty list of rows (each with id, title, weight, ...)")
             return []
         rows: list[Row] = []
-        seen: dict[str, int] = {}
+        seen: dict[str, _Loc] = {}
         for row_node in node.value:
             row = self._row(row_node, scale, thresholds)
             if row is None:
                 continue
+            at = _Loc(row.path, row.line)
             if row.id in seen:
-                self.error(row.line, f"duplicate row id {row.id!r} (first defined on line {seen[row.id]})")
+                first = f"line {seen[row.id].line}" if seen[row.id].path == at.path else str(seen[row.id])
+                self.error(at, f"duplicate row id {row.id!r} (first defined on {first})")
                 continue
-            seen[row.id] = row.line
+            seen[row.id] = at
             rows.append(row)
         return rows
 
     def _row(self, node: yaml.Node, scale: tuple[int, int], thresholds: dict[str, float]) -> Row | None:
-        line = _line(node)
+        line = _at(node)
         items = self._mapping(node, "a row")
         if items is None:
             return None
@@ -372,7 +478,7 @@ class _Loader:
             id_node = items["id"][1]
             row_id = self._value(id_node)
             if not isinstance(row_id, str) or not _ROW_ID.match(row_id):
-                self.error(_line(id_node), f"row id {row_id!r} must be lowercase letters, digits and dashes")
+                self.error(_at(id_node), f"row id {row_id!r} must be lowercase letters, digits and dashes")
                 row_id = None
             else:
                 label = f"row {row_id!r}"
@@ -384,14 +490,14 @@ class _Loader:
             title_node = items["title"][1]
             title = self._value(title_node)
             if not isinstance(title, str) or not title.strip():
-                self.error(_line(title_node), f"{label}: title must be a non-empty string")
+                self.error(_at(title_node), f"{label}: title must be a non-empty string")
 
         weight = 0.0
         if "weight" in items:
             weight_node = items["weight"][1]
             weight = self._value(weight_node)
             if not _is_number(weight) or not math.isfinite(weight) or weight <= 0:
-                self.error(_line(weight_node), f"{label}: weight must be a positive number; got {weight!r}")
+                self.error(_at(weight_node), f"{label}: weight must be a positive number; got {weight!r}")
 
         check: Check | None = None
         if "check" in items:
@@ -400,24 +506,24 @@ class _Loader:
             check = self.checks.get(check_id) if isinstance(check_id, str) else None
             if check is None:
                 known = ", ".join(self.checks) or "none registered"
-                self.error(_line(check_node), f"{label}: unknown check {check_id!r}; known checks: {known}")
+                self.error(_at(check_node), f"{label}: unknown check {check_id!r}; known checks: {known}")
 
         names = set(check.facts) if check is not None else None
         levels: dict[int, str] = {}
-        level_lines: dict[int, int] = {}
+        level_lines: dict[int, _Loc] = {}
         if "levels" in items:
             key_node, levels_node = items["levels"]
-            levels, level_lines = self._levels(levels_node, _line(key_node), label, scale, names, thresholds)
+            levels, level_lines = self._levels(levels_node, _at(key_node), label, scale, names, thresholds)
 
         evidence = _DEFAULT_EVIDENCE
         if "evidence" in items:
             evidence_node = items["evidence"][1]
             evidence = self._value(evidence_node)
             if not isinstance(evidence, str):
-                self.error(_line(evidence_node), f"{label}: evidence must be a template string")
+                self.error(_at(evidence_node), f"{label}: evidence must be a template string")
             else:
                 self._check_jinja(
-                    evidence, _line(evidence_node), f"{label} evidence", names, thresholds, template=True
+                    evidence, _at(evidence_node), f"{label} evidence", names, thresholds, template=True
                 )
 
         if len(self.errors) > n_before or row_id is None:
@@ -430,40 +536,42 @@ class _Loader:
             check=check.id,
             levels=levels,
             evidence=evidence,
-            line=line,
-            level_lines=level_lines,
+            line=line.line,
+            level_lines={level: at.line for level, at in level_lines.items()},
+            path=line.path,
+            level_paths={level: at.path for level, at in level_lines.items()},
         )
 
     def _levels(
         self,
         node: yaml.Node,
-        key_line: int,
+        key_line: _Loc,
         label: str,
         scale: tuple[int, int],
         names: set[str] | None,
         thresholds: dict[str, float],
-    ) -> tuple[dict[int, str], dict[int, int]]:
+    ) -> tuple[dict[int, str], dict[int, _Loc]]:
         items = self._mapping(node, f"{label} levels")
         if items is None:
             return {}, {}
         levels: dict[int, str] = {}
-        lines: dict[int, int] = {}
+        lines: dict[int, _Loc] = {}
         low, high = scale
         for key, (key_node, value_node) in items.items():
             level = int(key) if key.isdigit() else None
             if level is None or not low <= level <= high:
-                self.error(_line(key_node), f"{label}: level {key!r} is outside the scale {low}-{high}")
+                self.error(_at(key_node), f"{label}: level {key!r} is outside the scale {low}-{high}")
                 continue
             value = self._value(value_node)
             if isinstance(value, bool):
                 # A bare YAML true/false is that expression.
                 value = "true" if value else "false"
             if not isinstance(value, str) or not value.strip():
-                self.error(_line(value_node), f"{label}: level {level} must be a Jinja2 expression string")
+                self.error(_at(value_node), f"{label}: level {level} must be a Jinja2 expression string")
                 continue
-            self._check_jinja(value, _line(value_node), f"{label} level {level}", names, thresholds)
+            self._check_jinja(value, _at(value_node), f"{label} level {level}", names, thresholds)
             levels[level] = value
-            lines[level] = _line(value_node)
+            lines[level] = _at(value_node)
         if str(low) not in items:
             self.error(key_line, f"{label}: level {low} is missing; add `{low}: true` as the fallback")
         order = sorted(levels, reverse=True)
@@ -472,7 +580,7 @@ class _Loader:
     def _check_jinja(
         self,
         source: str,
-        line: int,
+        line: _Loc,
         where: str,
         names: set[str] | None,
         thresholds: dict[str, float],
@@ -514,12 +622,68 @@ def _parse_expression(source: str) -> nodes.Expr:
     return expr
 
 
-def _by_line(error: tuple[int, str]) -> int:
-    return error[0]
+def _at(node: yaml.Node) -> _Loc:
+    return _Loc(node.start_mark.name, node.start_mark.line + 1)
 
 
-def _line(node: yaml.Node) -> int:
-    return node.start_mark.line + 1
+def _key(node: yaml.Node) -> str | None:
+    return node.value if isinstance(node, yaml.ScalarNode) else None
+
+
+def _overlay(base: yaml.Node, top: yaml.Node, nested: Mapping[str, Any] | None = None) -> yaml.Node:
+    """``top``'s keys replace ``base``'s (``nested`` names keys merged by their own rule instead). A key
+    ``top`` repeats is kept twice, so validation still reports the duplicate."""
+    if not isinstance(base, yaml.MappingNode) or not isinstance(top, yaml.MappingNode):
+        return top
+    pairs = list(base.value)
+    index = {_key(k): i for i, (k, _) in enumerate(pairs) if _key(k) is not None}
+    replaced: set[str] = set()
+    for key_node, value_node in top.value:
+        key = _key(key_node)
+        if key is None or key not in index or key in replaced:
+            pairs.append((key_node, value_node))
+            continue
+        merge = (nested or {}).get(key)
+        old = pairs[index[key]][1]
+        pairs[index[key]] = (key_node, merge(old, value_node) if merge else value_node)
+        replaced.add(key)
+    return yaml.MappingNode(top.tag, pairs, start_mark=top.start_mark, end_mark=top.end_mark)
+
+
+def _overlay_rows(base: yaml.Node, top: yaml.Node) -> yaml.Node:
+    """Rows matched by id: a known id is merged into the base's row (``levels`` level by level), a new id
+    (or a repeated one, for validation to report) is added at the end."""
+    if not isinstance(base, yaml.SequenceNode) or not isinstance(top, yaml.SequenceNode):
+        return top
+    rows = list(base.value)
+    index: dict[str, int] = {}
+    for i, row in enumerate(rows):
+        row_id = _row_id(row)
+        if row_id is not None:
+            index.setdefault(row_id, i)
+    merged: set[str] = set()
+    for row in top.value:
+        row_id = _row_id(row)
+        if row_id is None or row_id not in index or row_id in merged:
+            rows.append(row)
+            continue
+        rows[index[row_id]] = _overlay(rows[index[row_id]], row, {"levels": _overlay})
+        merged.add(row_id)
+    return yaml.SequenceNode(top.tag, rows, start_mark=top.start_mark, end_mark=top.end_mark)
+
+
+def _row_id(row: yaml.Node) -> str | None:
+    if not isinstance(row, yaml.MappingNode):
+        return None
+    return next((_key(v) for k, v in row.value if _key(k) == "id"), None)
+
+
+def _resolved_yaml(data: Any, path: Path) -> bytes:
+    header = (
+        f"# {path.name} resolved over the rubric it extends: a self-contained copy written by the grader.\n"
+    )
+    body = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=10_000, default_flow_style=False)
+    return (header + body).encode("utf-8")
 
 
 # ---------------------------------------------------------------------------------- expression safety
@@ -607,7 +771,7 @@ def _score_row(rubric: Rubric, row: Row, result: CheckResult | None) -> RowScore
         return make("manual", None, result.manual, details)
 
     context = {**result.facts, "thresholds": dict(rubric.thresholds)}
-    where = f"{rubric.path}:{row.line}"
+    where = row.where()
     chosen: int | None = None
     for level, expression in row.levels.items():
         try:
@@ -615,7 +779,7 @@ def _score_row(rubric: Rubric, row: Row, result: CheckResult | None) -> RowScore
                 chosen = level
                 break
         except Exception as exc:  # any evaluation failure is this row's, never the run's
-            where = f"{rubric.path}:{row.level_lines.get(level, row.line)}"
+            where = row.where(level)
             reason = f"row {row.id!r} ({where}) level {level}: {_one_line(exc)}"
             return make("not-assessable", None, f"not assessable: {reason}", details)
     if chosen is None:

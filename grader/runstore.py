@@ -126,7 +126,7 @@ def store_run(
     }
     files: dict[str, Any] = {"results": _RESULTS}
     write_json(folder / _RESULTS, {"schema": RESULTS_SCHEMA, "checks": results_to_json(results)})
-    if _copy_rubric(rubric.path, folder / _RUBRIC_COPY):
+    if _copy_rubric(rubric.source, folder / _RUBRIC_COPY):
         files["rubric"] = _RUBRIC_COPY
     if logs is not None and logs.is_dir():
         copied = _copy_logs(logs, folder / _LOGS)
@@ -273,9 +273,10 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _copy_rubric(source: Path, dest: Path) -> bool:
+def _copy_rubric(source: bytes, dest: Path) -> bool:
+    # The bytes the report's rubric sha256 names: a rubric that extends another is stored resolved.
     try:
-        dest.write_bytes(Path(source).read_bytes())
+        dest.write_bytes(source)
     except OSError:
         return False
     return True

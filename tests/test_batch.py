@@ -21,6 +21,7 @@ import pytest
 from grader.batch import read_batch_file
 from grader.errors import BadInput
 from tests.helpers.git import GIT_ENV as _GIT_ENV
+from tests.helpers.sample_marks import default_scores, default_total
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_solution"
@@ -172,14 +173,19 @@ def test_batch_of_twelve_lists_everyone_and_marks_the_unreachable(
         assert any(p.suffix == ".xml" for p in (report.parent / "logs").iterdir()), "JUnit kept"
 
 
-def test_every_target_form_of_the_good_submission_gets_full_marks(
+def test_every_target_form_of_the_good_submission_gets_the_same_marks(
     batch: tuple[Path, subprocess.CompletedProcess[str]],
 ) -> None:
+    """The sample's marks under the default rubric (model-metadata 2: recorded against the stand-in), for
+    each way of pointing at it."""
     summary = read_summary(batch[0])
-    full = summary["alice"]
-    assert full["points"] == full["max"] and full["percent"] == "100.0"
-    for name in ("bob", "carol"):
-        assert summary[name]["percent"] == "100.0", summary[name]
+    points, most = default_total()
+    for name in ("alice", "bob", "carol"):
+        row = summary[name]
+        assert {row_id: row[row_id] for row_id in default_scores()} == {
+            row_id: str(score) for row_id, score in default_scores().items()
+        }, row
+        assert (float(row["points"]), float(row["max"])) == (points, most), row
 
 
 @pytest.mark.parametrize(
@@ -198,9 +204,9 @@ def test_each_mutation_costs_its_row(
     batch: tuple[Path, subprocess.CompletedProcess[str]], candidate: str, row: str
 ) -> None:
     summary = read_summary(batch[0])
-    assert summary["alice"][row] == "3"
-    assert summary[candidate][row] != "3", summary[candidate]
-    assert float(summary[candidate]["percent"]) < 100
+    assert summary["alice"][row] == str(default_scores()[row])
+    assert int(summary[candidate][row]) < int(summary["alice"][row]), summary[candidate]
+    assert float(summary[candidate]["percent"]) < float(summary["alice"]["percent"])
 
 
 def test_progress_names_each_candidate_and_the_end(

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.adversarial.builders import commit, sample_copy
+from tests.helpers.sample_marks import default_scores
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -61,7 +62,9 @@ def test_a_hanging_suite_costs_one_timeout_and_its_probes_are_skipped_with_a_not
     loud = _row(report, "loud-miss")
     assert loud["status"] == "not-assessable" and "replay suite timed out" in loud["evidence"]
     # Rows that do not run the suite are still graded.
-    assert _row(report, "model-metadata")["score"] == 3 and _row(report, "canonical-keys")["score"] == 3
+    # (model-metadata 2: the sample was recorded against the stand-in, see tests/helpers/sample_marks.py)
+    assert _row(report, "model-metadata")["score"] == default_scores()["model-metadata"]
+    assert _row(report, "canonical-keys")["score"] == 3
 
 
 def test_the_grade_budget_stops_what_it_cannot_finish_and_names_the_rows(tmp_path: Path) -> None:
@@ -76,7 +79,7 @@ def test_the_grade_budget_stops_what_it_cannot_finish_and_names_the_rows(tmp_pat
     replay = _row(report, "offline-replay")
     assert replay["status"] == "not-assessable" and "budget of 20 s" in replay["evidence"]
     # Static rows are still scored; every row is either scored or named as unassessed with the reason.
-    assert _row(report, "model-metadata")["score"] == 3
+    assert _row(report, "model-metadata")["score"] == default_scores()["model-metadata"]
     for row in report["rows"]:
         assert (
             row["status"] in ("scored", "manual") or row["id"] in unassessed or "install" in row["evidence"]

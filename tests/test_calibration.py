@@ -19,11 +19,13 @@ import pytest
 import yaml
 
 from grader.errors import BadInput
-from grader.selftest import load_corpus
+from grader.selftest import default_corpus_path, load_corpus
+from tests.helpers.sample_marks import LOOPBACK_EVIDENCE, REHEARSAL, default_scores
 
 ROOT = Path(__file__).resolve().parents[1]
 GRADE = [sys.executable, "-m", "grader"]
-CASE_IDS = [case.id for case in load_corpus()]
+SHIPPED = default_corpus_path()
+CASE_IDS = [case.id for case in load_corpus(SHIPPED)]
 _FULL_KEY = re.compile(r"sk-(?:proj|ant-api03)-[A-Za-z0-9_-]{30,}")
 
 pytestmark = pytest.mark.slow
@@ -50,7 +52,7 @@ def _selftest(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[s
 @pytest.fixture(scope="module")
 def corpus_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], dict]:
     out = tmp_path_factory.mktemp("selftest") / "verdicts.json"
-    done = _selftest("--json", str(out))
+    done = _selftest("--corpus", str(SHIPPED), "--json", str(out))
     assert out.is_file(), done.stderr
     return done, json.loads(out.read_text(encoding="utf-8"))
 
@@ -93,10 +95,22 @@ def test_case_lands_in_its_bands(corpus_run: tuple[Any, dict], case_id: str) -> 
 
 
 @pytest.mark.parametrize("case_id", ["sample-shipped", "clean-copy"])
-def test_clean_submissions_score_full_marks(corpus_run: tuple[Any, dict], case_id: str) -> None:
+def test_clean_submissions_score_the_samples_marks(corpus_run: tuple[Any, dict], case_id: str) -> None:
+    """Under the default rubric: every row at the top but model-metadata, 2, because the sample's tapes came
+    from the stand-in (tests/helpers/sample_marks.py)."""
     case = _case(corpus_run, case_id)
-    assert [r["score"] for r in case["rows"]] == [3] * 9
+    assert {r["id"]: r["score"] for r in case["rows"]} == default_scores()
+    assert f"all 24 {LOOPBACK_EVIDENCE}" in _row(case, "model-metadata")["evidence"]
     assert "the canary record probe found no leak" in _row(case, "no-credentials")["evidence"]
+
+
+def test_the_rehearsal_rubric_gives_the_shipped_sample_full_marks(tmp_path: Path) -> None:
+    out = tmp_path / "verdicts.json"
+    done = _selftest("--rubric", str(REHEARSAL), "--case", "sample-shipped", "--json", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    (case,) = json.loads(out.read_text(encoding="utf-8"))["cases"]
+    assert {r["score"] for r in case["rows"]} == {3}, case["rows"]
+    assert f"all 24 {LOOPBACK_EVIDENCE}" in _row(case, "model-metadata")["evidence"]
 
 
 def test_a_leaked_header_costs_credentials_and_hygiene_at_its_line(corpus_run: tuple[Any, dict]) -> None:

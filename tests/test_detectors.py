@@ -16,15 +16,18 @@ from types import SimpleNamespace
 
 import pytest
 
+from grader.audit import AuditLog
 from grader.checks import registry
 from grader.checks.boundary import boundary
 from grader.checks.hygiene import hygiene
 from grader.checks.keys import keys
 from grader.checks.metadata import metadata
 from grader.checks.replay_doc import replay_doc
+from grader.rubric import load_rubric, score
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TAPES = FIXTURES / "tapes"
+REHEARSAL = Path(__file__).resolve().parents[1] / "rubric" / "rehearsal.yaml"
 CORPUS = FIXTURES / "corpus"  # real vcrpy cassettes, vendored with their LICENSE and source
 THRESHOLDS = {"cassette_total_mb": 5, "cassette_largest_mb": 1}
 SECRET = "sk-proj-" + "Q7fT2kLm9XzA4bNc8RdE1vWy5UhJ3pGs6"
@@ -41,7 +44,7 @@ def _ctx(repo, *, cassette_dir="cassettes", opened=None, key_function=None, defa
     def replay_run():
         if opened is None:
             raise RuntimeError("install failed: no matching distribution for numpy==0.0")
-        return SimpleNamespace(audit=SimpleNamespace(opened=set(opened)))
+        return SimpleNamespace(audit=AuditLog(opened=set(opened)))
 
     return SimpleNamespace(
         repo=repo,
@@ -117,9 +120,47 @@ def test_metadata_says_when_tapes_never_met_a_real_model_endpoint(tmp_path):
     local.write_text(json.dumps(tape))
     result = metadata(_ctx(tmp_path))
     assert result.facts["loopback_tapes"] == 1 and result.facts["with_endpoint"] == 2
-    assert "1 recorded against a loopback endpoint, not a real model" in result.facts["summary"]
+    assert result.facts["summary"].startswith(
+        "1 of 2 tapes was recorded against a loopback endpoint "
+        "(127.0.0.1: a local stand-in such as the kit's), not a real model; "
+    )
     assert any("127.0.0.1" in line and str(local.relative_to(tmp_path)) in line for line in result.details)
     assert real not in " ".join(line for line in result.details if "loopback" in line or "127.0.0.1" in line)
+
+
+def _local_only(folder: Path, count: int) -> None:
+    for n in range(count):
+        tape_path = folder.parent / _write_kit(folder, f"ticket {n}")
+        tape = json.loads(tape_path.read_text())
+        tape["meta"]["endpoint"] = "127.0.0.1"
+        tape_path.write_text(json.dumps(tape))
+
+
+@pytest.mark.parametrize(("local", "real"), [(3, 0), (1, 2)])
+def test_default_rubric_stops_a_loopback_recording_at_2_and_rehearsal_does_not(tmp_path, local, real):
+    """Provenance (issue #13 item 6): tapes a stand-in answered, all or some, never reach model-metadata 3
+    under the default rubric, and the evidence says why; the rehearsal rubric accepts them."""
+    _local_only(tmp_path / "cassettes", local)
+    for n in range(real):
+        _write_kit(tmp_path / "cassettes", f"real ticket {n}")
+    result = metadata(_ctx(tmp_path))
+    default = {row.id: row for row in score(load_rubric(), {"metadata": result})}["model-metadata"]
+    rehearsal = {row.id: row for row in score(load_rubric(REHEARSAL), {"metadata": result})}["model-metadata"]
+    which = "all 3 tapes were" if not real else "1 of 3 tapes was"
+    assert default.score == 2 and default.evidence.startswith(
+        f"{which} recorded against a loopback endpoint (127.0.0.1: a local stand-in such as the kit's), "
+        "not a real model"
+    ), default
+    assert rehearsal.score == 3 and rehearsal.evidence == default.evidence
+
+
+def test_default_rubric_gives_a_real_recording_model_metadata_3(tmp_path):
+    for n in range(2):
+        _write_kit(tmp_path / "cassettes", f"real ticket {n}")
+    result = metadata(_ctx(tmp_path))
+    row = {row.id: row for row in score(load_rubric(), {"metadata": result})}["model-metadata"]
+    assert result.facts["loopback_tapes"] == 0 and "loopback" not in row.evidence
+    assert row.score == 3, row
 
 
 def test_metadata_on_the_real_vcrpy_corpus(tmp_path):

@@ -32,15 +32,7 @@ ROWS = (
 )  # fmt: skip
 
 # (case, row) -> why the grader still misses the reviewers' band. Remove an entry when it lands.
-KNOWN_GAPS: dict[tuple[str, str], str] = {
-    ("indep-a-helpdesk-triage", "canonical-keys"): "vcrpy with the suite's own body matcher "
-    "(tests/conftest.py canonical_body): no key function to probe, so 'sound but unverified' scores 2; "
-    "the reviewer verified the matcher by reading it and its tests",
-    ("indep-b-streamtriage", "canonical-keys"): "the key is tape_key(canonical_request(...)): no single "
-    "function maps a request to its key, so nothing is probed and 'unverified' scores 2",
-    ("indep-b-triage-agent", "cassette-hygiene"): "the replay layer reads every recording at start-up "
-    "(replay.py:49), so the 44 stale ones count as opened; the 2.05 MB tape alone costs one level",
-}
+KNOWN_GAPS: dict[tuple[str, str], str] = {}
 
 pytestmark = pytest.mark.slow
 
@@ -63,10 +55,9 @@ def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, An
             sys.executable,
             "-m",
             "grader",
-            "--selftest",
+            "--selftest",  # the default corpora include this one: a rubric edit is checked against it
             "--quiet",
-            "--corpus",
-            str(CORPUS),
+            *(arg for case in CASES for arg in ("--case", case.id)),
             "--json",
             str(out),
         ],
@@ -110,3 +101,40 @@ def test_evidence_never_points_outside_the_submission(verdicts: dict[str, dict[s
                 row["id"],
                 text,
             )
+
+
+def test_a_key_that_is_a_canonical_form_is_probed(verdicts: dict[str, dict[str, Any]]) -> None:
+    # Neither hashes in one function: helpdesk-triage's vcrpy matcher compares canonical_body(body), and
+    # streamtriage keys tapes by tape_key(canonical_request(method, url, headers, body)).
+    for case_id, function in (
+        ("indep-a-helpdesk-triage", "helpdesk_triage.replay:canonical_body"),
+        ("indep-b-streamtriage", "streamtriage.tape:canonical_request"),
+    ):
+        row = next(r for r in verdicts[case_id]["rows"] if r["id"] == "canonical-keys")
+        assert function in row["evidence"] and ", 0 failed" in row["evidence"], row["evidence"]
+
+
+def test_a_test_reading_every_recording_is_not_a_replay(verdicts: dict[str, dict[str, Any]]) -> None:
+    # triage-agent's tests/test_agent.py lints all 54 recordings; only 10 are replayed by its suite.
+    row = next(r for r in verdicts["indep-b-triage-agent"]["rows"] if r["id"] == "cassette-hygiene")
+    assert "44 unused" in row["evidence"], row["evidence"]
+    assert any("tests/test_agent.py:" in d and "reads every tape" in d for d in row["details"]), row[
+        "details"
+    ]
+
+
+def test_selftest_grades_the_independent_corpus_by_default() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_BASE_URL"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "grader", "--selftest", "--case", "no-such-case"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    listed = done.stderr.strip().splitlines()[-1]
+    assert all(case.id in listed for case in CASES), listed
+    assert "key-in-source" in listed, listed  # and the mutations of the sample

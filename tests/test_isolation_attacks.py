@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from grader import sandbox
+from tests.helpers.sample_marks import default_scores, default_total
 from tests.test_batch import copy_sample, read_summary, run_grade
 
 pytestmark = pytest.mark.slow
@@ -108,8 +109,10 @@ def test_a_candidate_cannot_reach_its_neighbour_in_a_batch(tmp_path: Path) -> No
     )
     assert done.returncode == 0, done.stderr[-2000:]
     summary = read_summary(out)
-    # The neighbour keeps full marks: no planted key, no lost tape.
-    assert summary["alice"]["percent"] == "100.0", summary["alice"]
+    # The neighbour keeps the sample's marks: no planted key, no lost tape.
+    assert {row_id: summary["alice"][row_id] for row_id in default_scores()} == {
+        row_id: str(score) for row_id, score in default_scores().items()
+    }, summary["alice"]
     # Nothing the attacker wrote outside its workspace, and nothing it started, outlived the batch.
     for stray in ("/tmp/kit-attack-stray", "/var/tmp/kit-attack-stray", "/dev/shm/kit-attack-stray"):
         assert not Path(stray).exists(), stray
@@ -121,7 +124,7 @@ def test_a_candidate_cannot_reach_its_neighbour_in_a_batch(tmp_path: Path) -> No
 
 def test_a_host_address_space_limit_below_ours_costs_the_candidate_nothing(tmp_path: Path) -> None:
     # A reviewer shell with `ulimit -v 3145728` (3 GiB): the sandbox used to ask for 4 GiB, fail, and the
-    # sample solution scored 29/54.
+    # sample solution scored 29 points instead of its marks.
     host = 3 * 1024**3
     report_path = tmp_path / "report.json"
     done = subprocess.run(
@@ -131,7 +134,7 @@ def test_a_host_address_space_limit_below_ours_costs_the_candidate_nothing(tmp_p
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(report_path.read_text())
-    assert report["total"]["points"] == report["total"]["max"] == 54
+    assert (report["total"]["points"], report["total"]["max"]) == default_total()
     assert report["isolation"]["limits"]["address_space"] == host
     assert report["isolation"]["limits"]["lowered_by_host"] == ["address_space"]
     assert f"sandbox limits lowered to this host's hard limits: address_space {host}" in report["notes"]

@@ -8,6 +8,7 @@ process; and in-process, the sandbox's run function and subprocess.Popen are pat
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import re
@@ -20,7 +21,9 @@ from pathlib import Path
 import pytest
 
 from grader.cli import main
+from grader.rubric import load_rubric
 from tests.helpers.bake import unshare_works
+from tests.helpers.sample_marks import REHEARSAL
 from tests.test_batch import copy_sample, failing_test, run_grade
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,6 +43,7 @@ _NO_SPAWN = textwrap.dedent(
 
     sys.addaudithook(hook)
     from grader.cli import main
+from grader.rubric import load_rubric
     sys.exit(main(sys.argv[1:]))
     """
 )
@@ -116,7 +120,8 @@ def test_rescore_prints_who_moved_and_starts_no_process(batch_copy: Path, tmp_pa
     assert f"dave offline-replay {before['dave']['offline-replay']} -> 3" in out
     assert before["dave"]["offline-replay"] != "3"
     points, maximum = int(before["alice"]["points"]), int(before["alice"]["max"])
-    assert f"alice total {points}/{maximum} (100.0%) -> {maximum - 6}/{maximum - 6} (100.0%)" in out
+    old, new = round(100 * points / maximum, 1), round(100 * (points - 6) / (maximum - 6), 1)
+    assert f"alice total {points}/{maximum} ({old}%) -> {points - 6}/{maximum - 6} ({new}%)" in out
     assert any(line.startswith("mallory not assessable:") for line in out)
 
     after = summary(batch_copy)
@@ -132,6 +137,29 @@ def test_rescore_prints_who_moved_and_starts_no_process(batch_copy: Path, tmp_pa
         assert "no submission code ran" in new["notes"][-1]
     (batch_history,) = (batch_copy / "history").iterdir()
     assert summary(batch_history) == before
+
+
+def test_rescore_with_the_rehearsal_rubric_lifts_only_the_standin_cap(
+    batch_copy: Path, tmp_path: Path
+) -> None:
+    """rubric/rehearsal.yaml extends default.yaml: the stored copy is the resolved rubric, which loads on its
+    own (no default.yaml beside it) and is exactly what the report's sha256 names."""
+    result = rescore_offline([str(batch_copy), "--rubric", str(REHEARSAL)], cwd=tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    out = lines_of(result.stdout)
+    assert "alice model-metadata 2 -> 3" in out
+    assert not [line for line in out if line.startswith("alice ") and "model-metadata" not in line
+                and not line.startswith("alice total")]  # fmt: skip
+    report = json.loads((batch_copy / "alice" / "report.json").read_text())
+    assert report["total"]["points"] == report["total"]["max"]
+    stored = json.loads((batch_copy / "alice" / "run.json").read_text())
+    copy = batch_copy / "alice" / stored["files"]["rubric"]
+    assert hashlib.sha256(copy.read_bytes()).hexdigest() == report["rubric"]["sha256"]
+    alone = tmp_path / "alone" / "rubric.yaml"
+    alone.parent.mkdir()
+    shutil.copy(copy, alone)
+    assert load_rubric(alone).sha256 == report["rubric"]["sha256"]
 
 
 def test_rescore_never_reaches_the_sandbox(

@@ -137,7 +137,7 @@ def test_yaml_syntax_errors_name_the_line(tmp_path, text, expected):
 def test_unknown_top_level_key(tmp_path):
     message = _error(tmp_path, _good_with("thresholds:", "treshold: 1\nthresholds:"))
     assert message.startswith(
-        "4: unknown key 'treshold' in the rubric; allowed: name, rows, scale, thresholds"
+        "4: unknown key 'treshold' in the rubric; allowed: extends, name, rows, scale, thresholds"
     )
 
 

@@ -1,4 +1,5 @@
-"""sample_solution: a genuinely recorded, full-marks submission that stays in step with the template."""
+"""sample_solution: a genuinely recorded submission (against the stand-in) that earns full marks under
+rubric/rehearsal.yaml and stays in step with the template."""
 
 from __future__ import annotations
 
@@ -13,6 +14,13 @@ import pytest
 
 from grader.schemas import load_schema
 from tests.helpers.bake import bake, clean_env, run, standin, unshare_works
+from tests.helpers.sample_marks import (
+    LOOPBACK_EVIDENCE,
+    REHEARSAL,
+    STANDIN_CAPPED_ROW,
+    default_scores,
+    default_total,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_solution"
@@ -108,15 +116,25 @@ def test_rerecording_reproduces_the_tapes(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("jobs", ["1", "2"])  # checks running at once must not disturb each other's runs
-def test_grading_the_sample_scores_full_marks(tmp_path: Path, grade_cache: Path, jobs: str) -> None:
+@pytest.mark.parametrize(
+    ("jobs", "rubric"),
+    # Checks running at once must not disturb each other's runs; each rubric's claim is checked once.
+    [("1", "default"), ("2", "rehearsal")],
+)
+def test_grading_the_sample_scores_full_marks_under_the_rehearsal_rubric(
+    tmp_path: Path, grade_cache: Path, jobs: str, rubric: str
+) -> None:
+    """The sample was recorded against the stand-in: full marks under rubric/rehearsal.yaml (the rubric the
+    docs name for it); under the default rubric every row but model-metadata, which says why it is 2."""
     out = tmp_path / "report.json"
+    chosen = ["--rubric", str(REHEARSAL)] if rubric == "rehearsal" else []
     result = subprocess.run(
         [
             sys.executable,
             "-m",
             "grader",
             str(SAMPLE),
+            *chosen,
             "--format",
             "json",
             "--output",
@@ -134,8 +152,16 @@ def test_grading_the_sample_scores_full_marks(tmp_path: Path, grade_cache: Path,
     report = json.loads(out.read_text(encoding="utf-8"))
     jsonschema.validate(report, load_schema("grade-report"))
     scores = {row["id"]: (row["status"], row["score"], row["evidence"]) for row in report["rows"]}
-    assert all(status == "scored" and score == 3 for status, score, _ in scores.values()), scores
-    assert report["total"]["percent"] == 100.0
+    assert all(status == "scored" for status, _, _ in scores.values()), scores
+    if rubric == "rehearsal":
+        assert report["rubric"]["name"] == "Cassette take-home (rehearsal against the stand-in)"
+        assert all(score == 3 for _, score, _ in scores.values()), scores
+        assert report["total"]["percent"] == 100.0
+    else:
+        assert {row_id: score for row_id, (_, score, _) in scores.items()} == default_scores(), scores
+        tapes = len(_tapes(SAMPLE / "cassettes"))
+        assert scores[STANDIN_CAPPED_ROW][2].startswith(f"all {tapes} {LOOPBACK_EVIDENCE}"), scores
+        assert (report["total"]["points"], report["total"]["max"]) == default_total()
     # Its tape chain is read and intact; its `make serve` replays and answers an unseen request with 422.
     assert report["facts"]["keys"]["chain"] and report["facts"]["keys"]["chain_tampered"] == 0
     assert report["facts"]["keys"]["chain_entries"] == len(_tapes(SAMPLE / "cassettes"))

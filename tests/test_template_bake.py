@@ -198,5 +198,14 @@ def test_an_untouched_bake_earns_at_most_a_quarter_of_the_points(tmp_path: Path,
 
     scores = {row["id"]: row["score"] for row in report["rows"]}
     assert report["total"]["percent"] <= 25, (report["total"], scores)
-    for row_id in ("loud-miss", "canonical-keys", "replay-doc", "model-metadata", "cassette-hygiene"):
+    offline = next(row for row in report["rows"] if row["id"] == "offline-replay")
+    assert "no recording found" in offline["evidence"], offline
+    for row_id in (
+        "offline-replay",
+        "loud-miss",
+        "canonical-keys",
+        "replay-doc",
+        "model-metadata",
+        "cassette-hygiene",
+    ):
         assert scores[row_id] == 0, (row_id, scores)

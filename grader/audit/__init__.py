@@ -57,6 +57,9 @@ class Event:
 class AuditLog:
     network_attempts: list[Event] = field(default_factory=list)  # connect/sendto/getaddrinfo/refused
     opened: set[str] = field(default_factory=set)  # repo-relative paths opened for reading
+    opened_at: dict[str, set[str]] = field(
+        default_factory=dict
+    )  # path -> call sites ("file:line") that opened it
     sockets: list[Event] = field(default_factory=list)  # inet sockets created (socket.__new__)
     unsafe: str = ""  # why the log file was not read: replaced by a link, a FIFO, a device, over the cap
 
@@ -160,6 +163,7 @@ def read_audit_log(path: Path | None) -> AuditLog:
             log.sockets.append(event)
         elif kind == "open" and event.path:
             log.opened.add(event.path)
+            log.opened_at.setdefault(event.path, set()).add(event.where)
     log.unsafe = "; ".join(problems)
     return log
 

@@ -48,8 +48,8 @@ def _install(log_path, root):
             return "?"
         return f"{innermost.f_code.co_filename}:{innermost.f_lineno}"
 
-    def emit(record):
-        record["where"] = where(sys._getframe(2))
+    def emit(record, site=None):
+        record["where"] = site or where(sys._getframe(2))
         record["pid"] = os.getpid()
         os.write(fd, (json.dumps(record, default=str) + "\n").encode("utf-8", "replace"))
 
@@ -73,9 +73,12 @@ def _install(log_path, root):
                 for prefix in roots:
                     if full.startswith(prefix):
                         rel = full[len(prefix) :]
-                        if rel not in seen_paths:
-                            seen_paths.add(rel)
-                            emit({"event": "open", "path": rel})
+                        # Once per file and call site, not per file: a test that reads every tape
+                        # (a lint of the recordings) must not hide which tapes the replay layer opened.
+                        site = where(sys._getframe(1))
+                        if (rel, site) not in seen_paths:
+                            seen_paths.add((rel, site))
+                            emit({"event": "open", "path": rel}, site)
                         return
             elif event == "socket.__new__":
                 if args[1] in _INET:

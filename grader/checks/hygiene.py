@@ -6,6 +6,7 @@ import json
 import os
 import re
 from collections.abc import Iterator
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from grader.checks import CheckResult, Finding, register
@@ -76,6 +77,13 @@ def hygiene(ctx: Context) -> CheckResult:
     details: list[str] = []
 
     opened, plays, why_unknown = _replayed(ctx)
+    if opened is not None:
+        opened, inventory = _replay_opens(opened, tapes)
+        for site in inventory[:_MAX_LISTED]:
+            details.append(
+                f"opens at {site} not counted as use: that test reads every tape (a check of the "
+                "recordings, not a replay)"
+            )
     # An invalid tape is reported as invalid only: it cannot be replayed whether opened or not.
     unused = [
         t for t in tapes if opened is not None and t.format != "invalid" and _norm(t.path) not in opened
@@ -143,16 +151,50 @@ def hygiene(ctx: Context) -> CheckResult:
     return CheckResult(facts=facts, findings=findings, details=details, manual=manual)
 
 
+def _replay_opens(opened_at: dict[str, set[str]], tapes: list[Tape]) -> tuple[set[str], list[str]]:
+    """(tapes opened as a replay, the test-file call sites left out because each read every tape).
+
+    A suite may lint its recordings (``for p in RECORDINGS.glob("*.json"): ...``); those reads open stale
+    tapes too, so they say nothing about use. A call site in a test file that opened every tape is such a
+    read when some other site opened tapes as well; a replay layer in the package that preloads every tape
+    is not left out (all of them count as used, as before).
+    """
+    wanted = {_norm(t.path) for t in tapes if t.format != "invalid"}
+    sites: dict[str, set[str]] = {}
+    for path, where in opened_at.items():
+        for site in where:
+            sites.setdefault(site, set()).add(path)
+    inventory = sorted(
+        site
+        for site, paths in sites.items()
+        if len(wanted) > 1 and wanted <= paths and _in_tests(site.rpartition(":")[0])
+    )
+    if not inventory or len(inventory) == len(sites):
+        return set(opened_at), []
+    return {p for site, paths in sites.items() if site not in inventory for p in paths}, inventory
+
+
+def _in_tests(path: str) -> bool:
+    parts = PurePosixPath(path).parts
+    name = parts[-1] if parts else ""
+    return bool(parts) and (
+        parts[0] in ("tests", "test")
+        or name.startswith("test_")
+        or name.endswith("_test.py")
+        or name == "conftest.py"
+    )
+
+
 def _replayed(
     ctx: Context,
-) -> tuple[set[str] | None, dict[str, tuple[int, set[int]]], str | None]:
-    """(repo-relative paths the replay run opened, vcrpy plays by repo-relative path, None), or
-    (None, {}, reason) when there was no run."""
+) -> tuple[dict[str, set[str]] | None, dict[str, tuple[int, set[int]]], str | None]:
+    """(repo-relative paths the replay run opened, each with its call sites; vcrpy plays by repo-relative
+    path; None), or (None, {}, reason) when there was no run."""
     if getattr(ctx, "env", None) is None:
         if getattr(ctx, "install_failed", False):
             # The submission's own dependencies cannot be installed: no run opened any tape, and that is
             # the evidence (every tape unused), not a reason to leave the row to a reviewer.
-            return set(), {}, None
+            return {}, {}, None
         return None, {}, getattr(ctx, "install_error", None) or "no installed environment"
     try:
         run = ctx.replay_run()
@@ -167,7 +209,10 @@ def _replayed(
             if path.startswith(root):
                 plays[_norm(path[len(root) :])] = play
                 break
-    return {_norm(p) for p in run.audit.opened}, plays, None
+    opened_at: dict[str, set[str]] = {}
+    for path in run.audit.opened:
+        opened_at.setdefault(_norm(path), set()).update(run.audit.opened_at.get(path) or {"?"})
+    return opened_at, plays, None
 
 
 def _unplayed(tapes: list[Tape], plays: dict[str, tuple[int, set[int]]]) -> list[tuple[Tape, int, int, int]]:

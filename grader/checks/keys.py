@@ -279,7 +279,8 @@ def _probe_found(
         return "", 0, [], "no installed environment: the submission's key function was not probed"
     specs = keyprobe.candidates(Path(ctx.repo))
     if not specs:
-        return "", 0, [], "no key function found (a module-level function hashing a request): not probed"
+        why = "no key function found (a module-level function hashing or canonicalising a request)"
+        return "", 0, [], f"{why}: not probed"
     method, url = "POST", "https://api.openai.com/v1/chat/completions"
     for tape in tapes:
         inter = next((i for i in tape.interactions if isinstance(i.request_body, dict)), None)

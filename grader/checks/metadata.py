@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from grader.checks import CheckResult, Finding, register
+from grader.details import counted
 from grader.tapes import Tape, tapes_of
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ def metadata(ctx: Context) -> CheckResult:
         models: sorted distinct models the tapes name
         disagreeing: tapes whose model differs from the manifest's default_model (0 when it is unknown)
         loopback_tapes: tapes whose endpoint is a loopback address or localhost (a local stand-in such as the
-            kit's own, never a real model endpoint)
+            kit's own, never a real model endpoint); the default rubric gives such a recording at most 2
         summary: one line, e.g. "41/41 tapes name a model (gpt-4o-mini), endpoint and recording time"
     """
     all_tapes = tapes_of(ctx)
@@ -74,8 +75,8 @@ def metadata(ctx: Context) -> CheckResult:
     if loopback:
         details.insert(
             0,
-            f"{len(loopback)} tapes recorded against {loopback[0].endpoint} (e.g. {loopback[0].path}): "
-            "a local stand-in, not a real model endpoint",
+            f"{counted(len(loopback), 'tape')} recorded against {loopback[0].endpoint} "
+            f"(e.g. {loopback[0].path}): a local stand-in, not a real model endpoint",
         )
     facts = {
         "tapes": len(tapes),
@@ -86,7 +87,7 @@ def metadata(ctx: Context) -> CheckResult:
         "models": sorted(models),
         "disagreeing": len(disagreeing),
     }
-    facts["summary"] = _summary(facts, sorted(models), invalid)
+    facts["summary"] = _summary(facts, sorted(models), invalid, loopback[0].endpoint if loopback else "")
     return CheckResult(facts=facts, findings=findings, details=details)
 
 
@@ -120,7 +121,7 @@ def _models(tape: Tape) -> set[str]:
     return named
 
 
-def _summary(facts: dict[str, object], models: list[str], invalid: int) -> str:
+def _summary(facts: dict[str, object], models: list[str], invalid: int, loopback_host: str) -> str:
     total = facts["tapes"]
     if not total:
         return "no readable tapes" + (f" ({invalid} invalid)" if invalid else "")
@@ -133,10 +134,20 @@ def _summary(facts: dict[str, object], models: list[str], invalid: int) -> str:
         parts.append(f"{facts['with_time']}/{total} a recording time")
     if facts["disagreeing"]:
         parts.append(f"{facts['disagreeing']} disagree with default_model")
-    if facts.get("loopback_tapes"):
-        parts.append(f"{facts['loopback_tapes']} recorded against a loopback endpoint, not a real model")
     if invalid:
         parts.append(f"{invalid} invalid not counted")
+    local = facts.get("loopback_tapes")
+    if local:
+        # First: it is why the default rubric stops this row at 2 (docs/rubric.md, "Provenance").
+        if local == total:
+            which = "the only tape was" if total == 1 else f"all {total} tapes were"
+        else:
+            which = f"{local} of {total} tapes " + ("was" if local == 1 else "were")
+        parts.insert(
+            0,
+            f"{which} recorded against a loopback endpoint ({loopback_host}: a local stand-in such as the "
+            "kit's), not a real model",
+        )
     return "; ".join(parts)
 
 

@@ -10,6 +10,7 @@ from grader.checks import CheckResult, Finding, register
 from grader.context import ReplayRun
 from grader.tamper import Hook
 from grader.tape_history import TapeEdit, tape_edits
+from grader.tapes import tapes_of
 
 if TYPE_CHECKING:
     from grader.context import Context
@@ -39,6 +40,7 @@ def _zero_facts() -> dict[str, object]:
         "command": "",
         "tape_edits": 0,
         "first_tape_edit": "",
+        "tapes": 0,
         "summary": "",
     }
 
@@ -73,18 +75,22 @@ def replay(ctx: Context) -> CheckResult:
         tape_edits: recorded responses changed in a later commit while their request (and key) stayed the
             same, not as part of re-recording the whole set: answers edited by hand (read from git history)
         first_tape_edit: commit:file:line of the first such edit, or "" when none
+        tapes: readable tapes in the submission (the same count as the other rows): a suite that passes
+            with nothing recorded shows no replay, whatever the ratio of its passing tests
         summary: e.g. "24 passed, 0 failed, 0 errors, 0 connection attempts (make test, 1.2 s)"
     """
     facts = _zero_facts()
     history = tape_edits(ctx.repo, ctx.manifest.cassette_dir)
     edits = history.edits
     facts.update(tape_edits=len(edits), first_tape_edit=edits[0].location if edits else "")
+    facts["tapes"] = sum(t.format != "invalid" for t in tapes_of(ctx))
+    no_tapes = "" if facts["tapes"] else "; no recording found"
     edit_findings = [Finding(rule="tape-edited", message=e.message, location=e.location) for e in edits]
     edit_details = [f"tape edited: {e.location}: {e.message}" for e in edits[:_MAX_DETAILS]]
     edit_details += history.notes
     install = _install_findings(ctx)
     if ctx.env is None:
-        facts["summary"] = f"not run: {_first_line(ctx.install_error)}" + _edits_summary(edits)
+        facts["summary"] = f"not run: {_first_line(ctx.install_error)}" + _edits_summary(edits) + no_tapes
         if getattr(ctx, "install_failed", False):
             # The submission's own dependencies (an invalid line, a package that does not exist or does
             # not build): nothing ran, scored as such, the installer's words as evidence.
@@ -127,7 +133,7 @@ def replay(ctx: Context) -> CheckResult:
     if broken and rr.run.returncode != 0:
         # Nothing ran and the command failed: collection crashed, or `make test` never reached pytest.
         facts["errors"] = 1
-    facts["summary"] = _summary(ctx, rr, facts) + evidence.summary() + _edits_summary(edits)
+    facts["summary"] = _summary(ctx, rr, facts) + evidence.summary() + _edits_summary(edits) + no_tapes
 
     details = [*edit_details, *evidence.details()]
     details += [f"connection attempt at {where}: {what}" for where, what in attempts[:_MAX_DETAILS]]

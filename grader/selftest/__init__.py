@@ -7,7 +7,7 @@ grader change that makes grading lenient or harsh is caught before it grades a c
 
 from __future__ import annotations
 
-from grader.selftest.corpus import Case, default_corpus_path, load_corpus
+from grader.selftest.corpus import Case, default_corpus_path, default_corpus_paths, load_corpus
 from grader.selftest.runner import CaseResult, RowVerdict, build_case, run_case, run_selftest
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "RowVerdict",
     "build_case",
     "default_corpus_path",
+    "default_corpus_paths",
     "load_corpus",
     "run_case",
     "run_selftest",

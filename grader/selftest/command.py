@@ -1,4 +1,5 @@
-"""`grade --selftest [--rubric PATH] [--case ID]...`: run the calibration corpus and print one line per row.
+"""`grade --selftest [--rubric PATH] [--case ID]... [--corpus PATH]...`: run the calibration corpora (by
+default the shipped mutations of the sample and the independent submissions); one line per row.
 
 Exit codes: 0 every case landed in its bands; 2 bad input (rubric, corpus, --case, --json path);
 3 some case is out of band or could not be graded (the last line names each failing case and row).
@@ -10,12 +11,13 @@ import json
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 from grader._cliargs import Parser, positive
 from grader.errors import BadInput
-from grader.selftest.corpus import default_corpus_path, load_corpus
+from grader.selftest.corpus import default_corpus_paths, load_corpus
 from grader.selftest.runner import CaseResult, run_selftest
 
 __all__ = ["EXIT_FAILED", "main"]
@@ -38,9 +40,11 @@ def _parser() -> Parser:
     parser.add_argument(
         "--corpus",
         type=Path,
+        action="append",
+        default=[],
         metavar="PATH",
-        help="a corpus file (default: the shipped one; grader/selftest/independent.yaml: submissions the kit "
-        "did not write)",
+        help="a corpus file, repeatable (default: both shipped ones: grader/selftest/corpus.yaml, mutations "
+        "of the sample, and grader/selftest/independent.yaml, submissions the kit did not write)",
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write every verdict here as JSON")
     parser.add_argument(
@@ -62,7 +66,12 @@ def main(args: Sequence[str]) -> int:
     if opts.json is not None and not (opts.json.parent if str(opts.json.parent) else Path(".")).is_dir():
         raise BadInput(f"--json {opts.json}: its folder does not exist; create it first")
     rubric = load_rubric(opts.rubric)
-    cases = load_corpus(opts.corpus or default_corpus_path())
+    cases = [case for path in opts.corpus or default_corpus_paths() for case in load_corpus(path)]
+    twice = sorted(case_id for case_id, n in Counter(c.id for c in cases).items() if n > 1)
+    if twice:
+        raise BadInput(
+            f"calibration case ids appear in more than one corpus: {', '.join(twice)}; rename them"
+        )
     if opts.case:
         known = {c.id for c in cases}
         unknown = [c for c in opts.case if c not in known]

@@ -12,7 +12,7 @@ import yaml
 from grader.errors import BadInput
 from grader.selftest.mutations import mutations
 
-__all__ = ["BASES", "INDEPENDENT", "Case", "default_corpus_path", "load_corpus"]
+__all__ = ["BASES", "INDEPENDENT", "Case", "default_corpus_path", "default_corpus_paths", "load_corpus"]
 
 BASES = ("sample", "sample-shipped", "bundle")
 # Submissions written by people who never saw the grader, the template or the sample (README.md there).
@@ -39,8 +39,14 @@ class Case:
 
 
 def default_corpus_path() -> Path:
-    """The corpus shipped with the grader."""
+    """The corpus of mutations of the sample shipped with the grader."""
     return Path(__file__).with_name("corpus.yaml")
+
+
+def default_corpus_paths() -> list[Path]:
+    """What ``grade --selftest`` grades by default: the mutations of the sample, and the submissions written
+    by people who never saw the kit (so a rubric edit is checked against work the kit did not write)."""
+    return [default_corpus_path(), Path(__file__).with_name("independent.yaml")]
 
 
 def _band(value: object, where: str) -> tuple[int, int]:
