@@ -114,6 +114,40 @@ def test_an_agent_that_never_reaches_the_endpoint_gets_nothing_for_it(
     assert "made no model call" in row["evidence"]
 
 
+def test_the_record_targets_own_variables_reach_the_triage_command(
+    tmp_path: Path, grade_cache: Path, tickets: dict[str, dict[str, list[str]]]
+) -> None:
+    # Not built on the template: no [tool.takehome], the agent answers from a canned table unless its own
+    # variable says record, which only its Makefile's record recipe sets. The probe reads it from there.
+    chosen = tickets["openai"]
+    messages = [*chosen["code_fence"], *chosen["refusal"]]
+    repo = make_agent(tmp_path, "openai", "correct", messages)
+    main = repo / "agent" / "__main__.py"
+    main.write_text(
+        main.read_text(encoding="utf-8").replace(
+            "    try:\n        raw = post(b)\n",
+            "    if os.environ.get('AGENT_TAPES') != 'record':\n"
+            "        print(json.dumps({'intent': 'other', 'needs_human': False}))\n"
+            "        return 0\n"
+            "    try:\n        raw = post(b)\n",
+        ),
+        encoding="utf-8",
+    )
+    pyproject = repo / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text(encoding="utf-8").split("[tool.takehome]")[0], encoding="utf-8")
+    (repo / "Makefile").write_text("record:\n\t@AGENT_TAPES=record python -m pytest -q\n", encoding="utf-8")
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True, env=_GIT)
+    subprocess.run(["git", "commit", "-qm", "own record switch"], cwd=repo, check=True, env=_GIT)
+
+    report = grade(str(repo), rubric=_drift_rubric(12), timeout=120, cache_root=grade_cache, jobs=1)
+    row, facts = _row(report), report["facts"]["drift"]
+    assert facts["unreached"] == 0 and facts["drifted"] == len(messages), facts
+    assert facts["kinds"]["code_fence"]["handled"] == len(chosen["code_fence"])
+    assert facts["kinds"]["refusal"]["loud"] == len(chosen["refusal"])
+    assert row["score"] == row["max"]
+    assert any("from the record target: AGENT_TAPES=record" in d for d in row["details"]), row["details"]
+
+
 def test_a_submission_with_nothing_to_run_scores_zero_with_the_reason(
     tmp_path: Path, grade_cache: Path
 ) -> None:
