@@ -157,6 +157,9 @@ def _last_user_message(body: object) -> str:
     for message in reversed(messages):
         if isinstance(message, dict) and message.get("role") == "user":
             return _text_of(message.get("content")).strip()
+        # A hand-rolled recording may store each message as a [role, text] pair.
+        if isinstance(message, list) and len(message) == 2 and message[0] == "user":
+            return _text_of(message[1]).strip()
     return ""
 
 
@@ -420,7 +423,9 @@ def _verdict(
     code: int | None, answer: dict[str, Any] | None, stderr: str, calls: tuple[Call, ...], *, truth: bool
 ) -> tuple[Verdict, str]:
     if truth and not calls:
-        return "unreached", "made no call to the model endpoint it was given"
+        said = _last_line(stderr)
+        how = "timed out" if code is None else f"exit {code}" + (f": {said}" if said else "")
+        return "unreached", f"made no call to the model endpoint it was given ({how})"
     if code is None:
         return "violation", "gave no answer before the per-ticket timeout"
     if code != 0:
