@@ -27,6 +27,8 @@ from the status the stand-in logged), and it is the same trust the serve probe p
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -36,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from grader._json import marked_answer
 from grader.errors import NotAssessable
+from grader.safeio import read_bytes
 from grader.tapes import tapes_of
 
 if TYPE_CHECKING:
@@ -49,6 +52,7 @@ __all__ = [
     "TicketOutcome",
     "Verdict",
     "find_tickets",
+    "record_env",
     "run_tickets",
     "stage_profile",
     "triage_command",
@@ -153,6 +157,9 @@ def _last_user_message(body: object) -> str:
     for message in reversed(messages):
         if isinstance(message, dict) and message.get("role") == "user":
             return _text_of(message.get("content")).strip()
+        # A hand-rolled recording may store each message as a [role, text] pair.
+        if isinstance(message, list) and len(message) == 2 and message[0] == "user":
+            return _text_of(message[1]).strip()
     return ""
 
 
@@ -174,6 +181,60 @@ def triage_command(ctx: Context) -> list[str] | None:
     """The command that answers one ticket: the manifest's, or the discovered ``python -m <pkg>``."""
     command = getattr(getattr(ctx, "manifest", None), "triage_command", None)
     return [str(part) for part in command] if command else None
+
+
+_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+# What the probe sets itself, or what would unseat the sandbox's start-up: never taken from a Makefile.
+_NOT_FROM_RECORD = re.compile(r"^(PATH|HOME|PYTHON\w*|LD_\w+|\w*(_KEY|_TOKEN|_BASE_URL|_SECRET))$")
+_MAKEFILES = ("GNUmakefile", "makefile", "Makefile")
+_MAKEFILE_CAP = 1_000_000
+
+
+def record_env(ctx: Context) -> dict[str, str]:
+    """The variables the submission's own record path sets: the ``NAME=value`` words that open a recipe line
+    of the Makefile's ``record`` target (``DESKBOT_TAPES=record python -m pytest``), read statically.
+
+    They are how its code is told to reach the endpoint instead of its tapes, so the probe gives them to the
+    triage command too. Used when the manifest's ``record_command`` is ``make record`` or absent; a value
+    holding ``$`` (a make or shell expansion) and credentials, base URLs, ``PATH``, ``HOME`` and ``PYTHON*``
+    are never taken.
+    """
+    record = getattr(getattr(ctx, "manifest", None), "record_command", None)
+    if record and list(record) != ["make", "record"]:
+        return {}
+    for name in _MAKEFILES:
+        try:
+            raw = read_bytes(ctx.repo / name, cap=_MAKEFILE_CAP, truncate=True)
+        except OSError:
+            continue
+        return _recipe_assignments(raw.decode("utf-8", errors="replace"), "record")
+    return {}
+
+
+def _recipe_assignments(text: str, target: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    inside = False
+    for line in text.splitlines():
+        if not line.startswith("\t"):
+            if line.strip() and not line.lstrip().startswith("#"):
+                head = line.split(":", 1)[0] if ":" in line and "=" not in line.split(":", 1)[0] else None
+                inside = head is not None and target in head.split()
+            continue
+        if not inside:
+            continue
+        command = line.strip().lstrip("@-+").strip()
+        try:
+            words = shlex.split(command, comments=True)
+        except ValueError:
+            continue
+        for word in words:
+            match = _ASSIGNMENT.match(word)
+            if match is None:
+                break
+            name, value = match.groups()
+            if "$" not in value and not _NOT_FROM_RECORD.match(name.upper()):
+                found.setdefault(name, value)
+    return found
 
 
 # --- staging --------------------------------------------------------------------------------------------
@@ -362,7 +423,9 @@ def _verdict(
     code: int | None, answer: dict[str, Any] | None, stderr: str, calls: tuple[Call, ...], *, truth: bool
 ) -> tuple[Verdict, str]:
     if truth and not calls:
-        return "unreached", "made no call to the model endpoint it was given"
+        said = _last_line(stderr)
+        how = "timed out" if code is None else f"exit {code}" + (f": {said}" if said else "")
+        return "unreached", f"made no call to the model endpoint it was given ({how})"
     if code is None:
         return "violation", "gave no answer before the per-ticket timeout"
     if code != 0:

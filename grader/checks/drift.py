@@ -7,7 +7,10 @@ what it is given). The tickets are the inputs the candidate recorded: the last u
 request in the tapes, distinct, in tape order, the first ``thresholds.drift_tickets`` (12 by default). The
 triage command, not the record command, is what is run: it is the only documented path that answers one
 ticket, so its answer can be held to the stand-in's ground truth ticket by ticket; a record command
-(usually the whole suite) shows only its exit code.
+(usually the whole suite) shows only its exit code. What the record path tells the code, though, the triage
+command gets too: the ``NAME=value`` words that open the Makefile ``record`` recipe's lines
+(``DESKBOT_TAPES=record``), which is how a submission that is not built on the template is told to reach
+the endpoint (grader/drift_run.py ``record_env``).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from grader.checks import CheckResult, Finding, register
 from grader.details import counted
-from grader.drift_run import DriftRun, TicketOutcome, find_tickets, run_tickets
+from grader.drift_run import DriftRun, TicketOutcome, find_tickets, record_env, run_tickets
 from grader.errors import NotAssessable
 
 if TYPE_CHECKING:
@@ -37,7 +40,8 @@ def _limit(ctx: Context) -> int:
 
 
 def _probe(ctx: Context) -> DriftRun:
-    return run_tickets(ctx, find_tickets(ctx, _limit(ctx)), profile=_PROFILE, label=_LABEL)
+    tickets = find_tickets(ctx, _limit(ctx))
+    return run_tickets(ctx, tickets, profile=_PROFILE, label=_LABEL, env=record_env(ctx))
 
 
 def start_drift(ctx: Context) -> None:
@@ -125,10 +129,11 @@ def _result(ctx: Context, run: DriftRun) -> CheckResult:
         )
         for o in bad
     ]
+    given = " ".join(f"{k}={v}" for k, v in sorted(record_env(ctx).items()))
     details = [
         f"drift probe: `{command}` ran {counted(len(run.outcomes), 'ticket')} against the stand-in's "
         f"{run.target} profile in the sandbox (loopback only, canary keys, CASSETTE_MODE=record, a scratch "
-        "CASSETTE_DIR)"
+        f"CASSETTE_DIR{', and from the record target: ' + given if given else ''})"
     ]
     details += [_line(o) for o in run.outcomes]
     if run.skipped:
