@@ -286,12 +286,16 @@ def run_tickets(
     env: Mapping[str, str] | None = None,
     label: str = "drift probe",
     ticket_timeout: float = _TICKET_TIMEOUT,
+    keys: Mapping[str, str] | None = None,
 ) -> DriftRun:
     """Run ``command`` (default: the triage command) once per ticket against the stand-in playing ``profile``.
 
     ``url``: an endpoint to use instead of a stand-in (the run then has the network, and no truth: calls are
     empty and a verdict is ``correct`` for any answer in the agent's schema). ``env``: more variables for
-    the command (e.g. ``CASSETTE_REPLAY_UNTIL``); they win over the probe's own. Raises ``NotAssessable``
+    the command (e.g. ``CASSETTE_REPLAY_UNTIL``); they win over the probe's own. ``keys``: real keys for a
+    live ``url`` (variable -> key), given in place of the canaries: passed in the sandboxed process's
+    environment only (``env`` is written to the plan file on disk) and redacted from its output like them.
+    Raises ``NotAssessable``
     when the grader could not run it (the budget spent, no room); ``ProfileError`` for a bad profile.
     """
     from grader.checks.canary import make_canary
@@ -314,9 +318,13 @@ def run_tickets(
         shutil.copyfile(_GRADER / "_drift_driver.py", tools / "driver.py")
         tools.chmod(0o755)
         (tools / "driver.py").chmod(0o644)
-    keys = {"OPENAI_API_KEY": make_canary("OPENAI_API_KEY"), "ANTHROPIC_API_KEY": make_canary("ANTHROPIC")}
-    if key_env and key_env not in keys and key_env.replace("_", "").isalnum():
-        keys[key_env] = make_canary(key_env)
+    canaries = {
+        "OPENAI_API_KEY": make_canary("OPENAI_API_KEY"),
+        "ANTHROPIC_API_KEY": make_canary("ANTHROPIC"),
+    }
+    if key_env and key_env not in canaries and key_env.replace("_", "").isalnum():
+        canaries[key_env] = make_canary(key_env)
+    canaries.update(keys or {})
     base_envs = []
     if base_env and base_env not in _BASE_ENVS and base_env.replace("_", "").isalnum():
         anthropic = "ANTHROPIC" in f"{base_env} {key_env or ''}".upper()
@@ -334,7 +342,7 @@ def run_tickets(
         "tapes": str(tapes),
         "base_envs": base_envs,
         "env": {"CASSETTE_MODE": "record", **dict(env or {})},
-        "secret_envs": sorted(keys),
+        "secret_envs": sorted(canaries),
         "ticket_timeout": ticket_timeout,
         "total_timeout": budget - 5,
     }
@@ -343,7 +351,7 @@ def run_tickets(
     run, _audit = ctx.run(
         ["python", "-E", "-s", str(tools / "driver.py"), str(tools / "plan.json")],
         cwd=scratch,
-        env={**keys, "DRIFT_TOOLS": str(tools)},  # a path in env is what the sandbox makes visible
+        env={**canaries, "DRIFT_TOOLS": str(tools)},  # a path in env is what the sandbox makes visible
         timeout=budget,
         loopback=url is None,
         network=url is not None,

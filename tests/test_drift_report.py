@@ -390,13 +390,24 @@ def test_a_url_arm_uses_the_key_from_the_environment_and_says_what_it_cannot_kno
     key = "sk-" + "drift" * 8  # the stand-in accepts any key; this one must never be printed
     done = _grade(
         ["drift", str(four_tickets), "--control", "baseline", "--candidate", live_standin, "--format", "json",
-         "--cache-dir", str(grade_cache), "--quiet"],
+         "--cache-dir", str(grade_cache), "--quiet", "--keep-workspace"],
         cwd=tmp_path,
         env={"OPENAI_API_KEY": key},
     )  # fmt: skip
     assert done.returncode in (0, 3), done.stderr
     assert key not in done.stdout + done.stderr
     report = json.loads(done.stdout)
+    kept = Path(next(n for n in report["notes"] if n.startswith("workspace kept at ")).split(" at ", 1)[1])
+    try:
+        # The key reached the agent through its process environment only: no file of the run holds it.
+        written = [
+            p
+            for p in kept.rglob("*")
+            if p.is_file() and not p.is_symlink() and key.encode() in p.read_bytes()
+        ]
+        assert written == []
+    finally:
+        shutil.rmtree(kept, ignore_errors=True)
     assert (report["arms"]["candidate"]["spec"], report["arms"]["candidate"]["kind"]) == (live_standin, "url")
     assert all(
         t["candidate"][0]["truth"] is None and t["candidate"][0]["drift"] == [] for t in report["tickets"]

@@ -155,11 +155,10 @@ def _one(
     from grader.drift_run import Ticket as ProbeTicket
     from grader.drift_run import run_tickets
 
-    env = dict(extra_env)
-    if arm.url and arm.key_env and arm.key:
-        env[arm.key_env] = arm.key
     label = f"drift {arm.name} {ticket.id} {trial}"
-    kwargs: dict[str, Any] = {"env": env, "label": label}
+    kwargs: dict[str, Any] = {"env": dict(extra_env), "label": label}
+    if arm.url and arm.key_env and arm.key:
+        kwargs["keys"] = {arm.key_env: arm.key}  # in the process's environment, never in a file
     if arm.url:
         kwargs["url"] = arm.url
     else:
