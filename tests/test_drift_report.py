@@ -268,6 +268,7 @@ def _grade(
     )
 
 
+@pytest.mark.index
 def test_the_sample_against_baseline_and_drifted(tmp_path: Path, grade_cache: Path) -> None:
     """Done when: the denominator, per-ticket verdicts, the noise floor with its interval, a verdict."""
     before = _tape_digests(SAMPLE / "cassettes")
@@ -311,6 +312,7 @@ def test_the_sample_against_baseline_and_drifted(tmp_path: Path, grade_cache: Pa
     assert _tape_digests(SAMPLE / "cassettes") == before  # the committed tapes were never written
 
 
+@pytest.mark.index
 def test_the_json_report_validates_and_agrees_with_the_stand_in_truth(four_json: dict) -> None:
     report = four_json
     jsonschema.Draft202012Validator(
@@ -348,6 +350,7 @@ def test_the_json_report_validates_and_agrees_with_the_stand_in_truth(four_json:
     assert report["difference"]["count"] == changed
 
 
+@pytest.mark.index
 def test_a_rule_the_candidate_fails_exits_3_and_still_writes_the_report(
     four_tickets: Path, four_json: dict, tmp_path: Path, grade_cache: Path
 ) -> None:
@@ -384,6 +387,7 @@ def live_standin() -> Iterator[str]:
         proc.wait(timeout=10)
 
 
+@pytest.mark.index
 def test_a_url_arm_uses_the_key_from_the_environment_and_says_what_it_cannot_know(
     four_tickets: Path, tmp_path: Path, grade_cache: Path, live_standin: str
 ) -> None:
@@ -484,3 +488,31 @@ def test_a_submission_without_a_triage_command_is_refused_in_one_line(
         f"grade: error: {bare}: no triage command to re-run the tickets with; declare "
         "[tool.takehome] triage_command (docs/design.md)"
     ]
+
+
+@pytest.mark.index
+def test_replay_until_serves_the_first_calls_from_the_tapes_in_both_arms(
+    four_tickets: Path, four_json: dict, tmp_path: Path, grade_cache: Path
+) -> None:
+    """Each run of the sample makes one call: with --replay-until 1 it comes from the committed tapes, so the
+    drifted candidate says what the recording says, where without it some runs failed loudly."""
+    assert any(t["candidate"][0]["outcome"] != "ok" for t in four_json["tickets"])
+    before = _tape_digests(four_tickets / "cassettes")
+    done = _grade(
+        ["drift", str(four_tickets), "--control", "baseline", "--candidate", "drifted", "--replay-until", "1",
+         "--format", "json", "--cache-dir", str(grade_cache), "--quiet"],
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["settings"]["replay_until"] == 1
+    for ticket in report["tickets"]:
+        for arm in ("control", "candidate"):
+            (run,) = ticket[arm]
+            assert (run["outcome"], run["verdict"]) == ("ok", ticket["recorded"])
+            # The cassette layer's own count: one call, from the tape, none live.
+            assert (run["calls"], run["live_calls"]) == (1, 0)
+            assert "1 of 1 calls from the tapes" in run["detail"]
+    assert report["difference"]["count"] == 0
+    assert any(note.startswith("8 of 8 runs made no call to their arm") for note in report["notes"])
+    assert _tape_digests(four_tickets / "cassettes") == before

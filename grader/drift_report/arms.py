@@ -222,7 +222,13 @@ def run_arms(
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    extra = {"CASSETTE_REPLAY_UNTIL": str(replay_until)} if replay_until is not None else {}
+    from grader.drift_run import record_env
+
+    # The submission's own record switch (a template-built agent: CASSETTE_MODE=record), as the model-drift
+    # probe gives it; --replay-until on top.
+    extra = record_env(ctx)
+    if replay_until is not None:
+        extra["CASSETTE_REPLAY_UNTIL"] = str(replay_until)
     runs: list[Run] = []
     served: dict[str, str | None] = {"control": None, "candidate": None}
 
