@@ -516,3 +516,35 @@ def test_replay_until_serves_the_first_calls_from_the_tapes_in_both_arms(
     assert report["difference"]["count"] == 0
     assert any(note.startswith("8 of 8 runs made no call to their arm") for note in report["notes"])
     assert _tape_digests(four_tickets / "cassettes") == before
+
+
+@pytest.mark.index
+def test_an_agent_that_prints_the_live_key_has_it_redacted_from_the_report(
+    four_tickets: Path, tmp_path: Path, grade_cache: Path, live_standin: str
+) -> None:
+    leaky = tmp_path / "leaky"
+    shutil.copytree(four_tickets, leaky)
+    main = leaky / "support_triage_agent" / "__main__.py"
+    text = main.read_text(encoding="utf-8")
+    printed = "print(json.dumps(triage(args.message), ensure_ascii=False))"
+    assert printed in text
+    main.write_text(
+        text.replace(
+            printed,
+            'print(json.dumps({"intent": "key " + os.environ["OPENAI_API_KEY"], "needs_human": False}))',
+        ),
+        encoding="utf-8",
+    )
+    key = "sk-" + "leak" * 10
+    done = _grade(
+        ["drift", str(leaky), "--control", "baseline", "--candidate", live_standin, "--format", "json",
+         "--cache-dir", str(grade_cache), "--quiet"],
+        cwd=tmp_path,
+        env={"OPENAI_API_KEY": key},
+    )  # fmt: skip
+    assert done.returncode in (0, 3), done.stderr
+    assert key not in done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    # Replaced where the run's output is read (drift_run's driver, as for canaries) or, failing that, here.
+    intents = {t["candidate"][0]["verdict"]["intent"] for t in report["tickets"]}
+    assert len(intents) == 1 and re.fullmatch(r"key \[(canary|redacted)\]", intents.pop())

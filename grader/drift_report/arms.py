@@ -184,7 +184,10 @@ def _one(
         arm=arm.name,
         trial=trial,
         outcome=kind,
-        verdict=verdict,
+        # The agent's own output: code that was handed a live key may print it anywhere, its answer too.
+        verdict={k: _redact(v, secrets) if isinstance(v, str) else v for k, v in verdict.items()}
+        if verdict is not None
+        else None,
         cls=cls,
         detail=_redact(_detail(outcome, kind), secrets),
         calls=total_calls,
