@@ -241,7 +241,7 @@ def four_json(four_tickets: Path, tmp_path_factory: pytest.TempPathFactory, grad
     out = tmp_path_factory.mktemp("drift-json") / "report.json"
     done = _grade(
         ["drift", str(four_tickets), "--control", "baseline", "--candidate", "drifted", "--format", "json",
-         "--output", str(out), "--cache-dir", str(grade_cache), "--quiet"],
+         "--output", str(out), "--cache-dir", str(grade_cache), "--quiet", "--model", "gpt-4o"],
         cwd=out.parent,
     )  # fmt: skip
     assert done.returncode in (0, 3), done.stderr
@@ -319,7 +319,21 @@ def test_the_json_report_validates_and_agrees_with_the_stand_in_truth(four_json:
         load_schema("grade-drift"), format_checker=jsonschema.FormatChecker()
     ).validate(report)
     assert report["denominator"] == {"tickets": 4, "trials": 1, "runs_per_arm": 4}
-    assert report["arms"]["control"]["kind"] == report["arms"]["candidate"]["kind"] == "profile"
+    assert report["arms"]["control"] == {
+        "spec": "baseline", "kind": "profile", "served_model": "gpt-4o-mini-2024-07-18"
+    }  # fmt: skip
+    assert report["arms"]["candidate"] == {
+        "spec": "drifted", "kind": "profile", "served_model": "gpt-4o-mini-2025-06-30"
+    }  # fmt: skip
+    # --model names the model the candidate should be; its answers named another, and the notes say so.
+    assert report["settings"]["model"] == "gpt-4o"
+    assert (
+        "--model gpt-4o: the candidate's answers said they came from gpt-4o-mini-2025-06-30"
+        in report["notes"]
+    )
+    # Tokens come from the tapes each run wrote into its own scratch folder (CASSETTE_DIR).
+    assert report["summary"]["control"]["tokens_runs"] == 4
+    assert report["recording"]["tokens"] == report["summary"]["control"]["tokens"]
     drifted = 0
     for ticket in report["tickets"]:
         (control,) = ticket["control"]
