@@ -562,3 +562,36 @@ def test_an_agent_that_prints_the_live_key_has_it_redacted_from_the_report(
     # Replaced where the run's output is read (drift_run's driver, as for canaries) or, failing that, here.
     intents = {t["candidate"][0]["verdict"]["intent"] for t in report["tickets"]}
     assert len(intents) == 1 and re.fullmatch(r"key \[(canary|redacted)\]", intents.pop())
+
+
+@pytest.mark.index
+def test_a_submission_that_cannot_be_installed_is_not_assessable(
+    four_tickets: Path, tmp_path: Path, grade_cache: Path
+) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(four_tickets, broken)
+    pyproject = broken / "pyproject.toml"
+    pyproject.write_text(
+        pyproject.read_text(encoding="utf-8").replace(
+            'dependencies = ["httpx>=0.27"]', 'dependencies = ["httpx>=0.27", "httpx==0.0.0.0.1"]'
+        ),
+        encoding="utf-8",
+    )
+    done = _grade(
+        [
+            "drift",
+            str(broken),
+            "--control",
+            "baseline",
+            "--candidate",
+            "drifted",
+            "--cache-dir",
+            str(grade_cache),
+        ],
+        cwd=tmp_path,
+    )
+    assert done.returncode == 4 and done.stdout == ""
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(
+        "grade: not assessable: no arm can run: the submission's dependencies cannot be installed"
+    )

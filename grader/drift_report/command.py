@@ -124,8 +124,7 @@ def drift(
 ) -> dict[str, Any]:
     """The `grade-drift/1` report of TARGET; raises BadInput for an unusable target or arm."""
     from grader.acquire import acquire
-    from grader.grading import _install
-    from grader.install import default_cache_root
+    from grader.install import InstallFailed, default_cache_root, ensure_env
     from grader.manifest import not_a_submission, read_manifest
     from grader.sandbox import host_shortfall
 
@@ -152,20 +151,22 @@ def drift(
         say(
             "acquire",
             time.monotonic() - start,
-            f"{workspace.source} @ {(workspace.commit or 'no git history')[:12]}",
+            f"{workspace.source} @ {workspace.commit[:12] if workspace.commit else 'no git history'}",
         )
         start = time.monotonic()
-        env, install_error, _failed, dependencies = _install(
-            workspace.repo, cache_root=cache_root or default_cache_root(), timeout=timeout
-        )
-        if env is None:
-            raise NotAssessable(f"the submission's environment could not be installed: {install_error}")
+        try:
+            env = ensure_env(workspace.repo, cache_root=cache_root or default_cache_root(), timeout=timeout)
+        except InstallFailed as exc:
+            # The submission's own failure, but no arm can run without an environment: nothing to report.
+            raise NotAssessable(f"no arm can run: {exc.reason}") from None
         say("install", time.monotonic() - start, f"{'cached' if env.cached else 'installed'}: {env.venv}")
 
         from grader.context import Context
         from grader.drift_run import find_tickets
 
-        ctx = Context(workspace, manifest, env=env, dependencies=dependencies, timeout=timeout, budget=None)
+        ctx = Context(
+            workspace, manifest, env=env, dependencies=env.dependencies, timeout=timeout, budget=None
+        )
         ctx.keep_pristine()
         probe_tickets = find_tickets(ctx)
         if not probe_tickets:
