@@ -52,6 +52,7 @@ __all__ = [
     "TicketOutcome",
     "Verdict",
     "find_tickets",
+    "last_user_message",
     "record_env",
     "run_tickets",
     "stage_profile",
@@ -161,6 +162,12 @@ def _last_user_message(body: object) -> str:
         if isinstance(message, list) and len(message) == 2 and message[0] == "user":
             return _text_of(message[1]).strip()
     return ""
+
+
+def last_user_message(body: object) -> str:
+    """The ticket a recorded request body asks about: its last user message (``grade drift`` groups a
+    recording's calls by it, as `find_tickets` does)."""
+    return _last_user_message(body)
 
 
 def find_tickets(ctx: Context, limit: int | None = None) -> list[Ticket]:

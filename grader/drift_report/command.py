@@ -71,7 +71,7 @@ def with_key(arm: ArmSpec, key_env: str | None) -> ArmSpec:
 
 def _recorded(ctx: Any, probe_tickets: list[Any]) -> tuple[list[Ticket], dict[str, Any]]:
     """The report's tickets with what the recording says about each, and the recording's summary."""
-    from grader.drift_run import _last_user_message
+    from grader.drift_run import last_user_message
     from grader.tapes import tapes_of
 
     tapes = tapes_of(ctx)
@@ -79,7 +79,7 @@ def _recorded(ctx: Any, probe_tickets: list[Any]) -> tuple[list[Ticket], dict[st
     served = None
     for tape in tapes:
         for interaction in tape.interactions:
-            by_message.setdefault(_last_user_message(interaction.request_body), []).append(interaction)
+            by_message.setdefault(last_user_message(interaction.request_body), []).append(interaction)
             served = served or interaction.served_model or tape.served_model
     tickets = []
     for probe in probe_tickets:
