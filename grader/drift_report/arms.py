@@ -1,4 +1,4 @@
-"""The two arms of `grade drift`: each ticket re-run against the control, then the candidate, and so on.
+"""The two arms of `grade drift`: every ticket re-run against the control and the candidate model.
 
 One sandboxed run per ticket, arm and trial, through `grader.drift_run.run_tickets` (the machine behind the
 `model-drift` row): the submission's triage command with the ticket appended, `CASSETTE_MODE=record` and its
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from grader.drift_report.answers import read_exchange
 from grader.drift_report.model import Arm, Run, Ticket
+from grader.errors import NotAssessable
 from grader.tapes import load_tapes
 
 if TYPE_CHECKING:
@@ -166,11 +167,10 @@ def _one(
     result = run_tickets(ctx, [ProbeTicket(ticket.id, ticket.message, ticket.where)], **kwargs)
     secrets = [arm.key or ""]
     if not result.ran or not result.outcomes:
-        why = result.status if not result.ran else "the run gave no outcome for this ticket"
-        return (
-            Run(ticket=ticket.id, arm=arm.name, trial=trial, outcome="loud", detail=_redact(why, secrets)),
-            None,
-        )
+        # The grader could not run it (the triage command and the environment were checked before): not the
+        # submission's outcome, and no report could stand on the runs that did happen.
+        why = result.status if not result.ran else "the run gave no outcome (its time was spent)"
+        raise NotAssessable(f"{arm.name} arm, {ticket.id}: {_redact(why, secrets)}")
     outcome = result.outcomes[0]
     truth = arm.url is None
     kind, cls, verdict = _classify(outcome, truth)
