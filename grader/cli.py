@@ -516,7 +516,7 @@ def _drift_parser() -> Parser:
             "from the submission's api_key_env in this environment, and only that arm gets the network. "
             "Exit codes: 0 the candidate meets the acceptance rule, 2 bad input (target, profile, URL, "
             "acceptance FILE:LINE), 3 it does not meet it (the report is still written), 4 not assessable "
-            "(the submission could not be installed, or the host's limits are too low), 1 internal error, "
+            "(the submission could not be installed, or a run could not be made), 1 internal error, "
             "130 interrupted."
         ),
     )
