@@ -169,7 +169,8 @@ def find_tickets(ctx: Context, limit: int | None = None) -> list[Ticket]:
     for tape in sorted(tapes_of(ctx), key=lambda t: t.path):
         for inter in tape.interactions:
             text = _last_user_message(inter.request_body)
-            if not text or text in seen or len(text) > _MAX_TICKET_CHARS or "\0" in text:
+            # A leading "-" would be read as an option by the command's argument parser, not as a message.
+            if not text or text in seen or len(text) > _MAX_TICKET_CHARS or "\0" in text or text[0] == "-":
                 continue
             seen[text] = Ticket(f"T{len(seen) + 1:02d}", text, f"{tape.path}:{inter.line or 1}")
             if limit is not None and len(seen) >= limit:
