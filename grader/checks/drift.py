@@ -4,7 +4,7 @@ In a throwaway copy of the pristine checkout, the triage command (``[tool.takeho
 discovered ``python -m <pkg>``) runs once per ticket against the kit's stand-in playing the shipped
 ``drifted`` profile, in the sandbox with loopback only, with canary keys (grader/drift_run.py says exactly
 what it is given). The tickets are the inputs the candidate recorded: the last user message of each
-request in the tapes, distinct, in tape order, the first ``thresholds.drift_tickets`` (12 by default). The
+request in the tapes, distinct, in tape order, the first ``thresholds.drift_tickets`` (8 by default). The
 triage command, not the record command, is what is run: it is the only documented path that answers one
 ticket, so its answer can be held to the stand-in's ground truth ticket by ticket; a record command
 (usually the whole suite) shows only its exit code. What the record path tells the code, though, the triage
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["drift", "start_drift"]
 
 _LABEL = "drift probe"
-_DEFAULT_TICKETS = 12
+_DEFAULT_TICKETS = 8
 _PROFILE = "drifted"
 _SHOWN = 3
 
@@ -77,7 +77,7 @@ def drift(ctx: Context) -> CheckResult:
         unreached: tickets for which the command made no call to the endpoint it was given
         kinds: drift kinds seen, each with its counts {tickets, handled, loud, violations}
         violation_kinds: drift kinds with at least one violation, sorted
-        summary: e.g. "8 drifted answers of 12 tickets: 3 handled, 5 failed loudly, no violation"
+        summary: e.g. "5 drifted answers of 8 tickets: 2 handled, 3 failed loudly, no violation"
     """
     if getattr(ctx, "env", None) is None and not getattr(ctx, "install_failed", False):
         raise NotAssessable(getattr(ctx, "install_error", None) or "the environment was not built")
