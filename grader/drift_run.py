@@ -324,7 +324,10 @@ def run_tickets(
         base_envs.append([base_env, anthropic])
     scratch = ctx.scratch_copy(_slug(label))
     tapes = scratch / ".grader-drift-tapes"
-    budget = max(ctx.timeout, ticket_timeout + 10)
+    # One command as far as --timeout goes: a ticket gets at most that long, and the driver stops starting
+    # tickets early enough to report the ones it ran before the run itself is stopped.
+    budget = float(ctx.timeout)
+    ticket_timeout = min(ticket_timeout, budget)
     plan = {
         "command": argv,
         "tickets": [{"id": t.id, "message": t.message} for t in tickets],
@@ -337,7 +340,7 @@ def run_tickets(
         "env": {"CASSETTE_MODE": "record", **dict(env or {})},
         "secret_envs": sorted(keys),
         "ticket_timeout": ticket_timeout,
-        "total_timeout": budget - 5,
+        "total_timeout": max(budget - min(5.0, budget / 4), 0.5),
     }
     (tools / "plan.json").write_text(json.dumps(plan, ensure_ascii=False), encoding="utf-8")
     (tools / "plan.json").chmod(0o644)
@@ -357,12 +360,11 @@ def run_tickets(
             why = f"the run took longer than {budget:g} s"
         raise NotAssessable(f"{label}: {why}")
     by_id = {t.id: t for t in tickets}
-    outcomes = tuple(
-        _outcome(by_id[item["id"]], item, truth=url is None)
-        for item in answer.get("tickets", [])
-        if isinstance(item, dict) and item.get("id") in by_id
-    )
-    skipped = tuple(str(s) for s in answer.get("skipped", []) if s in by_id)
+    items = [i for i in answer.get("tickets", []) if isinstance(i, dict) and i.get("id") in by_id]
+    ran = [i for i in items if i.get("stopped") is not True]
+    outcomes = tuple(_outcome(by_id[i["id"]], i, truth=url is None) for i in ran)
+    stopped = [str(i["id"]) for i in items if i.get("stopped") is True]
+    skipped = tuple([*stopped, *(str(s) for s in answer.get("skipped", []) if s in by_id)])
     return DriftRun("ran", tuple(argv), target, outcomes, skipped, tapes, run.returncode)
 
 

@@ -50,9 +50,11 @@ def start_drift(ctx: Context) -> None:
     if start is None or getattr(ctx, "env", None) is None:
         return
 
-    def probe() -> DriftRun | None:
+    def probe() -> DriftRun | NotAssessable | None:
         try:
             return _probe(ctx)
+        except NotAssessable as exc:  # the budget was spent, the driver gave no answer: never run it twice
+            return exc
         except Exception:  # e.g. no room for the scratch copy: the check runs it itself and says why
             return None
 
@@ -75,6 +77,7 @@ def drift(ctx: Context) -> CheckResult:
             or no answer before the per-ticket timeout
         undrifted_violations: the same kinds of failure on an answer that carried no drift
         unreached: tickets for which the command made no call to the endpoint it was given
+        not_run: tickets left out because the run's time (--timeout) was spent
         kinds: drift kinds seen, each with its counts {tickets, handled, loud, violations}
         violation_kinds: drift kinds with at least one violation, sorted
         summary: e.g. "5 drifted answers of 8 tickets: 2 handled, 3 failed loudly, no violation"
@@ -82,6 +85,8 @@ def drift(ctx: Context) -> CheckResult:
     if getattr(ctx, "env", None) is None and not getattr(ctx, "install_failed", False):
         raise NotAssessable(getattr(ctx, "install_error", None) or "the environment was not built")
     started = getattr(ctx, "probe_result", lambda name: None)(_LABEL)
+    if isinstance(started, NotAssessable):
+        raise started
     run = started if isinstance(started, DriftRun) else _probe(ctx)
     if not run.ran:
         return CheckResult(facts={**_empty(run.status), "summary": f"drift probe {run.status}"})
@@ -89,7 +94,7 @@ def drift(ctx: Context) -> CheckResult:
 
 
 def _empty(status: str) -> dict[str, Any]:
-    counts = ("tickets", "drifted", "handled", "loud", "violations", "undrifted_violations", "unreached")
+    counts = ("tickets", "drifted", "handled", "loud", "violations", "undrifted_violations", "unreached", "not_run")
     return {"probe": status, **dict.fromkeys(counts, 0), "kinds": {}, "violation_kinds": []}
 
 
@@ -114,6 +119,7 @@ def _result(ctx: Context, run: DriftRun) -> CheckResult:
         "violations": verdicts["violation"],
         "undrifted_violations": sum(o.verdict == "violation" for o in plain),
         "unreached": sum(o.verdict == "unreached" for o in run.outcomes),
+        "not_run": len(run.skipped),
         "kinds": dict(sorted(kinds.items())),
         "violation_kinds": sorted(k for k, row in kinds.items() if row["violations"]),
     }
@@ -160,6 +166,8 @@ def _summary(facts: dict[str, Any], bad: list[TicketOutcome], run: DriftRun) -> 
         f"{counted(facts['drifted'], 'drifted answer')} of {counted(facts['tickets'], 'ticket')}: "
         f"{facts['handled']} handled, {facts['loud']} failed loudly"
     )
+    if facts["not_run"]:
+        head += f" ({facts['not_run']} more not run: the time was spent)"
     if not bad:
         return f"{head}, no violation"
     shown = "; ".join(f"{'+'.join(o.drifts)} on {o.ticket.id}: {o.reason}" for o in bad[:_SHOWN])
