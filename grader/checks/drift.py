@@ -94,7 +94,8 @@ def drift(ctx: Context) -> CheckResult:
 
 
 def _empty(status: str) -> dict[str, Any]:
-    counts = ("tickets", "drifted", "handled", "loud", "violations", "undrifted_violations", "unreached", "not_run")
+    counts = ("tickets", "drifted", "handled", "loud", "violations", "undrifted_violations", "unreached")
+    counts += ("not_run",)
     return {"probe": status, **dict.fromkeys(counts, 0), "kinds": {}, "violation_kinds": []}
 
 
