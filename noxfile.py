@@ -10,6 +10,8 @@ nox.options.default_venv_backend = "uv|virtualenv"
 
 @nox.session
 def tests(session: nox.Session) -> None:
+    """The test suite. Offline (no package index): `nox -s tests -- -m "not index"` deselects exactly the
+    tests that install an environment; `-m "not slow"` the ones that bake, install or grade whole repos."""
     session.install("-e", ".[test]")
     session.run("python", "-m", "pytest", *session.posargs)
 

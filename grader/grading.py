@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from grader import __version__
 from grader._json import jsonable
+from grader.checks import PHASES
 from grader.details import submission_relative
 from grader.errors import BadInput, NotAssessable
 
@@ -37,10 +38,6 @@ BUDGET_TIMEOUTS = 4
 Progress = Callable[[str, float, str], None]
 
 SCHEMA = "grade-report/1"
-# Run first: other checks (make-targets) reuse its memoized suite run, and its timing is then the suite's.
-_FIRST = ("replay",)
-# Run last: the secret scan also reads the output of every command the other checks ran.
-_LAST = ("secrets",)
 
 
 def _no_progress(step: str, seconds: float, message: str) -> None:
@@ -283,11 +280,18 @@ def _environment(env: Any) -> dict[str, Any]:
     return {"installer": env.tool, "cached": env.cached, "tools": dict(env.tools)}
 
 
-def _ordered(check_ids: list[str]) -> list[str]:
+def _ordered(check_ids: list[str], checks: Mapping[str, Check]) -> list[str]:
+    """Each check once: the "first" ones, the "normal" ones, the "last" ones, each in the rubric's order.
+
+    A check that is not installed counts as "normal" (it reports not-assessable where the rubric put it).
+    """
     unique = list(dict.fromkeys(check_ids))
-    first = [c for c in _FIRST if c in unique]
-    last = [c for c in _LAST if c in unique]
-    return first + [c for c in unique if c not in first and c not in last] + last
+    return sorted(unique, key=lambda c: PHASES.index(_phase(c, checks)))
+
+
+def _phase(check_id: str, checks: Mapping[str, Check]) -> str:
+    check = checks.get(check_id)
+    return "normal" if check is None else check.phase
 
 
 def run_checks(
@@ -302,7 +306,7 @@ def run_checks(
     from grader.checks import registry
 
     checks = registry()
-    ordered = _ordered(check_ids)
+    ordered = _ordered(check_ids, checks)
     results: dict[str, CheckResult] = {}
 
     def one(check_id: str) -> None:
@@ -315,17 +319,17 @@ def run_checks(
             message = f"not assessable: {outcome.not_assessable}"
         progress(check_id, timings[check_id], str(message))
 
-    head = [c for c in ordered if c in _FIRST]
-    tail = [c for c in ordered if c in _LAST]
+    head = [c for c in ordered if _phase(c, checks) == "first"]
+    tail = [c for c in ordered if _phase(c, checks) == "last"]
     middle = [c for c in ordered if c not in head and c not in tail]
     pristine = ctx.keep_pristine()
     if jobs > 1:  # --jobs 1: every run of submission code one after another, as the checks run
         ctx.jobs = jobs
         if pristine:  # a background probe copies the checkout while the replay suite runs in it
-            _start_background(ctx, [c for c in ordered if c in checks])
+            _start_background(ctx, [checks[c] for c in ordered if c in checks])
         # A check whose probes run in the background mostly waits for them: taken last, it leaves the
         # workers to the checks that still have work to do meanwhile (results keep the rubric's order).
-        middle.sort(key=lambda c: c in _BACKGROUND)
+        middle.sort(key=lambda c: _has_probes(c, checks))
     try:
         for check_id in head:
             one(check_id)
@@ -344,32 +348,21 @@ def run_checks(
     return {c: results[c] for c in ordered}
 
 
-# Checks that take their probes from `_start_background` (the canary's is `secrets`, which runs last anyway).
-_BACKGROUND = {"loud-miss", "drift"}
+def _has_probes(check_id: str, checks: Mapping[str, Check]) -> bool:
+    check = checks.get(check_id)
+    return check is not None and check.probes is not None
 
 
-def _start_background(ctx: Context, check_ids: list[str]) -> None:
-    """Start, before the first check, the probes a listed check takes from the background.
+def _start_background(ctx: Context, checks: list[Check]) -> None:
+    """Start, before the first check, the background probes of each listed check that declares some.
 
-    The canary record probe (a run of the record command of its own) and loud-miss's two probes (the suite
-    rerun with the tapes withheld, the triage command on an unseen message) overlap the replay suite and
-    the middle checks, each in a scratch copy it makes from the pristine copy of the checkout
-    (`Context.keep_pristine`). `secrets` waits for the canary, then scans every output, the probe's
-    included; `loud-miss` waits for its two; `drift` for the drift probe (the triage command per ticket
-    against the drifted stand-in).
+    The probes (a record command run, a rerun of the suite without its tapes) overlap the replay suite and
+    the other checks, each in a scratch copy it makes from the pristine copy of the
+    checkout (`Context.keep_pristine`); their check waits for them (`Context.probe_result`).
     """
-    if "secrets" in check_ids:
-        from grader.checks.canary import start_canary
-
-        start_canary(ctx)
-    if "loud-miss" in check_ids:
-        from grader.checks.loud_miss import start_loud_miss
-
-        start_loud_miss(ctx)
-    if "drift" in check_ids:
-        from grader.checks.drift import start_drift
-
-        start_drift(ctx)
+    for check in checks:
+        if check.probes is not None:
+            check.probes(ctx)
 
 
 def _run_one(check: Check | None, check_id: str, ctx: Context) -> CheckResult:
@@ -389,7 +382,7 @@ def _run_one(check: Check | None, check_id: str, ctx: Context) -> CheckResult:
             reason = f"{no_space_reason('workspace', ctx.workspace.root)} (check {check_id!r})"
             return CheckResult(facts={"summary": f"not assessable: {reason}"}, not_assessable=reason)
         reason = f"check {check_id!r} crashed: {_one_line(exc)}"
-        return CheckResult(facts={"summary": reason}, not_assessable=reason)
+        return CheckResult(facts={"summary": reason}, crashed=reason)
     if not isinstance(result, CheckResult):
         reason = f"check {check_id!r} returned {type(result).__name__}, not a CheckResult"
         return CheckResult(facts={"summary": reason}, not_assessable=reason)

@@ -20,6 +20,7 @@ import ast
 import os
 from pathlib import Path
 
+from grader import pysource
 from grader.safeio import read_bytes
 
 __all__ = ["PROBE_SCRIPT", "candidates"]
@@ -84,7 +85,7 @@ def _key_functions(path: Path, repo: Path) -> list[tuple[ast.FunctionDef, bool]]
     """Module-level functions of a request that hash it, or that are named for canonicalising it
     (with whether they hash)."""
     try:  # never through a link, never a FIFO, capped (grader/safeio.py)
-        tree = ast.parse(read_bytes(path, cap=_MAX_BYTES, root=repo))
+        tree = pysource.parse(read_bytes(path, cap=_MAX_BYTES, root=repo))
     except (OSError, SyntaxError, ValueError):
         return []
     out = []

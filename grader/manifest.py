@@ -9,6 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from grader import pysource
 from grader.safeio import read_bytes
 
 if sys.version_info >= (3, 11):
@@ -249,7 +250,7 @@ def _python_files(repo: Path) -> list[Path]:
 
 def _model_constant(path: Path) -> str | None:
     try:
-        tree = ast.parse(read_bytes(path, cap=_MAX_SCAN_BYTES).decode("utf-8"), filename=str(path))
+        tree = pysource.parse(read_bytes(path, cap=_MAX_SCAN_BYTES).decode("utf-8"), filename=str(path))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return None
     for node in tree.body:

@@ -769,6 +769,11 @@ def _score_row(rubric: Rubric, row: Row, result: CheckResult | None) -> RowScore
         return make("not-assessable", None, f"not assessable: {result.not_assessable}", details)
     if result.manual is not None:
         return make("manual", None, result.manual, details)
+    if result.crashed is not None:
+        # Left out of the total, a crash would be a lever: a file built to crash a check removes the rows it
+        # would fail (docs/security.md). Scored 0, the reason in the evidence, for a reviewer to look at.
+        evidence = f"{result.crashed}; scored 0 so that a crash never raises the total: check by hand"
+        return make("scored", 0, evidence, details)
 
     context = {**result.facts, "thresholds": dict(rubric.thresholds)}
     where = row.where()

@@ -216,6 +216,7 @@ def load_run(folder: Path) -> StoredRun:
             details=[str(d) for d in item.get("details") or []],
             manual=_optional_text(item.get("manual")),
             not_assessable=_optional_text(item.get("not_assessable")),
+            crashed=_optional_text(item.get("crashed")),
         )
     return StoredRun(folder, manifest, report, results)
 
@@ -231,6 +232,7 @@ def results_to_json(results: Mapping[str, CheckResult]) -> dict[str, Any]:
             "details": [str(d) for d in result.details],
             "manual": result.manual,
             "not_assessable": result.not_assessable,
+            "crashed": result.crashed,
         }
         for check_id, result in results.items()
     }

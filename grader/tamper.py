@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader import pysource
 from grader.safeio import UnsafeFile, read_bytes
 
 if sys.version_info >= (3, 11):
@@ -78,6 +79,9 @@ _CONFIG_TAMPER = re.compile(
 # Imported by `site` at interpreter start-up from the first sys.path entry holding one: before any pytest
 # plugin, the guard included, whenever the folder is on the start-up path (PYTHONPATH=. in a Makefile).
 _STARTUP_MODULES = {"sitecustomize.py", "usercustomize.py"}
+_UNREADABLE_WHY = (
+    "pytest loads this file but the grader cannot parse it (too deeply nested, or not Python it reads)"
+)
 _STARTUP_WHY = "runs at interpreter start-up, before the grader's guard, when its folder is on the path"
 # Modules pytest (or the grader) imports before the guard plugin loads: a same-named top-level module in
 # the tree stands in for it when the tree's root is put on the start-up path.
@@ -101,7 +105,7 @@ _CONFIG_FILES = (
 class Hook:
     """One place that can change reported outcomes."""
 
-    kind: str  # hook name, "monkeypatch", "grader-reference", "config" or "startup"
+    kind: str  # hook name, "monkeypatch", "grader-reference", "config", "startup" or "unreadable"
     location: str  # repo-relative "file:line"
     why: str
 
@@ -404,7 +408,7 @@ def _config_rules(repo: Path) -> Iterator[Hook]:
 
 def _parse(text: str, path: Path) -> ast.AST | None:
     try:
-        return ast.parse(text, filename=str(path))
+        return pysource.parse(text, filename=str(path))
     except (SyntaxError, ValueError):
         return None
 
@@ -419,6 +423,7 @@ def scan(repo: Path) -> TamperScan:
         if found:
             plugins.add(found)
     parsed: list[tuple[Path, str, ast.AST]] = []
+    unreadable: list[Path] = []
     for path in _python_files(repo):
         text = _read(path)
         if text is None:
@@ -426,6 +431,7 @@ def scan(repo: Path) -> TamperScan:
         result.files_scanned += 1
         tree = _parse(text, path)
         if tree is None:
+            unreadable.append(path)
             continue
         parsed.append((path, text, tree))
         if path.name == "conftest.py":
@@ -454,6 +460,11 @@ def scan(repo: Path) -> TamperScan:
             add(hook)
         for hook in _grader_references(rel, text):
             add(hook)
+    for path in unreadable:
+        # Python may import what the grader cannot parse (nesting the interpreter compiles but ast.parse
+        # cannot build): a hook hidden there must not pass as "no hook", so it counts as one.
+        if path.name == "conftest.py" or path in plugins or path.name in _STARTUP_MODULES:
+            add(Hook("unreadable", f"{_rel(repo, path)}:1", _UNREADABLE_WHY))
     for hook in _config_rules(repo):
         add(hook)
     return result

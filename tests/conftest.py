@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import secrets
+import signal
 import subprocess
 import sys
 import textwrap
@@ -12,10 +14,34 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.git import GIT_ENV as _GIT_ENV
+from tests.helpers.processes import SESSION_VARIABLE, leftovers
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 MakeSubmission = Callable[..., Path]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # Inherited by every process the suite starts: the session-end check finds any that outlived it.
+    os.environ[SESSION_VARIABLE] = f"{os.getpid()}-{secrets.token_hex(8)}"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the session when a process it started still runs (a fixture must end what it starts)."""
+    left = leftovers(os.environ.get(SESSION_VARIABLE, ""))
+    if not left:
+        return
+    lines = [f"  pid {pid}: {command}" for pid, command in left]
+    message = "\n".join(["the test session left processes running (ended now):", *lines])
+    writer = session.config.get_terminal_writer()
+    writer.line()
+    writer.line(message, red=True)
+    for pid, _command in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import os
-import signal
 import socket
 import stat
 import subprocess
@@ -17,6 +16,7 @@ import pytest
 
 from grader.acquire import acquire, redact
 from grader.errors import BadInput
+from tests.helpers.processes import end_group, wait_for
 
 IDENTITY = {
     "GIT_AUTHOR_NAME": "cand",
@@ -88,16 +88,9 @@ def git_daemon(tmp_path, source_repo):
         except OSError:
             time.sleep(0.05)
     yield f"git://127.0.0.1:{port}"
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
     # Nothing of the group may outlive the fixture (three orphaned daemons were found after full runs).
-    deadline = time.monotonic() + 10
-    while _group_alive(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _group_alive(proc.pid), "the git daemon's process group outlived its fixture"
+    end_group(proc)
+    assert wait_for(lambda: not _group_alive(proc.pid)), "the git daemon's process group outlived its fixture"
 
 
 def _group_alive(pgid: int) -> bool:

@@ -145,6 +145,7 @@ def batch(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.Co
     return out, result
 
 
+@pytest.mark.index
 def test_batch_of_twelve_lists_everyone_and_marks_the_unreachable(
     batch: tuple[Path, subprocess.CompletedProcess[str]],
 ) -> None:
@@ -173,6 +174,7 @@ def test_batch_of_twelve_lists_everyone_and_marks_the_unreachable(
         assert any(p.suffix == ".xml" for p in (report.parent / "logs").iterdir()), "JUnit kept"
 
 
+@pytest.mark.index
 def test_every_target_form_of_the_good_submission_gets_the_same_marks(
     batch: tuple[Path, subprocess.CompletedProcess[str]],
 ) -> None:
@@ -188,6 +190,7 @@ def test_every_target_form_of_the_good_submission_gets_the_same_marks(
         assert (float(row["points"]), float(row["max"])) == (points, most), row
 
 
+@pytest.mark.index
 @pytest.mark.parametrize(
     ("candidate", "row"),
     [
@@ -209,6 +212,7 @@ def test_each_mutation_costs_its_row(
     assert float(summary[candidate]["percent"]) < float(summary["alice"]["percent"])
 
 
+@pytest.mark.index
 def test_progress_names_each_candidate_and_the_end(
     batch: tuple[Path, subprocess.CompletedProcess[str]],
 ) -> None:

@@ -48,6 +48,7 @@ def _row(report: dict[str, Any], row_id: str) -> dict[str, Any]:
     return next(row for row in report["rows"] if row["id"] == row_id)
 
 
+@pytest.mark.index
 def test_a_hanging_suite_costs_one_timeout_and_its_probes_are_skipped_with_a_note(tmp_path: Path) -> None:
     report = _grade(_hanging(tmp_path / "hangs"), "--timeout", "8")
     notes = report.get("notes", [])
@@ -67,6 +68,7 @@ def test_a_hanging_suite_costs_one_timeout_and_its_probes_are_skipped_with_a_not
     assert _row(report, "canonical-keys")["score"] == 3
 
 
+@pytest.mark.index
 def test_the_grade_budget_stops_what_it_cannot_finish_and_names_the_rows(tmp_path: Path) -> None:
     report = _grade(_hanging(tmp_path / "hangs"), "--timeout", "120", "--budget", "20")
     notes = report.get("notes", [])

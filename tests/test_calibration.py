@@ -69,6 +69,7 @@ def _text(row: dict[str, Any]) -> str:
     return "\n".join([row["evidence"], *row["details"]])
 
 
+@pytest.mark.index
 def test_selftest_with_the_default_rubric(corpus_run: tuple[subprocess.CompletedProcess[str], dict]) -> None:
     done, data = corpus_run
     failing = {c["id"] for c in data["cases"] if not c["ok"]}
@@ -79,6 +80,7 @@ def test_selftest_with_the_default_rubric(corpus_run: tuple[subprocess.Completed
     assert sum(line.split(" ", 1)[0] in CASE_IDS for line in done.stdout.splitlines()) == 9 * len(CASE_IDS)
 
 
+@pytest.mark.index
 def test_no_full_key_appears_in_any_output_or_verdict(
     corpus_run: tuple[subprocess.CompletedProcess[str], dict],
 ) -> None:
@@ -86,6 +88,7 @@ def test_no_full_key_appears_in_any_output_or_verdict(
     assert not _FULL_KEY.search(done.stdout + done.stderr + json.dumps(data))
 
 
+@pytest.mark.index
 @pytest.mark.parametrize("case_id", CASE_IDS)
 def test_case_lands_in_its_bands(corpus_run: tuple[Any, dict], case_id: str) -> None:
     case = _case(corpus_run, case_id)
@@ -94,6 +97,7 @@ def test_case_lands_in_its_bands(corpus_run: tuple[Any, dict], case_id: str) -> 
     assert not wrong, wrong
 
 
+@pytest.mark.index
 @pytest.mark.parametrize("case_id", ["sample-shipped", "clean-copy"])
 def test_clean_submissions_score_the_samples_marks(corpus_run: tuple[Any, dict], case_id: str) -> None:
     """Under the default rubric: every row at the top but model-metadata, 2, because the sample's tapes came
@@ -104,6 +108,7 @@ def test_clean_submissions_score_the_samples_marks(corpus_run: tuple[Any, dict],
     assert "the canary record probe found no leak" in _row(case, "no-credentials")["evidence"]
 
 
+@pytest.mark.index
 def test_the_rehearsal_rubric_gives_the_shipped_sample_full_marks(tmp_path: Path) -> None:
     out = tmp_path / "verdicts.json"
     done = _selftest("--rubric", str(REHEARSAL), "--case", "sample-shipped", "--json", str(out))
@@ -113,6 +118,7 @@ def test_the_rehearsal_rubric_gives_the_shipped_sample_full_marks(tmp_path: Path
     assert f"all 24 {LOOPBACK_EVIDENCE}" in _row(case, "model-metadata")["evidence"]
 
 
+@pytest.mark.index
 def test_a_leaked_header_costs_credentials_and_hygiene_at_its_line(corpus_run: tuple[Any, dict]) -> None:
     case = _case(corpus_run, "leaked-header")
     where = f"{case['planted']['file']}:{case['planted']['line']}"
@@ -122,6 +128,7 @@ def test_a_leaked_header_costs_credentials_and_hygiene_at_its_line(corpus_run: t
     assert hygiene["score"] <= 1 and f"{where} credential header 'authorization'" in _text(hygiene)
 
 
+@pytest.mark.index
 def test_a_key_only_in_history_is_found_at_the_commit_that_added_it(corpus_run: tuple[Any, dict]) -> None:
     case = _case(corpus_run, "key-in-history")
     commit = case["planted"]["commit"]
@@ -131,6 +138,7 @@ def test_a_key_only_in_history_is_found_at_the_commit_that_added_it(corpus_run: 
     assert f"{commit}:.env:1" in _text(creds) and "in git history" in _text(creds)
 
 
+@pytest.mark.index
 def test_a_key_in_source_is_found_at_its_file_and_line(corpus_run: tuple[Any, dict]) -> None:
     case = _case(corpus_run, "key-in-source")
     creds = _row(case, "no-credentials")
@@ -138,6 +146,7 @@ def test_a_key_in_source_is_found_at_its_file_and_line(corpus_run: tuple[Any, di
     assert f"support_triage_agent/client.py:{case['planted']['line']}" in creds["evidence"]
 
 
+@pytest.mark.index
 def test_a_silent_cassette_miss_fallback_is_named(corpus_run: tuple[Any, dict]) -> None:
     case = _case(corpus_run, "silent-fallback")
     loud = _row(case, "loud-miss")
@@ -148,12 +157,14 @@ def test_a_silent_cassette_miss_fallback_is_named(corpus_run: tuple[Any, dict]) 
     assert replay["score"] == 2 and "test_serve.py" in _text(replay)
 
 
+@pytest.mark.index
 def test_tapes_without_metadata_lose_the_metadata_row(corpus_run: tuple[Any, dict]) -> None:
     row = _row(_case(corpus_run, "tapes-without-metadata"), "model-metadata")
     assert "0/24 an endpoint" in row["evidence"] and "0/24 a recording time" in row["evidence"]
     assert row["score"] < 3
 
 
+@pytest.mark.index
 def test_unused_and_duplicate_tapes_are_counted(corpus_run: tuple[Any, dict]) -> None:
     row = _row(_case(corpus_run, "unused-and-duplicate-tapes"), "cassette-hygiene")
     assert row["score"] <= 1
@@ -161,6 +172,7 @@ def test_unused_and_duplicate_tapes_are_counted(corpus_run: tuple[Any, dict]) ->
     assert unused >= 300 and "5 duplicates" in row["evidence"]
 
 
+@pytest.mark.index
 def test_a_hand_edited_tape_is_a_key_mismatch_at_its_file(corpus_run: tuple[Any, dict]) -> None:
     case = _case(corpus_run, "hand-edited-tape")
     row = _row(case, "canonical-keys")
@@ -168,11 +180,13 @@ def test_a_hand_edited_tape_is_a_key_mismatch_at_its_file(corpus_run: tuple[Any,
     assert f"{case['planted']['file']}:{case['planted']['line']}" in _text(row) and "re-hashes" in _text(row)
 
 
+@pytest.mark.index
 def test_no_replay_doc_scores_zero(corpus_run: tuple[Any, dict]) -> None:
     row = _row(_case(corpus_run, "no-replay-doc"), "replay-doc")
     assert row["score"] == 0 and "no REPLAY.md" in _text(row)
 
 
+@pytest.mark.index
 def test_a_key_logged_while_recording_is_a_canary_leak(corpus_run: tuple[Any, dict]) -> None:
     case = _case(corpus_run, "key-logged-when-recording")
     creds = _row(case, "no-credentials")
@@ -183,6 +197,7 @@ def test_a_key_logged_while_recording_is_a_canary_leak(corpus_run: tuple[Any, di
     assert any(d.startswith("canary leak: record.log:1 ") for d in creds["details"])
 
 
+@pytest.mark.index
 def test_a_lenient_rubric_fails_the_selftest_naming_the_case(tmp_path: Path) -> None:
     rubric = yaml.safe_load((ROOT / "rubric" / "default.yaml").read_text(encoding="utf-8"))
     row = next(r for r in rubric["rows"] if r["id"] == "no-credentials")
@@ -227,6 +242,7 @@ def test_a_malformed_corpus_is_bad_input(tmp_path: Path, text: str, message: str
         load_corpus(path)
 
 
+@pytest.mark.index
 def test_an_answer_edited_after_recording_caps_offline_replay_naming_both_commits(
     corpus_run: tuple[Any, dict],
 ) -> None:

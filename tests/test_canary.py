@@ -82,6 +82,7 @@ def _all_text(probe: CanaryProbe) -> str:
     return "\n".join([probe.status, *probe.details, *(f"{f.location} {f.message}" for f in probe.leaks)])
 
 
+@pytest.mark.index
 def test_a_record_run_that_keeps_the_key_to_itself_has_no_leak_and_reached_the_standin(
     tmp_path: Path, installed: tuple[Path, object]
 ) -> None:
@@ -107,6 +108,7 @@ def test_a_record_run_that_keeps_the_key_to_itself_has_no_leak_and_reached_the_s
     assert sorted(p.relative_to(ctx.repo) for p in ctx.repo.rglob("*")) == before
 
 
+@pytest.mark.index
 def test_a_key_written_to_a_file_or_printed_is_a_leak_named_by_place_and_redacted(
     tmp_path: Path, installed: tuple[Path, object]
 ) -> None:
@@ -128,6 +130,7 @@ def test_a_key_written_to_a_file_or_printed_is_a_leak_named_by_place_and_redacte
     assert not _FULL_KEY.search(_all_text(probe))
 
 
+@pytest.mark.index
 def test_a_credential_written_into_the_record_command_is_never_shown(
     tmp_path: Path, installed: tuple[Path, object]
 ) -> None:
@@ -145,6 +148,7 @@ def _quoted(script: str) -> str:
     return shlex.quote(script)
 
 
+@pytest.mark.index
 def test_without_record_command_or_key_variable_the_probe_is_not_available(
     tmp_path: Path, installed: tuple[Path, object]
 ) -> None:
@@ -155,6 +159,7 @@ def test_without_record_command_or_key_variable_the_probe_is_not_available(
     assert no_record.leaks == no_key.leaks == []
 
 
+@pytest.mark.index
 def test_the_submissions_own_modules_cannot_shadow_the_standins(
     tmp_path: Path, installed: tuple[Path, object]
 ) -> None:
@@ -169,6 +174,7 @@ def test_the_submissions_own_modules_cannot_shadow_the_standins(
     assert "(exit 0)" in probe.details[0]
 
 
+@pytest.mark.index
 def test_the_record_commands_tls_libraries_load_a_one_certificate_trust_store(
     tmp_path: Path, installed: tuple[Path, object]
 ) -> None:
@@ -193,6 +199,7 @@ def test_the_record_commands_tls_libraries_load_a_one_certificate_trust_store(
     assert re.search(r"^stand-in: \d{3}$", output, re.MULTILINE), output
 
 
+@pytest.mark.index
 def test_the_record_command_sees_a_loopback_standin_url_and_no_route_out(
     tmp_path: Path, installed: tuple[Path, object]
 ) -> None:

@@ -22,6 +22,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 from tests.helpers.bake import ROOT, bake, baked_venv, clean_env, run
+from tests.helpers.processes import end_group
 
 DOCS = (ROOT / "docs" / "candidate.md").read_text(encoding="utf-8")
 
@@ -36,6 +37,7 @@ def standin_process() -> Iterator[tuple[str, list[str]]]:
         stderr=subprocess.PIPE,
         text=True,
         env=clean_env(),
+        start_new_session=True,  # its own group, ended as a whole
     )
     try:
         assert proc.stdout is not None and proc.stderr is not None
@@ -43,8 +45,7 @@ def standin_process() -> Iterator[tuple[str, list[str]]]:
         flavours = [proc.stderr.readline().strip(), proc.stderr.readline().strip()]
         yield url, flavours
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        end_group(proc)
 
 
 def _exports(line: str) -> dict[str, str]:
@@ -57,6 +58,7 @@ def _package(project: Path) -> str:
     ]["packages"][0]
 
 
+@pytest.mark.index
 @pytest.mark.parametrize("provider", ["openai-compatible", "anthropic"])
 def test_record_against_the_standin_with_the_variables_it_prints(tmp_path: Path, provider: str) -> None:
     project = bake(tmp_path, provider=provider)
@@ -79,6 +81,7 @@ def test_record_against_the_standin_with_the_variables_it_prints(tmp_path: Path,
     assert base.replace(port, "8765") in DOCS
 
 
+@pytest.mark.index
 def test_a_doubled_v1_is_named_with_method_url_and_fix(tmp_path: Path) -> None:
     """The mistake the guide warns about: the stdout URL (…/v1) given as ANTHROPIC_BASE_URL."""
     project = bake(tmp_path, provider="anthropic")
@@ -92,6 +95,7 @@ def test_a_doubled_v1_is_named_with_method_url_and_fix(tmp_path: Path) -> None:
     assert "set ANTHROPIC_BASE_URL without the trailing /v1" in line
 
 
+@pytest.mark.index
 def test_an_unreachable_endpoint_is_named(tmp_path: Path) -> None:
     project = bake(tmp_path)
     env = baked_venv().env(
@@ -102,6 +106,7 @@ def test_an_unreachable_endpoint_is_named(tmp_path: Path) -> None:
     assert "cannot reach the model endpoint: POST http://127.0.0.1:9/v1/chat/completions" in result.stderr
 
 
+@pytest.mark.index
 def test_a_one_space_prompt_change_names_the_nearest_tape_and_the_space(tmp_path: Path) -> None:
     project = bake(tmp_path)
     venv = baked_venv()

@@ -24,7 +24,7 @@ from grader.checks.keys import keys
 from tests.helpers.bake import bake, baked_venv, run, standin, unshare_works
 from tests.helpers.git import GIT_ENV
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.index]
 
 DUMMY_KEY = "sk-chain-serve-dummy-0123456789"
 ENV_NAMES = {

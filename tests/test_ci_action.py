@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import pytest
 import yaml
 
 from grader.report import render
@@ -142,6 +143,7 @@ def _validate_sarif(path: Path) -> dict[str, Any]:
     return log
 
 
+@pytest.mark.index
 def test_the_action_grades_the_sample_and_publishes_every_report(tmp_path: Path) -> None:
     out = tmp_path / "workspace" / "grade-report"
     out.parent.mkdir()
@@ -162,6 +164,7 @@ def test_the_action_grades_the_sample_and_publishes_every_report(tmp_path: Path)
     assert run.outputs["exit-code"] == "0" and run.outputs["report-dir"] == str(out)
 
 
+@pytest.mark.index
 def test_below_the_threshold_the_reports_still_land_and_the_action_fails_with_3(tmp_path: Path) -> None:
     repo = make_leaky_submission(tmp_path)
     out = tmp_path / "grade-report"

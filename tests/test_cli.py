@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.tape import A_TAPE
+
 PASSING_SUITE = {
+    **A_TAPE,
     "tests/test_ok.py": """
         def test_one():
             assert 1 + 1 == 2
@@ -132,6 +135,7 @@ def test_grade_checks_notes_a_folder_named_checks(grade_cli, tmp_path: Path) -> 
     assert "grade ./checks" in done.stderr
 
 
+@pytest.mark.index
 @pytest.mark.slow
 def test_fail_under_exit_codes_and_atomic_output(
     grade_cli, make_submission, grade_cache, tmp_path: Path

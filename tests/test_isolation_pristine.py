@@ -79,6 +79,7 @@ for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "clean"]):
 '''
 
 
+@pytest.mark.index
 @pytest.mark.slow
 def test_make_test_erasing_its_evidence_still_gets_the_key_and_header_findings(
     tmp_path: Path, grade_cache: Path
@@ -213,6 +214,7 @@ def test_history_scan_never_runs_programs_the_repository_config_names(
     assert not marker.exists()
 
 
+@pytest.mark.index
 @pytest.mark.slow
 def test_git_config_from_the_submission_or_its_suite_never_runs_in_grade(
     tmp_path: Path, make_submission, grade_cache: Path
@@ -316,6 +318,7 @@ def test_replaces_the_audit_log():
 """
 
 
+@pytest.mark.index
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "how"),
@@ -409,6 +412,7 @@ def test_real_failure(n):
 """
 
 
+@pytest.mark.index
 @pytest.mark.slow
 @pytest.mark.parametrize("makefile_path", [False, True], ids=["plain-makefile", "makefile-puts-root-on-path"])
 def test_a_forging_sitecustomize_does_not_turn_failures_into_a_pass(
@@ -488,6 +492,7 @@ def test_startup_files_are_listed_by_the_tamper_scan(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.index
 @pytest.mark.slow
 def test_a_suite_deleting_its_skipped_failure_after_the_run_is_still_caught(
     make_submission, grade_cache: Path

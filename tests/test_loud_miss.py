@@ -13,7 +13,7 @@ from grader.rubric import load_rubric
 from grader.selftest import load_corpus
 from grader.selftest.runner import build_case
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.index]
 
 
 def _case(case_id: str, dest: Path) -> tuple[str, dict[str, str]]:

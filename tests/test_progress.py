@@ -34,6 +34,7 @@ class _Terminal(io.StringIO):
         return True
 
 
+@pytest.mark.index
 def test_not_a_terminal_prints_one_plain_line_per_step(tmp_path: Path) -> None:
     result = grade(["--timeout", "120", "--output", str(tmp_path / "r.txt"), SAMPLE], tmp_path)
     assert result.returncode == 0, result.stderr
@@ -44,6 +45,7 @@ def test_not_a_terminal_prints_one_plain_line_per_step(tmp_path: Path) -> None:
     assert "\x1b" not in result.stderr and "\r" not in result.stderr
 
 
+@pytest.mark.index
 def test_quiet_prints_the_report_and_no_progress(tmp_path: Path) -> None:
     result = grade(["--quiet", "--timeout", "120", "--format", "json", SAMPLE], tmp_path)
     assert result.returncode == 0
@@ -57,6 +59,7 @@ def test_quiet_still_prints_errors(tmp_path: Path) -> None:
     assert result.stderr.startswith("grade: error: ") and result.stderr.count("\n") == 1
 
 
+@pytest.mark.index
 def test_a_terminal_gets_a_live_display_with_every_step(tmp_path: Path) -> None:
     master, slave = pty.openpty()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TERM": "xterm", "COLUMNS": "120"}

@@ -105,6 +105,7 @@ def rescore_offline(args: list[str], cwd: Path) -> subprocess.CompletedProcess[s
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.index
 def test_rescore_prints_who_moved_and_starts_no_process(batch_copy: Path, tmp_path: Path) -> None:
     before = summary(batch_copy)
     old_reports = {n: (batch_copy / n / "report.json").read_bytes() for n in ("alice", "dave")}
@@ -139,6 +140,7 @@ def test_rescore_prints_who_moved_and_starts_no_process(batch_copy: Path, tmp_pa
     assert summary(batch_history) == before
 
 
+@pytest.mark.index
 def test_rescore_with_the_rehearsal_rubric_lifts_only_the_standin_cap(
     batch_copy: Path, tmp_path: Path
 ) -> None:
@@ -184,6 +186,7 @@ def test_rescore_never_reaches_the_sandbox(
     assert sorted(str(p.relative_to(stored)) for p in stored.rglob("*")) == listing_before  # dry run
 
 
+@pytest.mark.index
 def test_fact_not_stored_is_refused_with_file_and_line(batch_copy: Path, tmp_path: Path) -> None:
     text = DEFAULT.replace("3: findings == 0", "3: findings == 0 and rotated_keys == 0", 1)
     line = text.splitlines().index("      3: findings == 0 and rotated_keys == 0") + 1
@@ -201,6 +204,7 @@ def test_fact_not_stored_is_refused_with_file_and_line(batch_copy: Path, tmp_pat
     assert not (batch_copy / "history").exists()
 
 
+@pytest.mark.index
 def test_single_stored_run_and_a_check_it_never_ran(tmp_path: Path) -> None:
     replay_only = tmp_path / "replay-only.yaml"
     start, end = DEFAULT.index("  - id: offline-replay"), DEFAULT.index("  - id: no-credentials")

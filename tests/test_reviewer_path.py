@@ -9,12 +9,14 @@ import subprocess
 from pathlib import Path
 
 import jsonschema
+import pytest
 
 from grader.schemas import load_schema
 from tests.test_batch import copy_sample, run_grade
 from tests.test_shard_merge import cheap_rubric
 
 
+@pytest.mark.index
 def test_dirty_checkout_is_graded_as_committed_with_a_note(tmp_path: Path) -> None:
     repo = copy_sample(tmp_path / "alice")
     head = subprocess.run(
@@ -38,6 +40,7 @@ def test_dirty_checkout_is_graded_as_committed_with_a_note(tmp_path: Path) -> No
     assert (repo / "notes.txt").read_text() == "draft\n"  # the reviewer's copy is untouched
 
 
+@pytest.mark.index
 def test_clean_checkout_has_no_note_and_plain_copy_has_null_commit(tmp_path: Path) -> None:
     repo = copy_sample(tmp_path / "bob")
     rubric = tmp_path / "cheap.yaml"

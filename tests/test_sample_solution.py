@@ -115,6 +115,7 @@ def test_rerecording_reproduces_the_tapes(tmp_path: Path) -> None:
         assert tape == old[name], f"{name} differs after re-recording"
 
 
+@pytest.mark.index
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("jobs", "rubric"),

@@ -246,3 +246,33 @@ def test_a_miss_through_the_sdk_is_in_the_chain_and_the_ledger(
     assert entry["key"] == misses[0].key
     path = "/v1/messages" if name.startswith("anthropic") else "/v1/chat/completions"
     assert (entry["method"], entry["path"]) == ("POST", path)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("name", sorted(CLIENTS))
+def test_partial_replay_serves_the_first_call_from_tape_and_records_the_next_into_cassette_dir(
+    cassette: ModuleType, tmp_path: Path, name: str, stream: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    committed, scratch, truth = tmp_path / "tapes", tmp_path / "refresh", tmp_path / "truth.jsonl"
+    other = "I was charged twice this month."
+    with standin("--profile", "baseline", "--truth-log", str(truth)) as url:
+        recorded = _call(name, cassette, url, committed, "record", RECORD_KEY, stream, TICKET)
+        before = {p.name: p.read_bytes() for p in committed.iterdir()}
+        monkeypatch.setattr(cassette, "_TALLY", cassette._Tally())  # partial replay counts per process
+        monkeypatch.setenv("CASSETTE_REPLAY_UNTIL", "1")
+        monkeypatch.setenv("CASSETTE_DIR", str(scratch))
+        # mode=None: the transport follows the environment, as the baked client and the README's SDK use do.
+        assert _call(name, cassette, url, committed, None, RECORD_KEY, stream, TICKET) == recorded
+        live = _call(name, cassette, url, committed, None, RECORD_KEY, stream, other)
+    assert json.loads(live)["intent"] == "billing"
+    assert cassette._TALLY.line() == "model calls: 2 (1 from tape, 1 live), first live call 2"
+    # The stand-in answered the recording and the one live call, nothing else.
+    assert [json.loads(line)["stream"] for line in truth.read_text().splitlines()] == [stream, stream]
+    assert {p.name: p.read_bytes() for p in committed.iterdir()} == before
+    [tape] = list(scratch.glob("*.json"))
+    assert ("text" in json.loads(tape.read_text())["response"]) is stream
+    assert RECORD_KEY not in tape.read_text()
+
+    # CASSETTE_DIR alone: replay from the refresh folder, server gone.
+    monkeypatch.delenv("CASSETTE_REPLAY_UNTIL")
+    assert _call(name, cassette, url, committed, None, PLACEHOLDER_KEY, stream, other) == live

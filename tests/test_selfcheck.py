@@ -19,7 +19,7 @@ import pytest
 
 from tests.helpers.bake import ROOT, bake, baked_venv, run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.index]
 
 SAMPLE = ROOT / "sample_solution"
 _IGNORE = shutil.ignore_patterns(".ruff_cache", ".pytest_cache", "__pycache__", "*.misses.jsonl", ".venv")

@@ -126,6 +126,7 @@ def round_(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
+@pytest.mark.index
 def test_shards_are_deterministic_disjoint_slices(round_: dict[str, Path]) -> None:
     shards = round_["shards"]
     slices = [[row["candidate"] for row in summary_rows(shards / f"shard-{i}")] for i in (1, 2, 3)]
@@ -138,6 +139,7 @@ def test_shards_are_deterministic_disjoint_slices(round_: dict[str, Path]) -> No
     )
 
 
+@pytest.mark.index
 def test_merged_round_equals_one_batch(round_: dict[str, Path]) -> None:
     single, merged = round_["single"], round_["merged"]
     assert summary_rows(merged) == summary_rows(single)
@@ -153,6 +155,7 @@ def test_merged_round_equals_one_batch(round_: dict[str, Path]) -> None:
             assert (merged / row["report"]).is_file()
 
 
+@pytest.mark.index
 def test_rescore_on_the_merged_round_equals_rescore_on_one_batch(
     round_: dict[str, Path], tmp_path: Path
 ) -> None:

@@ -24,6 +24,7 @@ import yaml
 
 from grader.standin import answer_text
 from grader.standin_profile import DRIFT_KINDS, PROFILES_DIR, load_profile
+from tests.helpers.processes import end_group
 
 pytestmark = pytest.mark.enable_socket
 
@@ -48,14 +49,14 @@ class _Standin:
             stderr=subprocess.DEVNULL,
             text=True,
             env={**os.environ, "PYTHONPATH": str(REPO)},
+            start_new_session=True,  # its own group, ended as a whole
         )
         assert self.proc.stdout is not None
         self.url = self.proc.stdout.readline().strip()
         assert self.url.startswith("http://127.0.0.1:"), self.url
 
     def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
+        end_group(self.proc)
 
 
 def _profile_file(tmp: Path, name: str, drift: dict[str, Any], seed: int = 15) -> Path:

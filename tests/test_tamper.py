@@ -248,6 +248,7 @@ def test_lines_without_the_nonce_are_foreign(tmp_path: Path) -> None:
 # --- adversarial submissions through the real `grade` ------------------------------------------------------
 
 
+@pytest.mark.index
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_adversarial_submission_lands_in_its_band(
@@ -298,6 +299,7 @@ def test_guard_ignores_an_inner_in_process_pytest(tmp_path: Path) -> None:
     assert log.exitstatus == 0
 
 
+@pytest.mark.index
 def test_committed_bytecode_never_runs_in_place_of_the_source(
     make_submission, grade_cache: Path, tmp_path: Path
 ) -> None:

@@ -132,6 +132,7 @@ def fresh_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return bake(tmp_path_factory.mktemp("fresh"), project_name="Fresh Triage")
 
 
+@pytest.mark.index
 @pytest.mark.slow
 def test_fresh_bake_cassette_tests_pass_offline(fresh_project: Path) -> None:
     venv = baked_venv()
@@ -146,6 +147,7 @@ def test_fresh_bake_cassette_tests_pass_offline(fresh_project: Path) -> None:
     assert " passed" in result.stdout and "failed" not in result.stdout
 
 
+@pytest.mark.index
 @pytest.mark.slow
 def test_fresh_bake_triage_tests_fail_loudly_until_recorded(fresh_project: Path, tmp_path: Path) -> None:
     venv = baked_venv()
@@ -162,6 +164,7 @@ def test_fresh_bake_triage_tests_fail_loudly_until_recorded(fresh_project: Path,
     assert "undo the change" not in result.stdout
 
 
+@pytest.mark.index
 @pytest.mark.slow
 def test_fresh_bake_cli_exits_2_with_one_line_on_a_miss(fresh_project: Path) -> None:
     venv = baked_venv()
@@ -174,6 +177,7 @@ def test_fresh_bake_cli_exits_2_with_one_line_on_a_miss(fresh_project: Path) -> 
     assert line.startswith("triage: error: cassette miss: no tape ") and "POST /v1/chat/completions" in line
 
 
+@pytest.mark.index
 @pytest.mark.slow
 def test_fresh_bake_record_without_key_says_what_to_set(fresh_project: Path) -> None:
     venv = baked_venv()
@@ -185,6 +189,7 @@ def test_fresh_bake_record_without_key_says_what_to_set(fresh_project: Path) -> 
     assert not list((fresh_project / "cassettes").glob("*.json"))
 
 
+@pytest.mark.index
 @pytest.mark.slow
 def test_an_untouched_bake_earns_at_most_a_quarter_of_the_points(tmp_path: Path, grade_cache: Path) -> None:
     # Nothing recorded, REPLAY.md all TODO: rows whose property cannot be shown must not score because

@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers.bake import bake, baked_venv, files_containing, run, standin
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.index]
 
 DUMMY_KEY = "sk-e2e-dummy-7f3a9c21d4b8e6f0"
 ENV_NAMES = {

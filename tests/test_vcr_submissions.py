@@ -85,6 +85,7 @@ def _said(row: dict[str, Any]) -> str:
     return "\n".join([row["evidence"], *row.get("details", [])])
 
 
+@pytest.mark.index
 @pytest.mark.parametrize("name", ["recording", "vcr"])
 def test_vcr_submission_replays_offline(name: str, built, grade_json) -> None:
     report = grade_json(built[name].repo)
@@ -117,6 +118,7 @@ def test_vcrpy_documented_layout_is_discovered(built, tmp_path: Path) -> None:
     assert {t.model for t in tapes} == {MODEL}
 
 
+@pytest.mark.index
 def test_pytest_recording_none_mode_is_a_loud_miss(built, grade_json) -> None:
     report = grade_json(built["recording"].repo)
     row = _row(report, "loud-miss")
@@ -128,6 +130,7 @@ def test_pytest_recording_none_mode_is_a_loud_miss(built, grade_json) -> None:
     assert facts["network_attempts"] == 0
 
 
+@pytest.mark.index
 def test_pytest_vcr_once_mode_falls_through_to_the_network(built, grade_json) -> None:
     sub = built["vcr"]
     report = grade_json(sub.repo)
@@ -141,6 +144,7 @@ def test_pytest_vcr_once_mode_falls_through_to_the_network(built, grade_json) ->
     assert "record_mode='none'" in _said(row)
 
 
+@pytest.mark.index
 def test_pytest_vcr_with_record_mode_none_is_loud(built, grade_json) -> None:
     """Judged by behaviour, not by plugin name: pytest-vcr configured to never record is loud too."""
     report = grade_json(built["vcr-none"].repo)
@@ -149,6 +153,7 @@ def test_pytest_vcr_with_record_mode_none_is_loud(built, grade_json) -> None:
     assert report["facts"]["loud-miss"]["network_attempts"] == 0
 
 
+@pytest.mark.index
 @pytest.mark.parametrize("name", ["recording", "vcr"])
 def test_model_and_date_come_from_the_vcr_yaml(name: str, built, grade_json) -> None:
     sub = built[name]
@@ -179,6 +184,7 @@ def _iso(http_date: str) -> str:
     return parsedate_to_datetime(http_date).astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@pytest.mark.index
 @pytest.mark.parametrize("name", ["recording", "vcr"])
 def test_filtered_authorization_is_not_a_finding(name: str, built, grade_json) -> None:
     sub = built[name]
@@ -191,6 +197,7 @@ def test_filtered_authorization_is_not_a_finding(name: str, built, grade_json) -
     assert creds["score"] == 3, _said(creds)
 
 
+@pytest.mark.index
 def test_unfiltered_authorization_is_found(built, grade_json) -> None:
     """The control for the test above: the same recording without the filter stores the key, and is caught."""
     sub = built["leaky"]
@@ -206,6 +213,7 @@ def test_unfiltered_authorization_is_found(built, grade_json) -> None:
     assert sub.fake_key not in json.dumps(report)
 
 
+@pytest.mark.index
 def test_unplayed_cassette_is_unused(built, grade_json, tmp_path: Path) -> None:
     """A cassette no test opens is reported by hygiene, by file (vcrpy layout: one cassette per test)."""
     source = built["recording"]
@@ -219,6 +227,7 @@ def test_unplayed_cassette_is_unused(built, grade_json, tmp_path: Path) -> None:
     assert "tests/cassettes/test_triage/test_removed_feature.yaml" in _said(_row(report, "cassette-hygiene"))
 
 
+@pytest.mark.index
 @pytest.mark.parametrize("name", ["recording", "vcr"])
 def test_interactions_no_test_plays_are_unplayed(name: str, built, grade_json, tmp_path: Path) -> None:
     """An opened cassette that still holds an interaction from an earlier run is not pruned: vcrpy's play
@@ -247,6 +256,7 @@ def test_interactions_no_test_plays_are_unplayed(name: str, built, grade_json, t
     assert "0 unused (1 unplayed interaction in opened cassettes)" in row["evidence"]
 
 
+@pytest.mark.index
 def test_every_interaction_played_is_no_unplayed(built, grade_json) -> None:
     report = grade_json(built["recording"].repo)
     assert report["facts"]["hygiene"]["unplayed"] == 0

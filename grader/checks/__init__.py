@@ -1,9 +1,13 @@
-"""The check registry: check id -> function(ctx) -> CheckResult.
+"""The check registry: check id -> function(ctx) -> CheckResult, and how the pipeline schedules it.
 
 Each module in this package registers its checks with ``@register("id")``. A check's docstring is the
 single source of what it reports: the first line is its summary and the Google-style ``Facts:`` section lists
 the facts (``name: meaning``) that rubric expressions may use. ``grade checks``, docs/rubric.md and the rubric
 validator all read those parsed facts from here.
+
+The registration is also the single source of how a check runs (grader/grading.py reads nothing else):
+``phase`` puts it first, among the others, or last; ``probes`` names the function that starts, before the
+first check, the background probes the check later waits for (docs/architecture.md, "Add a check").
 """
 
 from __future__ import annotations
@@ -14,12 +18,22 @@ import pkgutil
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from grader.context import Context
 
-__all__ = ["Check", "CheckResult", "Finding", "catalogue", "register", "registry"]
+__all__ = [
+    "PHASES",
+    "Check",
+    "CheckResult",
+    "Finding",
+    "Phase",
+    "ProbeStarter",
+    "catalogue",
+    "register",
+    "registry",
+]
 
 SUMMARY_FACT = "summary"
 _SUMMARY_MEANING = "one-line human summary of the result"
@@ -43,28 +57,46 @@ class CheckResult:
     details: list[str] = field(default_factory=list)
     manual: str | None = None  # the check cannot decide; a reviewer should look at this text
     not_assessable: str | None = None  # infrastructure failure, with the reason
+    # The check itself crashed on this submission (the exception's line). Scored 0, never left out of the
+    # total: what a submission can make the grader trip over must not shrink the denominator it is judged on.
+    crashed: str | None = None
 
 
 CheckFunc = Callable[["Context"], CheckResult]
+# Starts a check's background probes (`Context.start_probe`); the check takes their results with
+# `Context.probe_result`, and runs a probe itself when it was never started (``--jobs 1``).
+ProbeStarter = Callable[["Context"], None]
+
+# "first": runs before every other check (others reuse what it memoizes); "last": after every other check
+# (it reads what the others ran); "normal": in between, in the rubric's order or in parallel (--jobs).
+Phase = Literal["first", "normal", "last"]
+PHASES: tuple[Phase, ...] = ("first", "normal", "last")
 
 
 @dataclass(frozen=True)
 class Check:
-    """A registered check: its id, function, one-line summary and documented facts (name -> meaning)."""
+    """A registered check: its id, function, one-line summary, documented facts (name -> meaning), and how
+    the pipeline runs it (its phase, the starter of its background probes)."""
 
     id: str
     func: CheckFunc
     summary: str
     facts: dict[str, str]
+    phase: Phase = "normal"
+    probes: ProbeStarter | None = None
 
     @classmethod
-    def from_function(cls, check_id: str, func: CheckFunc) -> Check:
+    def from_function(
+        cls, check_id: str, func: CheckFunc, *, phase: Phase = "normal", probes: ProbeStarter | None = None
+    ) -> Check:
         """Build a Check from a function, reading summary and facts from its docstring."""
         summary, facts = _parse_docstring(func.__doc__ or "")
         if not summary:
             where = f"{func.__module__}.{func.__qualname__}"
             raise ValueError(f"check {check_id!r} ({where}) has no docstring summary")
-        return cls(id=check_id, func=func, summary=summary, facts=facts)
+        if phase not in PHASES:
+            raise ValueError(f"check {check_id!r}: phase {phase!r} must be one of {', '.join(PHASES)}")
+        return cls(id=check_id, func=func, summary=summary, facts=facts, phase=phase, probes=probes)
 
 
 _REGISTRY: dict[str, Check] = {}
@@ -75,8 +107,15 @@ _SECTION = re.compile(r"^(\w[\w ]*):\s*$")
 _FACT_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*:\s*(.*)$")
 
 
-def register(check_id: str) -> Callable[[CheckFunc], CheckFunc]:
-    """Decorator: register ``func`` as the check ``check_id`` (lowercase, digits and dashes)."""
+def register(
+    check_id: str, *, phase: Phase = "normal", probes: ProbeStarter | None = None
+) -> Callable[[CheckFunc], CheckFunc]:
+    """Decorator: register ``func`` as the check ``check_id`` (lowercase, digits and dashes).
+
+    ``phase``: "first", "normal" (the default) or "last" (see `Phase`). ``probes``: a function that starts
+    the check's background probes; with ``--jobs`` above 1 the pipeline calls it before the first check,
+    and runs the check after the other checks of its phase, since it mostly waits for those probes.
+    """
     if not _CHECK_ID.match(check_id):
         raise ValueError(f"check id {check_id!r} must be lowercase letters, digits and dashes")
 
@@ -86,7 +125,7 @@ def register(check_id: str) -> Callable[[CheckFunc], CheckFunc]:
             raise ValueError(
                 f"check id {check_id!r} registered twice: {existing.func.__module__} and {func.__module__}"
             )
-        _REGISTRY[check_id] = Check.from_function(check_id, func)
+        _REGISTRY[check_id] = Check.from_function(check_id, func, phase=phase, probes=probes)
         return func
 
     return decorate

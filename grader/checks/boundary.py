@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from grader import pysource
 from grader.checks import CheckResult, Finding, register
 from grader.safeio import read_bytes
 
@@ -158,7 +159,7 @@ def _scan(repo: Path) -> tuple[list[_Module], list[tuple[str, str]]]:
                 if len(source) > _MAX_BYTES:
                     unparsable.append((rel, "larger than 1 MB"))
                     continue
-                tree = ast.parse(source, filename=rel)
+                tree = pysource.parse(source, filename=rel)
             except (SyntaxError, ValueError, OSError) as exc:
                 unparsable.append((rel, f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"))
                 continue

@@ -61,7 +61,7 @@ def start_drift(ctx: Context) -> None:
     start(_LABEL, probe)
 
 
-@register("drift")
+@register("drift", probes=start_drift)
 def drift(ctx: Context) -> CheckResult:
     """A model that drifted: every drifted answer handled right or failed loudly, none mislabelled or made up.
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from grader import pysource
 from grader.checks import CheckResult, Finding, register
 from grader.checks.serve_probe import probe_serve
 from grader.details import counted
@@ -124,7 +125,7 @@ def _network_call(body: list[ast.stmt]) -> str | None:
 
 def _fallbacks_in(source: str, rel: str) -> list[_Fallback]:
     try:
-        tree = ast.parse(source)
+        tree = pysource.parse(source)
     except (SyntaxError, ValueError):
         return []
     found = []
@@ -285,7 +286,7 @@ def _probes(
     return rerun, background_unseen
 
 
-@register("loud-miss")
+@register("loud-miss", probes=start_loud_miss)
 def loud_miss(ctx: Context) -> CheckResult:
     """A missing tape fails loudly instead of reaching the network or inventing an answer.
 

@@ -45,7 +45,8 @@ def _zero_facts() -> dict[str, object]:
     }
 
 
-@register("replay")
+# First: make-targets and the others reuse its memoized suite run, and its timing is then the suite's.
+@register("replay", phase="first")
 def replay(ctx: Context) -> CheckResult:
     """Runs the submission's suite offline (`make test`, else `python -m pytest`) in the sandbox.
 

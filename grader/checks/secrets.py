@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from grader.checks import CheckResult, Finding, register
-from grader.checks.canary import canary_result, summarize
+from grader.checks.canary import canary_result, start_canary, summarize
 from grader.details import counted
 from grader.secrets import HistoryError, RuleError, Scanner, SecretFinding, is_git_repo
 from grader.secrets.history import scan_history_with
@@ -21,9 +21,15 @@ _SUMMARY_SHOWN = 3
 _KIND_WORDS = {"tree": "file", "tape": "tape", "history": "history", "output": "command output"}
 
 
-@register("secrets")
+# Last: the scan also reads the output of every command the other checks ran; the canary record probe
+# runs in the background meanwhile.
+@register("secrets", phase="last", probes=start_canary)
 def secrets(ctx: Context) -> CheckResult:
     """Scans the tree, every commit of every ref, the tapes (gzip/base64 bodies too) and command output.
+
+    Files are read the way a person opening them would: UTF-16/32 text (what Windows PowerShell's ``>``
+    writes) is transcoded rather than skipped as binary, and JSON ``\\u00XX`` escapes are read as the
+    characters they stand for.
 
     In-repo suppressions (`gitleaks:allow`, `.gitleaksignore`, `pragma: allowlist secret`, `# nosec`) are
     ignored: a submission cannot silence this check. Command output is whatever other checks captured in

@@ -1,15 +1,26 @@
-"""Encoded bodies inside recordings: vcrpy ``!!binary`` blocks and gzip+base64 strings, decoded."""
+"""Encoded bodies inside recordings: vcrpy ``!!binary`` blocks and gzip+base64 strings, decoded; and whole
+files in another text encoding than UTF-8 (UTF-16/32, what Windows PowerShell's ``>`` writes) or with JSON
+``\\uXXXX`` escapes, transcoded, so a key is found in the form anyone who opens the file reads."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import codecs
 import re
 import zlib
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
-__all__ = ["MARKERS", "MAX_DECODED", "Embedded", "decompress", "embedded_bodies"]
+__all__ = [
+    "MARKERS",
+    "MAX_DECODED",
+    "Embedded",
+    "decompress",
+    "embedded_bodies",
+    "json_unescaped",
+    "wide_text",
+]
 
 MAX_DECODED = 64 * 1024 * 1024  # a decompression bomb must not exhaust the grader's memory
 
@@ -84,3 +95,52 @@ def embedded_bodies(data: bytes, *, markers: Collection[bytes] | None = None) ->
             # Only an actual gzip stream counts here: a random "H4sI" inside other base64 is noise.
             if decoded is not None and decoded[1].startswith("gzip"):
                 yield Embedded(match.start(), *decoded)
+
+
+# Longest BOM first: the UTF-32-LE BOM begins with the UTF-16-LE one.
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+# Only printable ASCII is unescaped: an escaped newline must not move the lines findings are reported at.
+_JSON_ESCAPE = re.compile(rb"\\u00([2-7][0-9a-fA-F])")
+
+
+def wide_text(data: bytes) -> tuple[bytes, str] | None:
+    """(the text as UTF-8, its encoding) for UTF-16/32 text (with a BOM, or ASCII interleaved with NULs),
+    None for anything else. Lines stay where they were."""
+    wide = _wide_encoding(data)
+    if wide is None:
+        return None
+    try:
+        return data.decode(wide).encode("utf-8"), wide
+    except UnicodeDecodeError:
+        return None
+
+
+def json_unescaped(data: bytes) -> bytes | None:
+    """``data`` with JSON ``\\u00XX`` escapes of printable ASCII replaced by the character, or None when it
+    has none. Lines stay where they were."""
+    if b"\\u00" not in data:
+        return None
+    unescaped = _JSON_ESCAPE.sub(lambda m: bytes([int(m.group(1), 16)]), data)
+    return unescaped if unescaped != data else None
+
+
+def _wide_encoding(data: bytes) -> str | None:
+    for bom, name in _BOMS:
+        if data.startswith(bom):
+            return name
+    sample = data[:4096]
+    if len(sample) < 16 or b"\0" not in sample:
+        return None
+    half = len(sample) // 2
+    even, odd = sample[0::2].count(0), sample[1::2].count(0)
+    # ASCII text in UTF-16 without a BOM: every other byte is NUL, the others almost never.
+    if odd > 0.9 * half and even < 0.05 * half:
+        return "utf-16-le"
+    if even > 0.9 * half and odd < 0.05 * half:
+        return "utf-16-be"
+    return None

@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from grader.safeio import read_bytes
-from grader.secrets.decode import decompress
+from grader.secrets.decode import decompress, wide_text
 from grader.secrets.findings import SecretFinding
 from grader.secrets.scanner import Scanner
 from grader.secrets.tapes import looks_like_tape
@@ -83,6 +83,8 @@ def scan_blob(
     inflated = decompress(data) if head[:2] == b"\x1f\x8b" else None
     if inflated is not None:
         data, encoding = inflated[0], inflated[1]
+    elif b"\0" in head and (wide := wide_text(data)) is not None:
+        data, encoding = wide  # UTF-16/32 text (what Windows PowerShell's `>` writes) is text
     elif b"\0" in head and not is_tape:
         return []
     found = scanner.scan_bytes(data, source=rel, kind=kind or ("tape" if is_tape else "tree"), commit=commit)

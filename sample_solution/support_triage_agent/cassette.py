@@ -11,6 +11,15 @@ Modes (``CASSETTE_MODE`` when ``mode`` is not given):
   record       forward to the real endpoint and write one tape per distinct 2xx request
   passthrough  forward without reading or writing tapes
 
+A transport built without ``mode`` also reads two more variables (an explicit ``mode`` ignores them):
+  CASSETTE_DIR=PATH         the tape folder instead of ``<dir>``: replay reads it, record writes tapes and
+                            their own ``CHAIN.log`` there
+  CASSETTE_REPLAY_UNTIL=N   partial replay, whatever ``CASSETTE_MODE`` says: this process's model calls
+                            1..N come from the tapes in ``<dir>`` (a miss is loud, as in replay), the rest go
+                            to the endpoint and are recorded into ``CASSETTE_DIR`` (required, and never
+                            ``<dir>``). At exit one line goes to stderr:
+                            ``model calls: 30 (24 from tape, 6 live), first live call 25``
+
 Prune unused tapes: ``python -m <package>.cassette prune --used FILE [--dir cassettes]``.
 
 On a miss, the error and the miss ledger (``CASSETTE_MISS_LOG``, default ``<dir>/.misses.jsonl``) name the
@@ -25,10 +34,12 @@ walks the chain and checks every tape against it, so an answer edited after it w
 from __future__ import annotations
 
 import argparse
+import atexit
 import hashlib
 import json
 import os
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -380,6 +391,7 @@ class Exchange:
     key: str
     normalized: list[str]
     secrets: list[str] = field(default_factory=list)
+    live: bool = False  # partial replay: this call goes to the endpoint
 
     @property
     def stored_request(self) -> dict[str, Any]:
@@ -545,21 +557,120 @@ def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
         pass
 
 
+# ------------------------------------------------------------------------------------- partial replay
+
+
+class _Tally:
+    """This process's model calls under ``CASSETTE_REPLAY_UNTIL``: numbered across every transport, since
+    "the first N calls" means the process's, not one client's."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.armed = False
+        self.calls = self.from_tape = self.live = self.missed = 0
+        self.first_live: int | None = None
+
+    def arm(self) -> None:
+        global _EXIT_HOOKED
+        self.armed = True
+        if not _EXIT_HOOKED:
+            _EXIT_HOOKED = True
+            atexit.register(_report_at_exit)
+
+    def take(self, replay_until: int) -> bool:
+        """Number the next call; True when it goes live (beyond ``replay_until``)."""
+        with self._lock:
+            self.calls += 1
+            if self.calls <= replay_until:
+                return False
+            self.live += 1
+            if self.first_live is None:
+                self.first_live = self.calls
+            return True
+
+    def served(self, *, hit: bool) -> None:
+        with self._lock:
+            if hit:
+                self.from_tape += 1
+            else:
+                self.missed += 1
+
+    def line(self) -> str:
+        missed = f", {self.missed} missed" if self.missed else ""
+        first = "none" if self.first_live is None else str(self.first_live)
+        return (
+            f"model calls: {self.calls} ({self.from_tape} from tape, {self.live} live{missed}), "
+            f"first live call {first}"
+        )
+
+
+_TALLY = _Tally()
+_EXIT_HOOKED = False
+
+
+def _report_at_exit() -> None:
+    if _TALLY.armed:
+        stream = sys.__stderr__ or sys.stderr
+        stream.write(_TALLY.line() + "\n")
+        stream.flush()
+
+
+def _replay_until(value: str, scratch: str, committed: Path) -> int:
+    """``CASSETTE_REPLAY_UNTIL`` checked against ``CASSETTE_DIR``: one line saying what to fix."""
+    if not (value.isascii() and value.isdigit()):
+        raise ValueError(
+            f"CASSETTE_REPLAY_UNTIL={value!r} is not a whole number >= 0 (how many model calls to serve "
+            "from tapes before going live)"
+        )
+    if not scratch:
+        raise ValueError(
+            f"CASSETTE_REPLAY_UNTIL={value} needs CASSETTE_DIR: a tape folder other than {committed} for the "
+            "live calls' tapes"
+        )
+    if Path(scratch).resolve() == committed.resolve():
+        raise ValueError(
+            f"CASSETTE_DIR={scratch} is the folder the tapes are replayed from; give CASSETTE_REPLAY_UNTIL "
+            "another folder, so the recording is never overwritten"
+        )
+    return int(value)
+
+
 class Cassette:
-    """The tape logic: key a request, serve it from its tape, or store a recorded reply as a tape."""
+    """The tape logic: key a request, serve it from its tape, or store a recorded reply as a tape.
+
+    ``source`` is where replayed tapes are read, ``dir`` where recorded ones are written: the same folder,
+    except under ``CASSETTE_REPLAY_UNTIL`` (tapes from ``cassette_dir``, live calls into ``CASSETTE_DIR``).
+    """
 
     def __init__(self, cassette_dir: str | os.PathLike[str], mode: str | None = None) -> None:
-        self.dir = Path(cassette_dir)
+        self.dir = self.source = Path(cassette_dir)
+        self.replay_until: int | None = None
+        if mode is None:
+            scratch = os.environ.get("CASSETTE_DIR", "")
+            until = os.environ.get("CASSETTE_REPLAY_UNTIL", "")
+            if until:
+                self.replay_until = _replay_until(until, scratch, self.source)
+                self.dir = Path(scratch)
+                mode = "record"  # the path every live call takes
+            elif scratch:
+                self.dir = self.source = Path(scratch)
         mode = mode if mode is not None else os.environ.get("CASSETTE_MODE", "") or "replay"
         if mode not in MODES:
             raise ValueError(f"CASSETTE_MODE={mode!r} is not a mode; use one of: {', '.join(MODES)}")
         self.mode = mode
         # The recorded requests, read on the first miss only: a hit never pays for them.
         self._recorded: list[tuple[str, Path, dict[str, Any]]] | None = None
+        if self.replay_until is not None:
+            _TALLY.arm()
 
     @property
     def forwards(self) -> bool:
+        """Whether requests may reach the endpoint (under ``CASSETTE_REPLAY_UNTIL``: those beyond N)."""
         return self.mode in ("record", "passthrough")
+
+    def goes_live(self, exchange: Exchange) -> bool:
+        """Whether this request is sent to the endpoint rather than served from a tape."""
+        return exchange.live if self.replay_until is not None else self.forwards
 
     def exchange(self, method: str, path: str, host: str, body: bytes, headers: dict[str, str]) -> Exchange:
         parsed = _parse_body(body)
@@ -576,6 +687,7 @@ class Cassette:
             key=_hash(stored),
             normalized=fired,
             secrets=secrets,
+            live=self.replay_until is not None and _TALLY.take(self.replay_until),
         )
 
     def tape_path(self, key: str) -> Path:
@@ -583,11 +695,15 @@ class Cassette:
 
     def replay(self, exchange: Exchange) -> Reply:
         try:
-            raw = _read_file(f"{self.dir}/{exchange.key}.json")
+            raw = _read_file(f"{self.source}/{exchange.key}.json")
         except FileNotFoundError:
+            if self.replay_until is not None:
+                _TALLY.served(hit=False)
             nearest = self._nearest(exchange)
             self._log_miss(exchange, nearest)
-            raise CassetteMiss(exchange.key, exchange.method, exchange.path, self.dir, nearest) from None
+            raise CassetteMiss(exchange.key, exchange.method, exchange.path, self.source, nearest) from None
+        if self.replay_until is not None:
+            _TALLY.served(hit=True)
         reply = _stored_json_reply(raw) or _reply_from(_stored_response(raw))
         self._log_used(exchange.key)
         return reply
@@ -638,7 +754,7 @@ class Cassette:
 
     def _nearest(self, exchange: Exchange) -> Nearest | None:
         if self._recorded is None:
-            self._recorded = _recorded_requests(self.dir)
+            self._recorded = _recorded_requests(self.source)
         return _nearest(self._recorded, exchange.stored_request)
 
     def _log_miss(self, exchange: Exchange, nearest: Nearest | None = None) -> None:
@@ -706,7 +822,7 @@ def _build_transports(lib: Any) -> tuple[type, type]:
         def handle_request(self, request: Any) -> Any:
             request.read()
             exchange = _exchange(self.cassette, request)
-            if not self.cassette.forwards:
+            if not self.cassette.goes_live(exchange):
                 return _response(self.cassette.replay(exchange), request, asynchronous=False)
             response = self.inner.handle_request(request)
             try:
@@ -736,7 +852,7 @@ def _build_transports(lib: Any) -> tuple[type, type]:
         async def handle_async_request(self, request: Any) -> Any:
             await request.aread()
             exchange = _exchange(self.cassette, request)
-            if not self.cassette.forwards:
+            if not self.cassette.goes_live(exchange):
                 return _response(self.cassette.replay(exchange), request, asynchronous=True)
             response = await self.inner.handle_async_request(request)
             try:

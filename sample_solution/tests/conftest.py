@@ -1,7 +1,8 @@
 """Replay is the default and it is offline: no sockets, no credentials.
 
-Only ``CASSETTE_MODE=record`` (``make record``) or ``passthrough`` may reach the network. When tests miss
-tapes, the run ends with one line saying how many and what most often differs from the nearest tape.
+Only ``CASSETTE_MODE=record`` (``make record``), ``passthrough`` or ``CASSETTE_REPLAY_UNTIL`` (calls after
+the first N go live) may reach the network. When tests miss tapes, the run ends with one line saying how many
+and what most often differs from the nearest tape.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 from pytest_socket import disable_socket, enable_socket
 
 _PACKAGE = "support_triage_agent"
-_DEFAULT_LEDGER = Path(__file__).resolve().parent.parent / "cassettes" / ".misses.jsonl"
+_DEFAULT_TAPES = Path(__file__).resolve().parent.parent / "cassettes"
 
 _CREDENTIAL = re.compile(
     r".*(_API_KEY|_TOKEN)$|^(OPENAI|ANTHROPIC)_(BASE_URL|ORG_ID|ORGANIZATION|PROJECT_ID)$"
@@ -23,6 +24,8 @@ _CREDENTIAL = re.compile(
 
 
 def _replaying() -> bool:
+    if os.environ.get("CASSETTE_REPLAY_UNTIL"):
+        return False
     return os.environ.get("CASSETTE_MODE", "") in ("", "replay")
 
 
@@ -43,7 +46,9 @@ def _offline_replay(monkeypatch: pytest.MonkeyPatch):
 
 
 def _ledger() -> str:
-    return os.environ.get("CASSETTE_MISS_LOG") or str(_DEFAULT_LEDGER)
+    # Where the cassette layer writes it: CASSETTE_DIR (a refresh folder) replaces cassettes/.
+    folder = os.environ.get("CASSETTE_DIR") or str(_DEFAULT_TAPES)
+    return os.environ.get("CASSETTE_MISS_LOG") or os.path.join(folder, ".misses.jsonl")
 
 
 def _ledger_size() -> int:

@@ -67,7 +67,9 @@ CREDENTIAL_ENV = re.compile(
 def check_offline_replay() -> tuple[str, list[str]]:
     """Run the suite like a stranger would: replay, no sockets, no credentials."""
     env = {k: v for k, v in os.environ.items() if not CREDENTIAL_ENV.match(k.upper())}
-    env.pop("PYTEST_ADDOPTS", None)
+    # The committed tapes, all of them: not a refresh folder, not a partial replay.
+    for name in ("PYTEST_ADDOPTS", "CASSETTE_DIR", "CASSETTE_REPLAY_UNTIL"):
+        env.pop(name, None)
     env["CASSETTE_MODE"] = "replay"
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "junit.xml"

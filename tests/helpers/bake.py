@@ -20,6 +20,8 @@ from pathlib import Path
 
 from cookiecutter.main import cookiecutter
 
+from tests.helpers.processes import end_group
+
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template"
 _CREDENTIAL = re.compile(r".*(_API_KEY|_TOKEN)$|^(OPENAI|ANTHROPIC)_.*")
@@ -113,6 +115,7 @@ def standin(*args: str) -> Iterator[str]:
         stderr=subprocess.DEVNULL,
         text=True,
         env=clean_env(),
+        start_new_session=True,  # its own group, ended as a whole
     )
     try:
         assert proc.stdout is not None
@@ -121,12 +124,7 @@ def standin(*args: str) -> Iterator[str]:
             raise RuntimeError(f"stand-in did not print its URL (got {url!r}, exit {proc.poll()})")
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        end_group(proc)
 
 
 def files_containing(root: Path, needle: str) -> list[Path]:

@@ -70,6 +70,8 @@ def _own_ledgers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CASSETTE_MISS_LOG", str(tmp_path / "misses.jsonl"))
     monkeypatch.delenv("CASSETTE_USED_LOG", raising=False)
     monkeypatch.delenv("CASSETTE_MODE", raising=False)
+    monkeypatch.delenv("CASSETTE_DIR", raising=False)
+    monkeypatch.delenv("CASSETTE_REPLAY_UNTIL", raising=False)
 
 
 def _record(tmp_path: Path, body: dict, upstream: Upstream, headers: dict | None = None) -> httpx.Response:

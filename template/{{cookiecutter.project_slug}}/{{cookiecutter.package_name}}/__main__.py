@@ -28,7 +28,8 @@ def _miss_in_chain(exc: BaseException | None) -> CassetteMiss | None:
 
 
 def _ledger() -> Path:
-    return Path(os.environ.get("CASSETTE_MISS_LOG") or CASSETTE_DIR / ".misses.jsonl")
+    folder = Path(os.environ.get("CASSETTE_DIR") or CASSETTE_DIR)  # where the cassette layer writes it
+    return Path(os.environ.get("CASSETTE_MISS_LOG") or folder / ".misses.jsonl")
 
 
 def _ledger_size() -> int:

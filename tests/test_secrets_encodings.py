@@ -1,0 +1,50 @@
+"""A key is found in the form anyone who opens the file reads it: a `.env` written by Windows PowerShell's
+`>` (UTF-16 with a BOM), UTF-16 without a BOM, UTF-32, and JSON `\\uXXXX` escapes (a red-team pass committed
+each and kept full marks). Found in the tree and in history, at the right line, and never shown in full."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from grader.secrets import scan_history, scan_tree
+from grader.selftest.mutations import fake_openai_key
+from tests.adversarial.builders import commit
+
+KEY = fake_openai_key()
+LINES = f"# settings\nMODEL=gpt-4o-mini\nOPENAI_API_KEY={KEY}\n"
+
+
+def _escaped(text: str) -> str:
+    return "".join(f"\\u{ord(c):04x}" for c in text)
+
+
+CASES = {
+    "utf-16 with a BOM (PowerShell >)": ("notes.env", ("\ufeff" + LINES).encode("utf-16-le"), 3),
+    "utf-16 without a BOM": ("notes.env", LINES.encode("utf-16-be"), 3),
+    "utf-32": ("notes.env", LINES.encode("utf-32"), 3),
+    "JSON escapes": ("config.json", ('{\n  "name": "x",\n  "key": "' + _escaped(KEY) + '"\n}\n').encode(), 3),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_key_in_another_encoding_is_found_in_tree_and_history(tmp_path: Path, case: str) -> None:
+    name, data, line = CASES[case]
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / name).write_bytes(data)
+    commit(repo, "settings")
+
+    for findings in (scan_tree(repo), scan_history(repo)):
+        assert [(f.path, f.line) for f in findings] == [(name, line)], findings
+        assert KEY not in json.dumps([str(f) for f in findings])
+
+
+def test_text_that_only_looks_encoded_gives_no_finding(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "notes.env").write_bytes("OPENAI_API_KEY=sk-...\nTOKEN=changeme\n".encode("utf-16"))
+    (repo / "strings.json").write_text('{"quote": "\\u0022hello\\u0022", "key": "<your-key>"}\n')
+    assert scan_tree(repo) == []
