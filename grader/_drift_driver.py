@@ -87,7 +87,9 @@ def _size(path: str) -> int:
         return 0
 
 
-def _one(plan: dict, ticket: dict, env: dict[str, str], work: str, truth: str, secrets: list[str]) -> dict:
+def _one(
+    plan: dict, ticket: dict, env: dict[str, str], work: str, truth: str, secrets: list[str], timeout: float
+) -> dict:
     out_path, err_path = os.path.join(work, "out"), os.path.join(work, "err")
     start = _size(truth)
     began = time.monotonic()
@@ -101,7 +103,7 @@ def _one(plan: dict, ticket: dict, env: dict[str, str], work: str, truth: str, s
             start_new_session=True,
         )
         try:
-            code: int | None = proc.wait(timeout=plan["ticket_timeout"])
+            code: int | None = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             code = None
         try:  # whatever it left running must not answer for the next ticket
@@ -120,6 +122,8 @@ def _one(plan: dict, ticket: dict, env: dict[str, str], work: str, truth: str, s
         "stderr": stderr,
         "seconds": round(seconds, 3),
         "calls": _calls(truth, start, _size(truth)),
+        # Stopped by the run's own deadline, not by the per-ticket timeout: not the agent's doing.
+        "stopped": code is None and timeout < plan["ticket_timeout"],
     }
 
 
@@ -143,10 +147,12 @@ def main() -> int:
     results, skipped = [], []
     try:
         for ticket in plan["tickets"]:
-            if time.monotonic() + plan["ticket_timeout"] > deadline:
+            left = deadline - time.monotonic()
+            if left < 1.0:
                 skipped.append(ticket["id"])
                 continue
-            results.append(_one(plan, ticket, env, work, truth, secrets))
+            timeout = min(plan["ticket_timeout"], left)
+            results.append(_one(plan, ticket, env, work, truth, secrets, timeout))
     finally:
         if standin is not None:
             standin.terminate()

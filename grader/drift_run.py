@@ -176,7 +176,8 @@ def find_tickets(ctx: Context, limit: int | None = None) -> list[Ticket]:
     for tape in sorted(tapes_of(ctx), key=lambda t: t.path):
         for inter in tape.interactions:
             text = _last_user_message(inter.request_body)
-            if not text or text in seen or len(text) > _MAX_TICKET_CHARS or "\0" in text:
+            # A leading "-" would be read as an option by the command's argument parser, not as a message.
+            if not text or text in seen or len(text) > _MAX_TICKET_CHARS or "\0" in text or text[0] == "-":
                 continue
             seen[text] = Ticket(f"T{len(seen) + 1:02d}", text, f"{tape.path}:{inter.line or 1}")
             if limit is not None and len(seen) >= limit:
@@ -338,7 +339,10 @@ def run_tickets(
         base_envs.append([base_env, anthropic])
     scratch = ctx.scratch_copy(_slug(label))
     tapes = scratch / ".grader-drift-tapes"
-    budget = max(ctx.timeout, ticket_timeout + 10)
+    # One command as far as --timeout goes: a ticket gets at most that long, and the driver stops starting
+    # tickets early enough to report the ones it ran before the run itself is stopped.
+    budget = float(ctx.timeout)
+    ticket_timeout = min(ticket_timeout, budget)
     plan = {
         "command": argv,
         "tickets": [{"id": t.id, "message": t.message} for t in tickets],
@@ -351,7 +355,7 @@ def run_tickets(
         "env": {"CASSETTE_MODE": "record", **dict(env or {})},
         "secret_envs": sorted(canaries),
         "ticket_timeout": ticket_timeout,
-        "total_timeout": budget - 5,
+        "total_timeout": max(budget - min(5.0, budget / 4), 0.5),
     }
     (tools / "plan.json").write_text(json.dumps(plan, ensure_ascii=False), encoding="utf-8")
     (tools / "plan.json").chmod(0o644)
@@ -371,12 +375,11 @@ def run_tickets(
             why = f"the run took longer than {budget:g} s"
         raise NotAssessable(f"{label}: {why}")
     by_id = {t.id: t for t in tickets}
-    outcomes = tuple(
-        _outcome(by_id[item["id"]], item, truth=url is None)
-        for item in answer.get("tickets", [])
-        if isinstance(item, dict) and item.get("id") in by_id
-    )
-    skipped = tuple(str(s) for s in answer.get("skipped", []) if s in by_id)
+    items = [i for i in answer.get("tickets", []) if isinstance(i, dict) and i.get("id") in by_id]
+    ran = [i for i in items if i.get("stopped") is not True]
+    outcomes = tuple(_outcome(by_id[i["id"]], i, truth=url is None) for i in ran)
+    stopped = [str(i["id"]) for i in items if i.get("stopped") is True]
+    skipped = tuple([*stopped, *(str(s) for s in answer.get("skipped", []) if s in by_id)])
     return DriftRun("ran", tuple(argv), target, outcomes, skipped, tapes, run.returncode)
 
 

@@ -4,7 +4,7 @@ In a throwaway copy of the pristine checkout, the triage command (``[tool.takeho
 discovered ``python -m <pkg>``) runs once per ticket against the kit's stand-in playing the shipped
 ``drifted`` profile, in the sandbox with loopback only, with canary keys (grader/drift_run.py says exactly
 what it is given). The tickets are the inputs the candidate recorded: the last user message of each
-request in the tapes, distinct, in tape order, the first ``thresholds.drift_tickets`` (12 by default). The
+request in the tapes, distinct, in tape order, the first ``thresholds.drift_tickets`` (8 by default). The
 triage command, not the record command, is what is run: it is the only documented path that answers one
 ticket, so its answer can be held to the stand-in's ground truth ticket by ticket; a record command
 (usually the whole suite) shows only its exit code. What the record path tells the code, though, the triage
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["drift", "start_drift"]
 
 _LABEL = "drift probe"
-_DEFAULT_TICKETS = 12
+_DEFAULT_TICKETS = 8
 _PROFILE = "drifted"
 _SHOWN = 3
 
@@ -50,9 +50,11 @@ def start_drift(ctx: Context) -> None:
     if start is None or getattr(ctx, "env", None) is None:
         return
 
-    def probe() -> DriftRun | None:
+    def probe() -> DriftRun | NotAssessable | None:
         try:
             return _probe(ctx)
+        except NotAssessable as exc:  # the budget was spent, the driver gave no answer: never run it twice
+            return exc
         except Exception:  # e.g. no room for the scratch copy: the check runs it itself and says why
             return None
 
@@ -75,13 +77,16 @@ def drift(ctx: Context) -> CheckResult:
             or no answer before the per-ticket timeout
         undrifted_violations: the same kinds of failure on an answer that carried no drift
         unreached: tickets for which the command made no call to the endpoint it was given
+        not_run: tickets left out because the run's time (--timeout) was spent
         kinds: drift kinds seen, each with its counts {tickets, handled, loud, violations}
         violation_kinds: drift kinds with at least one violation, sorted
-        summary: e.g. "8 drifted answers of 12 tickets: 3 handled, 5 failed loudly, no violation"
+        summary: e.g. "5 drifted answers of 8 tickets: 2 handled, 3 failed loudly, no violation"
     """
     if getattr(ctx, "env", None) is None and not getattr(ctx, "install_failed", False):
         raise NotAssessable(getattr(ctx, "install_error", None) or "the environment was not built")
     started = getattr(ctx, "probe_result", lambda name: None)(_LABEL)
+    if isinstance(started, NotAssessable):
+        raise started
     run = started if isinstance(started, DriftRun) else _probe(ctx)
     if not run.ran:
         return CheckResult(facts={**_empty(run.status), "summary": f"drift probe {run.status}"})
@@ -90,6 +95,7 @@ def drift(ctx: Context) -> CheckResult:
 
 def _empty(status: str) -> dict[str, Any]:
     counts = ("tickets", "drifted", "handled", "loud", "violations", "undrifted_violations", "unreached")
+    counts += ("not_run",)
     return {"probe": status, **dict.fromkeys(counts, 0), "kinds": {}, "violation_kinds": []}
 
 
@@ -114,6 +120,7 @@ def _result(ctx: Context, run: DriftRun) -> CheckResult:
         "violations": verdicts["violation"],
         "undrifted_violations": sum(o.verdict == "violation" for o in plain),
         "unreached": sum(o.verdict == "unreached" for o in run.outcomes),
+        "not_run": len(run.skipped),
         "kinds": dict(sorted(kinds.items())),
         "violation_kinds": sorted(k for k, row in kinds.items() if row["violations"]),
     }
@@ -160,6 +167,8 @@ def _summary(facts: dict[str, Any], bad: list[TicketOutcome], run: DriftRun) -> 
         f"{counted(facts['drifted'], 'drifted answer')} of {counted(facts['tickets'], 'ticket')}: "
         f"{facts['handled']} handled, {facts['loud']} failed loudly"
     )
+    if facts["not_run"]:
+        head += f" ({facts['not_run']} more not run: the time was spent)"
     if not bad:
         return f"{head}, no violation"
     shown = "; ".join(f"{'+'.join(o.drifts)} on {o.ticket.id}: {o.reason}" for o in bad[:_SHOWN])
