@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from grader import gitsafe
+from grader.deeptree import MAX_DEPTH, prune_deep
 from grader.errors import BadInput, NotAssessable
 
 __all__ = [
@@ -68,6 +69,8 @@ class Workspace:
     # The checkout as acquired, copied before any submission code ran; grader-owned and read-only to the
     # sandbox user. Every static check, the history scan and every probe's scratch copy read this one.
     pristine: Path | None = None
+    # Folders removed from the checkout because they were nested deeper than grader/deeptree.MAX_DEPTH.
+    pruned: tuple[str, ...] = ()
 
 
 # --- the grader's own disk --------------------------------------------------------------------------------
@@ -239,6 +242,8 @@ def _copy_tree(src: Path, dest: Path) -> None:
     for dirpath, dirnames, filenames in os.walk(src, followlinks=False):
         rel = Path(dirpath).relative_to(src)
         dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS]
+        if len(rel.parts) + 1 >= MAX_DEPTH:
+            dirnames[:] = []  # os.walk recurses per level: never descend that deep (grader/deeptree.py)
         for name in (*dirnames, *filenames):
             s, d = Path(dirpath) / name, dest / rel / name
             st = os.lstat(s)
@@ -453,11 +458,18 @@ def _acquire(target: str, root: Path) -> Workspace:
     head = _git(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], cwd=repo, home=root / ".git-home")
     if head.returncode != 0:
         raise BadInput(f"{source}: the repository has no commits")
+    pruned = tuple(prune_deep(repo))
     _drop_bytecode(repo)
     commit = None if snapshot else head.stdout.strip()
     pristine = keep_pristine(repo, root / "pristine")
     return Workspace(
-        root=root, repo=repo, commit=commit, source=source, uncommitted=uncommitted, pristine=pristine
+        root=root,
+        repo=repo,
+        commit=commit,
+        source=source,
+        uncommitted=uncommitted,
+        pristine=pristine,
+        pruned=pruned,
     )
 
 

@@ -8,7 +8,6 @@ report to write anyway (every row not-assessable with the reason).
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from grader import __version__
 from grader._json import jsonable
 from grader.checks import PHASES
+from grader.deeptree import MAX_DEPTH, remove_tree
 from grader.details import submission_relative
 from grader.errors import BadInput, NotAssessable
 
@@ -122,7 +122,7 @@ def grade(
         if keep_workspace:
             report_progress("workspace", 0.0, f"kept at {root}")
         else:
-            shutil.rmtree(root, ignore_errors=True)
+            remove_tree(root)  # not shutil.rmtree: a run can leave folders too deep for it
 
 
 def _names(exc: OSError, folder: Path) -> bool:
@@ -163,6 +163,12 @@ def _pipeline(
     progress("acquire", timings["acquire"], f"{workspace.source} @ {commit}")
     if workspace.uncommitted:
         notes.append(_uncommitted_note(workspace.commit or "", workspace.uncommitted))
+    if workspace.pruned:
+        first = workspace.pruned[0]
+        notes.append(
+            f"{len(workspace.pruned)} folder(s) nested deeper than {MAX_DEPTH} levels were removed before "
+            f"grading (first: {first[:120]}{'…' if len(first) > 120 else ''}); nothing in them was graded"
+        )
     notes.extend(manifest.notes)
 
     start = time.monotonic()

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from grader import audit, sandbox
 from grader.acquire import no_space, no_space_reason, no_space_text
+from grader.deeptree import walk
 from grader.errors import GradeError, NotAssessable
 from grader.requirements import Dependencies, read_dependencies
 
@@ -367,7 +368,7 @@ def _rewrite_warmup(python: Path, work: Path) -> list[str]:
 def _digest(venv: Path) -> dict[str, str]:
     """relative path -> sha256 of (kind, mode, owner, content or link target), for every entry in ``venv``."""
     out: dict[str, str] = {}
-    for dirpath, dirnames, filenames in os.walk(venv, followlinks=False):
+    for dirpath, dirnames, filenames in walk(venv):
         dirnames.sort()
         for name in sorted((*dirnames, *filenames)):
             path = os.path.join(dirpath, name)
@@ -415,7 +416,7 @@ def _tool_versions(venv: Path, names: list[str]) -> dict[str, str]:
 
 def _seal(venv: Path) -> None:
     """Take group and other write access off everything in ``venv`` (uv leaves its lock file 0666)."""
-    for dirpath, dirnames, filenames in os.walk(venv, followlinks=False):
+    for dirpath, dirnames, filenames in walk(venv):
         for name in (*dirnames, *filenames):
             path = os.path.join(dirpath, name)
             info = os.lstat(path)

@@ -375,15 +375,24 @@ def _resolve_exe(argv0: str, path_var: str) -> Path | None:
 
 
 def _chown_tree(root: Path, uid: int, gid: int) -> None:
-    # lchown: never follow a submission's symlink to chown something outside its tree.
+    # lchown: never follow a submission's symlink to chown something outside its tree. Iterative, not
+    # os.walk: a run can leave folders nested deeper than Python's recursion limit (grader/deeptree.py).
     os.lchown(root, uid, gid)
-    if root.is_dir() and not root.is_symlink():
-        for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-            for name in (*dirnames, *filenames):
-                try:
-                    os.lchown(os.path.join(dirpath, name), uid, gid)
-                except OSError:
-                    pass
+    if not root.is_dir() or root.is_symlink():
+        return
+    stack = [str(root)]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:  # gone, or a path past PATH_MAX: the clean-up removes it all the same
+            continue
+        for entry in entries:
+            try:
+                os.lchown(entry.path, uid, gid)
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+            except OSError:
+                pass
 
 
 @contextmanager

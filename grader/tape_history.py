@@ -35,6 +35,7 @@ __all__ = ["TapeEdit", "TapeHistory", "tape_edits"]
 _RESPONSE_KEY = re.compile(r'^\s*"?response"?\s*:')  # where the answer starts, JSON or YAML
 _SHORT = 7  # commit ids as the history scan shows them
 _MAX_PAIRS = 20_000  # changed tape versions compared per grade; more is noted, never a crash
+_MAX_HISTORY_BYTES = 64 * 2**20  # tape versions read per grade (old + new); more is noted
 
 
 @dataclass(frozen=True)
@@ -105,18 +106,34 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
             else:
                 current[path] = commit
     notes: list[str] = []
+    # What is graded first: tapes still at HEAD, newest change first. A history padded with rewrites of a
+    # tape deleted later (1,200 one-MB versions took 150 s) then costs its cap, never the tapes that count.
+    order = {id(pair): n for n, pair in enumerate(pairs)}
+    pairs.sort(key=lambda pair: (pair[0] not in current, -order[id(pair)]))
     if len(pairs) > _MAX_PAIRS:
         notes.append(f"tape history: {len(pairs) - _MAX_PAIRS} changed tape versions not compared (cap)")
         pairs = pairs[:_MAX_PAIRS]
-    edits: list[TapeEdit] = []
+    found: list[tuple[int, list[TapeEdit]]] = []
     blobs = [sha for _, old, new, _, _ in pairs for sha in (old, new)]
+    read = compared = 0
     with contextlib.closing(_cat(repo, blobs)) as contents:
-        for path, _old, _new, before, after in pairs:
+        for pair in pairs:
+            path, _old, _new, before, after = pair
+            if read > _MAX_HISTORY_BYTES:
+                notes.append(
+                    f"tape history: {len(pairs) - compared} older changed tape versions not compared (over "
+                    f"{_MAX_HISTORY_BYTES // 2**20} MB read; tapes at HEAD, newest change first, were)"
+                )
+                break
             old_data, new_data = next(contents, None), next(contents, None)
+            compared += 1
             if old_data is None or new_data is None:
                 continue
-            edits += _compare(path, old_data, new_data, before[:_SHORT], after[:_SHORT])
-    return TapeHistory(edits, notes)
+            read += len(old_data) + len(new_data)
+            found.append(
+                (order[id(pair)], _compare(path, old_data, new_data, before[:_SHORT], after[:_SHORT]))
+            )
+    return TapeHistory([edit for _, edits in sorted(found, key=lambda f: f[0]) for edit in edits], notes)
 
 
 def _commits(log: str) -> Iterator[tuple[str, dict[str, tuple[str, str, str]]]]:

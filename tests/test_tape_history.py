@@ -219,3 +219,37 @@ def test_grading_a_hand_edited_tape_caps_offline_replay_at_2_and_says_why(record
     assert first[:7] in row["evidence"] and second[:7] in row["evidence"]
     finding = next(f for f in report["findings"] if f["rule"] == "tape-edited")
     assert finding["location"].startswith(f"{second[:7]}:cassettes/{tape.name}:")
+
+
+def test_a_history_padded_with_rewrites_still_shows_the_edit_within_its_cap(
+    recorded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A red-team pass rewrote a 1 MB padding tape in 1,200 commits (then deleted it) to make the history
+    # scan outlast the grade's budget. Reading is capped; tapes still at HEAD are read first, newest first.
+    import grader.tape_history as history
+
+    monkeypatch.setattr(history, "_MAX_HISTORY_BYTES", 200_000)
+    repo, _ = recorded
+    tape = _tapes(repo)[0]
+    _edit_kit(tape, _bump_id)
+    commit(repo, "tidy one answer")
+    edited = _head(repo)
+    padding = repo / "cassettes" / "zz-padding.json"
+    for n in range(12):
+        base = json.loads(_tapes(repo)[1].read_text(encoding="utf-8"))
+        base["request"]["body"]["padding"] = ["x" * 100] * 200 + [str(n)]
+        base["response"]["body"]["id"] = f"pad-{n}"
+        padding.write_text(json.dumps(base, indent=2), encoding="utf-8")
+        commit(repo, f"padding {n}")
+    padding.unlink()
+    commit(repo, "drop the padding")
+    later = _tapes(repo)[2]
+    _edit_kit(later, _bump_id)
+    commit(repo, "tidy another answer")
+
+    found = tape_edits(repo, "cassettes")
+    assert [(e.path, e.after) for e in found.edits] == [
+        (tape.relative_to(repo).as_posix(), edited[:7]),
+        (later.relative_to(repo).as_posix(), _head(repo)[:7]),
+    ]
+    assert any("not compared" in note for note in found.notes), found.notes

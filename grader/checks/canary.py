@@ -24,7 +24,6 @@ library only), so neither the submission's `PYTHONPATH` nor its files can shadow
 from __future__ import annotations
 
 import base64
-import os
 import secrets as _random
 import shlex
 import shutil
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grader.checks import Finding
+from grader.deeptree import walk
 from grader.errors import NotAssessable
 from grader.safeio import read_bytes
 from grader.secrets import redact, scan_text
@@ -182,7 +182,7 @@ def _wrapper(base_env: str, anthropic: bool) -> str:
 
 def _scan_tree(root: Path, canary: str) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+    for dirpath, dirnames, filenames in walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
         for name in sorted(filenames):
             path = Path(dirpath) / name
