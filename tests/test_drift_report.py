@@ -595,3 +595,40 @@ def test_a_submission_that_cannot_be_installed_is_not_assessable(
     assert last.startswith(
         "grade: not assessable: no arm can run: the submission's dependencies cannot be installed"
     )
+
+
+def test_trials_pair_each_candidate_run_with_the_control_run_of_the_same_trial(tmp_path: Path) -> None:
+    tickets = [Ticket("T1", "m1", _BILLING, recorded_calls=1)]
+    runs = [
+        Run(ticket="T1", arm="control", trial=1, outcome="ok", verdict=_BILLING, tokens=10),
+        Run(ticket="T1", arm="candidate", trial=1, outcome="ok", verdict=_OTHER, tokens=12),
+        Run(ticket="T1", arm="control", trial=2, outcome="ok", verdict=_OTHER, tokens=10),
+        Run(ticket="T1", arm="candidate", trial=2, outcome="ok", verdict=_OTHER),  # no usage reported
+    ]
+    rule = tmp_path / "rule.yaml"
+    rule.write_text("version: 1\nmax_changed_rate: 0.5\n", encoding="utf-8")
+    report = build_report(
+        target="t",
+        commit=None,
+        generated_at="2026-12-01T17:00:00Z",
+        grader_version="0",
+        arms={"control": Arm("baseline", "profile"), "candidate": Arm("drifted", "profile")},
+        tickets=tickets,
+        runs=runs,
+        trials=2,
+        acceptance=load_acceptance(rule),
+        recording={"tapes": 1, "dir": "cassettes", "served_model": None},
+    )
+    assert report["denominator"] == {"tickets": 1, "trials": 2, "runs_per_arm": 2}
+    assert [r["trial"] for r in report["tickets"][0]["candidate"]] == [1, 2]
+    assert (report["noise_floor"]["count"], report["noise_floor"]["n"]) == (1, 2)  # trial 2's control
+    assert (report["difference"]["count"], report["difference"]["n"]) == (1, 2)  # trial 1 only
+    assert report["acceptance"]["verdict"] == "accept"  # 1/2 changed, at most 50%
+    # Tokens: per arm over the runs that reported usage; the change only over pairs where both did.
+    assert (report["summary"]["candidate"]["tokens"], report["summary"]["candidate"]["tokens_runs"]) == (
+        12,
+        1,
+    )
+    assert report["summary"]["delta"] == {
+        "tokens": 2, "tokens_pairs": 1, "tokens_control": 10, "seconds_median": 0.0
+    }  # fmt: skip
