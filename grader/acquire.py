@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from grader import gitsafe
-from grader.deeptree import MAX_DEPTH, prune_deep
+from grader.deeptree import MAX_DEPTH, prune_deep, remove_tree, walk
 from grader.errors import BadInput, NotAssessable
 
 __all__ = [
@@ -197,6 +197,15 @@ def _checkout(repo: Path, ref: str, home: Path, source: str) -> None:
 
 def _commit_snapshot(repo: Path, root: Path) -> None:
     home = root / ".git-home"
+    # A `.git` the submission shipped (a file saying `gitdir: /elsewhere`, a folder with its own config and
+    # filter drivers, a link) would make the grader's git, as root, commit into another repository or run
+    # the archive's filter commands. The snapshot's history is the grader's own: every `.git` goes first.
+    for dirpath, dirnames, filenames in walk(repo):
+        if ".git" in dirnames:
+            remove_tree(Path(dirpath, ".git"))
+            dirnames.remove(".git")
+        if ".git" in filenames:  # a `gitdir:` file or a link
+            os.unlink(os.path.join(dirpath, ".git"))
     for args in (
         ["init", "--quiet"],
         ["add", "--all"],
@@ -385,6 +394,12 @@ def _extract_tar(path: Path, dest: Path) -> None:
             raise BadInput(f"archive {name}: cannot extract safely ({exc})") from None
 
 
+def _real_git_dir(top: Path) -> bool:
+    """``top/.git`` is a folder of its own, not a link or a `gitdir:` file pointing somewhere else."""
+    git = top / ".git"
+    return git.is_dir() and not git.is_symlink()
+
+
 def _from_archive(path: Path, root: Path, source: str) -> tuple[Path, bool]:
     staging = root / ".extract"
     staging.mkdir()
@@ -395,7 +410,7 @@ def _from_archive(path: Path, root: Path, source: str) -> tuple[Path, bool]:
     entries = list(staging.iterdir())
     top = entries[0] if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink() else staging
     repo = root / "repo"
-    if (top / ".git").is_dir():
+    if _real_git_dir(top):
         # Clone rather than trust the archived .git/config (fsmonitor, hooks): only its objects are used.
         _clone(str(top), None, root, source)
         shutil.rmtree(staging, ignore_errors=True)
@@ -447,7 +462,12 @@ def _acquire(target: str, root: Path) -> Workspace:
             repo, snapshot = _from_archive(path, root, target)
         elif path.is_file():
             raise BadInput(f"{where}: not a directory, git repository or .zip/.tar.gz/.tgz archive")
-        elif (path / ".git").exists() or ((path / "HEAD").is_file() and (path / "objects").is_dir()):
+        elif (path / ".git").is_symlink() or (path / ".git").is_file():
+            raise BadInput(
+                f"{where}/.git is not a folder (a worktree, a submodule or a link points it at another "
+                "repository): grade the repository itself, or a fresh clone of it"
+            )
+        elif _real_git_dir(path) or ((path / "HEAD").is_file() and (path / "objects").is_dir()):
             repo = _clone(str(path), ref, root, target)
             uncommitted = _uncommitted(repo, path, root / ".git-home") if ref is None else ()
         else:

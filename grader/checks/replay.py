@@ -15,7 +15,7 @@ from grader.tapes import tapes_of
 if TYPE_CHECKING:
     from grader.context import Context
 
-__all__ = ["replay"]
+__all__ = ["replay", "suite_passed"]
 
 _MAX_DETAILS = 10
 
@@ -222,6 +222,17 @@ class _Evidence:
         if self.abnormal:
             out.append(self.abnormal_why)
         return out
+
+
+def suite_passed(rr: ReplayRun) -> bool:
+    """The grader's verdict on the replay run, not the suite's exit status: every test it ran passed, none
+    failed when the grader re-ran it (without conftest, unskipped, in a clean interpreter), nothing forged,
+    and the session finished in time. Any row that credits "the tests pass" uses this."""
+    results = rr.results or Results()
+    if rr.run.returncode != 0 or rr.run.timed_out or results.failed or results.errors or not results.passed:
+        return False
+    evidence = _tamper_evidence(rr, results)
+    return not (evidence.forged or evidence.hidden or evidence.abnormal)
 
 
 def _tamper_evidence(rr: ReplayRun, results: Results) -> _Evidence:
