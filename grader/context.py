@@ -24,6 +24,7 @@ from grader import tamper
 from grader.acquire import copy_checkout, keep_pristine, no_space, no_space_reason, no_space_text
 from grader.audit import AuditLog, Results, read_audit_log, read_result_log
 from grader.errors import NotAssessable
+from grader.manifest import suite_command
 from grader.safeio import UnsafeFile, is_regular, read_bytes
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ class ReplayRun:
     # rerun in a clean interpreter (python -I, from a scratch copy), when start-up files were found
     clean: ReplayRun | None = None
     log_mismatch: str = ""  # the submission-writable result log disagrees with the guard
+    how: str = ""  # where the command came from (grader.manifest.SuiteCommand.how), for the evidence
 
 
 class Context:
@@ -263,7 +265,7 @@ class Context:
             "PYTHONPATH": str(startup),
             "PYTHONSAFEPATH": "1",
             "PYTHONNOUSERSITE": "1",
-            "GRADER_SUBMISSION_PATH": _pythonpath(cwd),
+            "GRADER_SUBMISSION_PATH": _pythonpath(cwd, self.env.import_roots if self.env else ()),
             **(env or {}),
         }
         free_before = self._free()
@@ -365,8 +367,9 @@ class Context:
         probe) is skipped, or stopped if it is running (NotAssessable): a hanging suite costs one timeout.
         """
         venv = self.require_env().venv
-        # Which command: from the pristine copy's Makefile (the one in ``cwd`` may have been rewritten).
-        command = ["make", "test"] if "test" in makefile_targets(self.repo) else ["python", "-m", "pytest"]
+        # Which command: from the pristine copy's Makefile or README (``cwd``'s may have been rewritten).
+        suite = suite_command(self.repo)
+        command = list(suite.argv)
         # One folder for the run's logs (the result log's, which the sandbox hands over as a *_LOG folder):
         # JUnit and pytest's cache are written there too.
         results_log = self.log_path(label, ".results.jsonl")
@@ -434,6 +437,7 @@ class Context:
             mismatch = "; ".join(x for x in (mismatch, f"the grader's logs were replaced: {replaced}") if x)
         return ReplayRun(
             command=command,
+            how=suite.how,
             run=run,
             results=results,
             audit=audit,
@@ -608,12 +612,13 @@ def _mismatch(guard: tamper.GuardLog, logged: Results) -> str:
     return ""
 
 
-def _pythonpath(cwd: Path) -> str:
-    # The venv is cached across checkouts, so the submission is imported from its tree, src layout included.
-    parts = [str(cwd)]
-    if (cwd / "src").is_dir():
-        parts.insert(0, str(cwd / "src"))
-    return os.pathsep.join(parts)
+def _pythonpath(cwd: Path, roots: Sequence[str] = ()) -> str:
+    # The venv is cached across checkouts, so the submission is imported from its tree: at the folders its
+    # editable install named (grader.install: Env.import_roots), else its src/ layout, then its root.
+    parts = [str(cwd / root) for root in roots if root not in ("", ".")]
+    if not parts and (cwd / "src").is_dir():
+        parts.append(str(cwd / "src"))
+    return os.pathsep.join(dict.fromkeys([*parts, str(cwd)]))
 
 
 def makefile_targets(repo: Path) -> set[str]:

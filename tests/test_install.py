@@ -170,17 +170,20 @@ def test_changing_the_grader_modules_a_venv_holds_changes_its_cache_key(monkeypa
     # A cached venv holds copies of the audit hook and the result-log plugin: a grader whose copies changed
     # must build its own venv rather than run submissions against an older grader's modules.
     from grader import audit
+    from grader.project import read_project
+    from grader.requirements import Dependencies
 
     python = Path("/usr/bin/python3")
-    before = install._cache_key(["httpx"], python)
-    assert install._cache_key(["httpx"], python) == before
+    deps, project = Dependencies(requirements=["httpx"]), read_project(tmp_path)
+    before = install._cache_key(deps, project, python)
+    assert install._cache_key(deps, project, python) == before
     for name in audit._MODULES:
         (tmp_path / name).write_bytes((audit._HERE / name).read_bytes())
     monkeypatch.setattr(audit, "_HERE", tmp_path)
-    assert install._cache_key(["httpx"], python) == before
+    assert install._cache_key(deps, project, python) == before
     with (tmp_path / "_grader_pytest.py").open("a") as handle:
         handle.write("# changed\n")
-    assert install._cache_key(["httpx"], python) != before
+    assert install._cache_key(deps, project, python) != before
 
 
 @pytest.mark.index

@@ -61,7 +61,12 @@ def make_targets(ctx: Context) -> CheckResult:
         # The grader's verdict, not the exit status: a forged or hiding run that exits 0 did not pass.
         ok = rr.command == ["make", "test"] and suite_passed(rr)
         facts["test_passed"] = ok
-        parts.append("test passed" if ok else "test failed")
+        if rr.command != ["make", "test"]:
+            # Its recipe makes an environment over the network (`uv run pytest`): not run offline as is.
+            parts.append(f"test not run as `make test` (the suite ran as `{' '.join(rr.command)}`)")
+            details.append(f"test: {rr.how}")
+        else:
+            parts.append("test passed" if ok else "test failed")
         if not ok and rr.command == ["make", "test"] and rr.run.returncode == 0 and not rr.run.timed_out:
             details.append(
                 "make test exited 0, but the grader's verdict on the run is not a pass (see offline-replay)"

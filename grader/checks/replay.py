@@ -142,9 +142,17 @@ def replay(ctx: Context) -> CheckResult:
     if broken:
         tail = _tail(rr.run.stderr) or _tail(rr.run.stdout)
         details.append(f"no test ran; exit {rr.run.returncode}" + (f": {tail}" if tail else ""))
+    details += _how_run(ctx, rr)
     findings = [Finding(rule="network-attempt", message=what, location=where) for where, what in attempts]
     findings += [Finding(rule=f"tamper-{h.kind}", message=h.why, location=h.location) for h in evidence.hooks]
     return CheckResult(facts=facts, findings=[*edit_findings, *install, *findings], details=details)
+
+
+def _how_run(ctx: Context, rr: ReplayRun) -> list[str]:
+    """What was installed (project, lockfile, Python) and how the suite was run, as the evidence's tail."""
+    described = getattr(ctx.env, "described", None)
+    lines = list(described() if described else [])
+    return [*lines, f"suite: {rr.how}"] if rr.how else lines
 
 
 def _edits_summary(edits: list[TapeEdit]) -> str:
