@@ -7,7 +7,9 @@ environment failed before anything could be graded (no space for the workspace; 
 `grade: not assessable: ...`); 130 interrupted. With 1 and 4 a report is still written (every row
 not-assessable with the reason) to --output in any format, or on stdout (1: --format json only).
 
-`checks` as the first argument is always the subcommand; to grade a folder named `checks`, write `./checks`.
+`checks` as the first argument is always the subcommand; to grade a folder named `checks`, write `./checks`
+(and so for `batch`, `merge`, `rescore` and `drift`). `grade drift` exits 0 when the candidate model meets
+the acceptance rule, 3 when it does not, 2, 4, 1 and 130 as above.
 `grade --selftest [--rubric PATH]` grades the calibration corpus instead (grader/selftest): exit 0 when
 every case lands in its bands, 3 naming the cases that do not, 2 on bad input. `batch`, `merge` and `rescore`
 exit 0 or 2 (and 1, 130 as above). docs/reviewer.md has the one table of them all.
@@ -21,7 +23,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -71,6 +73,11 @@ COMMANDS = (
     ("grade merge OUT SHARD_DIR...", "gather the folders of `grade batch --shard I/N` into one batch folder"),
     ("grade rescore RUN_DIR", "score stored runs again under a new rubric, from stored facts (runs no code)"),
     ("grade checks", "list the checks and the facts rubric rows may use"),
+    (
+        "grade drift TARGET",
+        "re-record TARGET's inputs against a control and a candidate model; report what changes and "
+        "whether the acceptance rule holds (exit 3 when it does not)",
+    ),
     ("grade --selftest", "grade the calibration corpus with a rubric (exit 3 when a case is out of band)"),
 )
 # Old option spellings still accepted, with a one-line note on stderr: one spelling per meaning everywhere.
@@ -84,7 +91,8 @@ def _commands_epilog() -> str:
     lines.append("")
     lines.append(
         "exit codes: 0 graded, 1 internal error, 2 bad input, 3 below --fail-under (--selftest: a case "
-        "out of band), 4 not assessable (the grader's own environment failed, e.g. no disk space), "
+        "out of band; drift: the acceptance rule does not hold), "
+        "4 not assessable (the grader's own environment failed, e.g. no disk space), "
         "130 interrupted"
     )
     return "\n".join(lines)
@@ -159,6 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_rescore(args[1:])
         if args and args[0] == "merge":
             return _cmd_merge(args[1:])
+        if args and args[0] == "drift":
+            return _cmd_drift(args[1:])
         if "--selftest" in args:
             return selftest([a for a in args if a != "--selftest"])
         return _cmd_grade(args)
@@ -469,3 +479,144 @@ def _cmd_rescore(args: list[str]) -> int:
     )
     sys.stdout.write("\n".join(lines) + "\n")
     return EXIT_OK
+
+
+def _drift_parser() -> Parser:
+    from grader.drift_report.render import FORMATS as DRIFT_FORMATS
+
+    parser = Parser(
+        prog="grade drift",
+        deprecated=DEPRECATED,
+        description=(
+            "Re-record the submission's inputs twice, interleaved ticket by ticket, each run into its own "
+            "scratch tape folder: a control arm against the model the tapes came from and a candidate arm "
+            "against the new one. Report, denominator first, every ticket's recorded, control and candidate "
+            "verdicts, contract violations, termination and tool-call differences, tokens and latency, the "
+            "candidate-vs-control difference beside the control's own drift from the recording (the noise "
+            "floor, with 95% Wilson intervals), and whether the acceptance rule holds."
+        ),
+        epilog=(
+            "PROFILE: a stand-in profile (baseline, drifted or a YAML file; docs/standin.md), served on "
+            "loopback inside the sandbox. URL: a live endpoint (https, or http to loopback); its key comes "
+            "from the submission's api_key_env in this environment, and only that arm gets the network. "
+            "Exit codes: 0 the candidate meets the acceptance rule, 2 bad input (target, profile, URL, "
+            "acceptance FILE:LINE), 3 it does not meet it (the report is still written), 4 not assessable "
+            "(the submission could not be installed, or a run could not be made), 1 internal error, "
+            "130 interrupted."
+        ),
+    )
+    parser.add_argument("target", help="git URL, local git repo, folder, or .zip/.tar.gz archive")
+    parser.add_argument(
+        "--control",
+        required=True,
+        metavar="PROFILE|URL",
+        help="the model the tapes came from (e.g. baseline)",
+    )
+    parser.add_argument(
+        "--candidate", required=True, metavar="PROFILE|URL", help="the model to switch to (e.g. drifted)"
+    )
+    parser.add_argument(
+        "--model", metavar="M", help="the model the candidate should be; a note when its answers name another"
+    )
+    parser.add_argument(
+        "--replay-until",
+        type=_whole("--replay-until"),
+        metavar="N",
+        help="serve calls 1..N of each run from the committed tapes and the rest from the arm "
+        "(CASSETTE_REPLAY_UNTIL; template-built agents)",
+    )
+    parser.add_argument(
+        "--trials",
+        type=positive(int, "--trials"),
+        default=1,
+        metavar="K",
+        help="runs of each ticket per arm (1)",
+    )
+    parser.add_argument("--format", choices=DRIFT_FORMATS, default="text", help="report format (text)")
+    parser.add_argument(
+        "--output", "-o", type=Path, metavar="PATH", help="write the report here instead of stdout"
+    )
+    parser.add_argument(
+        "--accept",
+        type=Path,
+        metavar="FILE",
+        help="the acceptance rule (YAML; default: the bundled rubric/drift-acceptance.yaml)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=positive(float, "--timeout"),
+        default=300.0,
+        metavar="SECONDS",
+        help="seconds allowed for the install and for each run (300)",
+    )
+    parser.add_argument(
+        "--cache-dir", type=Path, metavar="PATH", help="where installed environments are cached"
+    )
+    parser.add_argument(
+        "--keep-workspace", action="store_true", help="keep the checkout and the scratch tapes"
+    )
+    parser.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors on stderr")
+    return parser
+
+
+def _whole(what: str) -> Callable[[str], int]:
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be a whole number, got {text!r}") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{what} must be 0 or more, got {text!r}")
+        return value
+
+    return convert
+
+
+def _cmd_drift(args: list[str]) -> int:
+    from grader.drift_report.acceptance import load_acceptance
+    from grader.drift_report.command import drift
+    from grader.drift_report.render import render
+
+    opts = _drift_parser().parse_args(args)
+    if opts.output is not None:
+        _check_output(opts.output)
+    # The rule is validated before anything runs: a typo in it should cost seconds, not two arms.
+    acceptance = load_acceptance(opts.accept)
+    started = time.monotonic()
+    display = make_display(quiet=opts.quiet)
+    display.start("", 0)
+
+    def progress(step: str, seconds: float, message: str) -> None:
+        display.step("", step, seconds, message)
+
+    try:
+        report = drift(
+            opts.target,
+            control=opts.control,
+            candidate=opts.candidate,
+            acceptance=acceptance,
+            trials=opts.trials,
+            replay_until=opts.replay_until,
+            model=opts.model,
+            timeout=opts.timeout,
+            cache_root=opts.cache_dir,
+            keep_workspace=opts.keep_workspace,
+            progress=progress,
+        )
+    except NotAssessable as exc:
+        display.close()  # before the line, so a live display does not draw over it
+        _say(f"grade: not assessable: {' '.join(str(exc.reason).split())}")
+        return EXIT_NOT_ASSESSABLE
+    finally:
+        display.close()
+    text = render(report, opts.format)
+    if opts.output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        _write_atomic(opts.output, text)
+    verdict = report["acceptance"]["verdict"]
+    if not opts.quiet:
+        where = f" -> {opts.output}" if opts.output is not None else ""
+        _say(f"[done] {time.monotonic() - started:.1f}s acceptance: {verdict}{where}")
+    return EXIT_OK if verdict == "accept" else EXIT_BELOW

@@ -265,10 +265,12 @@ class Context:
         label: str = "",
         pass_fds: Sequence[int] = (),
         suite_probe: bool = False,
+        network: bool = False,
     ) -> tuple[RunResult, AuditLog]:
         """Run `argv` in the sandbox with the submission's venv, no network and no credentials.
 
         Within the grade's budget: NotAssessable when it is spent, or when it ran out during this run.
+        ``network``: the host's network (only `grade drift` against a live endpoint URL asks for it).
         ``suite_probe``: the command runs the suite again (a rerun, a record command that runs it); once the
         replay suite timed out it is skipped, or stopped if already running (NotAssessable).
         """
@@ -293,7 +295,9 @@ class Context:
         # No cwd: a fresh copy of the pristine tree, never the checkout an earlier run may have rewritten.
         cwd = cwd or self.scratch_copy(label)
         with self._in_place(cwd) as cwd:
-            return self._run(argv, cwd, env, label, allowed, clipped, pass_fds, suite_probe, loopback)
+            return self._run(
+                argv, cwd, env, label, allowed, clipped, pass_fds, suite_probe, loopback, network
+            )
 
     @contextlib.contextmanager
     def _in_place(self, cwd: Path) -> Iterator[Path]:
@@ -324,6 +328,7 @@ class Context:
         pass_fds: Sequence[int],
         suite_probe: bool,
         loopback: bool,
+        network: bool,
     ) -> tuple[RunResult, AuditLog]:
 
         venv = self.require_env().venv
@@ -349,6 +354,7 @@ class Context:
                 timeout=allowed,
                 venv=venv,
                 env=extra,
+                network=network,
                 loopback=loopback,
                 audit_log=audit_log,
                 audit_root=cwd,

@@ -105,9 +105,11 @@ def main(args: Sequence[str]) -> int:
             "cases": [r.as_dict() for r in results],
         }
         opts.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-    rows = sum(len(r.verdicts) for r in results)
+    rows = sum(1 for r in results for v in r.verdicts if v.band is not None)
+    unbanded = sum(1 for r in results for v in r.verdicts if v.band is None)
     if not failed:
-        print(f"selftest: all {len(results)} cases in band ({rows} rows), rubric {rubric.name!r}")
+        extra = f"; {unbanded} rows not banded, reported only" if unbanded else ""
+        print(f"selftest: all {len(results)} cases in band ({rows} rows{extra}), rubric {rubric.name!r}")
         sys.stdout.flush()
         return EXIT_OK
     names = ", ".join(

@@ -33,7 +33,7 @@ _EVIDENCE_SHOWN = 200
 class RowVerdict:
     row: str
     score: int | None
-    band: tuple[int, int]
+    band: tuple[int, int] | None  # None: not banded (a row the case's reviewers never saw): reported only
     evidence: str
     problems: list[str] = field(default_factory=list)  # empty: in band, evidence as expected
 
@@ -46,7 +46,9 @@ class RowVerdict:
         evidence = " ".join(self.evidence.split())
         if len(evidence) > _EVIDENCE_SHOWN:
             evidence = evidence[: _EVIDENCE_SHOWN - 1] + "…"
-        if self.ok:
+        if self.ok and self.band is None:
+            return f"{case_id} {self.row}: not banded ({self.score}; the case's bands predate this row)"
+        if self.ok and self.band is not None:
             return f"{case_id} {self.row}: ok ({self.score} in [{self.band[0]}, {self.band[1]}])"
         return f"{case_id} {self.row}: {'; '.join(self.problems)} — {evidence}"
 
@@ -78,7 +80,7 @@ class CaseResult:
                 {
                     "id": v.row,
                     "score": v.score,
-                    "band": list(v.band),
+                    "band": list(v.band) if v.band is not None else None,
                     "ok": v.ok,
                     "problems": list(v.problems),
                     "evidence": v.evidence,
@@ -145,7 +147,9 @@ def _judge(case: Case, report: dict[str, Any], planted: dict[str, str]) -> list[
         band = case.band(row_id)
         score = row.get("score")
         verdict = RowVerdict(row_id, score, band, str(row.get("evidence", "")))
-        if score is None:
+        if band is None:
+            pass  # reported with its score, judged by nobody: its reviewers never saw this row
+        elif score is None:
             verdict.problems.append(f"OUT OF BAND: expected [{band[0]}, {band[1]}], got {row.get('status')}")
         elif not band[0] <= score <= band[1]:
             verdict.problems.append(f"OUT OF BAND: expected [{band[0]}, {band[1]}], got {score}")
