@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from grader.standin import Rules, RulesError, load_rules
 
 __all__ = [
@@ -134,6 +132,7 @@ def resolve_profile(spec: str) -> Path:
 
 def _line_map(root: Any) -> dict[tuple[str, ...], tuple[int, int]]:
     """(key path) -> (line of the key, line of its value), 1-based, from a composed YAML node tree."""
+    import yaml  # local: the drift probe runs this module under a submission's interpreter, maybe no PyYAML
 
     lines: dict[tuple[str, ...], tuple[int, int]] = {}
 
@@ -173,7 +172,7 @@ def load_profile(path: Path) -> Profile:
         except ValueError as exc:
             raise ProfileError(f"{path}: invalid JSON in the stand-in profile ({exc}); fix it") from None
         return _Validator(path, {}).profile(data)
-    import yaml
+    import yaml  # local: a .json profile needs no PyYAML (the drift probe's stand-in runs without it)
 
     try:
         data = yaml.safe_load(text)
