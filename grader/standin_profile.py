@@ -7,10 +7,13 @@ in grader/standin_profiles/, named on the command line without a path or suffix.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from grader.standin import Rules, RulesError, load_rules
 
@@ -131,7 +134,6 @@ def resolve_profile(spec: str) -> Path:
 
 def _line_map(root: Any) -> dict[tuple[str, ...], tuple[int, int]]:
     """(key path) -> (line of the key, line of its value), 1-based, from a composed YAML node tree."""
-    import yaml
 
     lines: dict[tuple[str, ...], tuple[int, int]] = {}
 
@@ -148,9 +150,11 @@ def _line_map(root: Any) -> dict[tuple[str, ...], tuple[int, int]]:
 
 
 def load_profile(path: Path) -> Profile:
-    """Read and validate one profile; raises ProfileError with a single `file:line: ...` line."""
-    import yaml
+    """Read and validate one profile; raises ProfileError with a single `file:line: ...` line.
 
+    A ``.json`` profile needs no PyYAML (the drift probe runs the stand-in under a submission's interpreter);
+    its errors name the file without a line.
+    """
     try:
         if path.is_symlink() or not path.is_file():
             raise ProfileError(f"{path}: no such profile file; give a YAML file, or 'baseline' or 'drifted'")
@@ -163,6 +167,14 @@ def load_profile(path: Path) -> Profile:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ProfileError(f"{path}: the profile is not UTF-8 text") from None
+    if path.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise ProfileError(f"{path}: invalid JSON in the stand-in profile ({exc}); fix it") from None
+        return _Validator(path, {}).profile(data)
+    import yaml
+
     try:
         data = yaml.safe_load(text)
         lines = _line_map(yaml.compose(text, Loader=yaml.SafeLoader))

@@ -45,6 +45,17 @@ def test_the_corpus_bands_are_the_reviewers_bands() -> None:
         assert set(case.expect) == set(ROWS)
 
 
+def test_only_the_rows_the_reviewers_banded_are_judged() -> None:
+    from grader.selftest.corpus import default_corpus_path
+
+    for case in CASES:
+        assert case.band("model-drift") is None, case.id
+        assert case.band("offline-replay") == case.expect["offline-replay"]
+    # The mutations of the sample still hold every row they do not name to their `others` band.
+    mutated = load_corpus(default_corpus_path())
+    assert all(case.band("model-drift") == case.others is not None for case in mutated)
+
+
 @pytest.fixture(scope="module")
 def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     out = tmp_path_factory.mktemp("independent") / "verdicts.json"
@@ -143,3 +154,10 @@ def test_selftest_grades_the_independent_corpus_by_default() -> None:
     listed = done.stderr.strip().splitlines()[-1]
     assert all(case.id in listed for case in CASES), listed
     assert "key-in-source" in listed, listed  # and the mutations of the sample
+
+
+def test_a_row_the_reviewers_never_banded_is_reported_not_judged(verdicts: dict[str, dict[str, Any]]) -> None:
+    # model-drift came after BANDS.yaml was written: its score is shown for calibration, never out of band.
+    for case in verdicts.values():
+        row = next(r for r in case["rows"] if r["id"] == "model-drift")
+        assert row["band"] is None and row["ok"] and row["problems"] == [], (case["id"], row)

@@ -105,7 +105,7 @@ def test_default_rubric_is_found_next_to_the_package_and_loads():
     assert rubric.path == REPO / "rubric" / "default.yaml"
     assert [row.id for row in rubric.rows] == [
         "offline-replay", "no-credentials", "loud-miss", "model-metadata", "cassette-hygiene",
-        "canonical-keys", "make-targets", "replay-doc", "transport-boundary",
+        "canonical-keys", "make-targets", "replay-doc", "transport-boundary", "model-drift",
     ]  # fmt: skip
     assert {"cassette_total_mb", "cassette_largest_mb"} <= set(rubric.thresholds)
 
@@ -113,7 +113,7 @@ def test_default_rubric_is_found_next_to_the_package_and_loads():
 def test_default_rubric_loads_with_the_real_registry():
     # The integration point: every default row's check exists and documents every fact the row reads.
     rubric = load_rubric()
-    assert len(rubric.rows) == 9
+    assert len(rubric.rows) == 10
 
 
 def test_missing_file_is_one_clear_line(tmp_path):

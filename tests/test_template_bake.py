@@ -212,5 +212,6 @@ def test_an_untouched_bake_earns_at_most_a_quarter_of_the_points(tmp_path: Path,
         "replay-doc",
         "model-metadata",
         "cassette-hygiene",
+        "model-drift",  # a triage command, but no recorded input to re-run against the drifted stand-in
     ):
         assert scores[row_id] == 0, (row_id, scores)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from grader._cliargs import Parser, positive
 from grader.errors import BadInput
+from grader.rubric import load_rubric
 from grader.selftest.corpus import default_corpus_paths, load_corpus
 from grader.selftest.runner import CaseResult, run_selftest
 
@@ -60,7 +61,6 @@ def _parser() -> Parser:
 
 def main(args: Sequence[str]) -> int:
     """Run the selftest; raises BadInput for bad input (the caller prints it and exits 2)."""
-    from grader.rubric import load_rubric
 
     opts = _parser().parse_args(list(args))
     if opts.json is not None and not (opts.json.parent if str(opts.json.parent) else Path(".")).is_dir():
@@ -105,9 +105,11 @@ def main(args: Sequence[str]) -> int:
             "cases": [r.as_dict() for r in results],
         }
         opts.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-    rows = sum(len(r.verdicts) for r in results)
+    rows = sum(1 for r in results for v in r.verdicts if v.band is not None)
+    unbanded = sum(1 for r in results for v in r.verdicts if v.band is None)
     if not failed:
-        print(f"selftest: all {len(results)} cases in band ({rows} rows), rubric {rubric.name!r}")
+        extra = f"; {unbanded} rows not banded, reported only" if unbanded else ""
+        print(f"selftest: all {len(results)} cases in band ({rows} rows{extra}), rubric {rubric.name!r}")
         sys.stdout.flush()
         return EXIT_OK
     names = ", ".join(

@@ -29,12 +29,14 @@ class Case:
     base: str
     steps: list[dict[str, Any]] = field(default_factory=list)
     expect: dict[str, tuple[int, int]] = field(default_factory=dict)  # row id -> inclusive band
-    others: tuple[int, int] = _DEFAULT_BAND  # every row not in `expect`
+    # every row not in `expect`; None (an independent submission's default): such a row is reported, not
+    # judged, since its reviewers wrote their bands before the row existed
+    others: tuple[int, int] | None = _DEFAULT_BAND
     evidence: dict[str, list[str]] = field(default_factory=dict)  # row id -> substrings (with {planted})
     bundle: str = ""  # base "bundle": a git bundle under grader/selftest/independent/, cloned as is
 
-    def band(self, row_id: str) -> tuple[int, int]:
-        """The band row ``row_id`` must land in for this case."""
+    def band(self, row_id: str) -> tuple[int, int] | None:
+        """The band row ``row_id`` must land in for this case; None: not banded (reported, never judged)."""
         return self.expect.get(row_id, self.others)
 
 
@@ -95,7 +97,9 @@ def _case(raw: object, where: str, known: dict[str, Any]) -> Case:
     if not isinstance(expect_raw, dict):
         raise BadInput(f"{where}: 'expect' maps row ids to [low, high]")
     expect = {str(k): _band(v, f"{where}: expect.{k}") for k, v in expect_raw.items()}
-    others = expect.pop("others", _DEFAULT_BAND)
+    # An independent submission's bands are its reviewers', written before any later row existed: a row they
+    # did not band is not out of band.
+    others = expect.pop("others", None if base == "bundle" else _DEFAULT_BAND)
     evidence_raw = raw.get("evidence") or {}
     if not isinstance(evidence_raw, dict) or not all(
         isinstance(v, list) and all(isinstance(s, str) and s for s in v) for v in evidence_raw.values()

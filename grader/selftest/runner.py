@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader.errors import BadInput
+from grader.grading import grade
 from grader.selftest.corpus import INDEPENDENT, Case
 from grader.selftest.mutations import git, mutations
 
@@ -32,7 +33,7 @@ _EVIDENCE_SHOWN = 200
 class RowVerdict:
     row: str
     score: int | None
-    band: tuple[int, int]
+    band: tuple[int, int] | None  # None: not banded (a row the case's reviewers never saw): reported only
     evidence: str
     problems: list[str] = field(default_factory=list)  # empty: in band, evidence as expected
 
@@ -45,7 +46,9 @@ class RowVerdict:
         evidence = " ".join(self.evidence.split())
         if len(evidence) > _EVIDENCE_SHOWN:
             evidence = evidence[: _EVIDENCE_SHOWN - 1] + "…"
-        if self.ok:
+        if self.ok and self.band is None:
+            return f"{case_id} {self.row}: not banded ({self.score}; the case's bands predate this row)"
+        if self.ok and self.band is not None:
             return f"{case_id} {self.row}: ok ({self.score} in [{self.band[0]}, {self.band[1]}])"
         return f"{case_id} {self.row}: {'; '.join(self.problems)} — {evidence}"
 
@@ -77,7 +80,7 @@ class CaseResult:
                 {
                     "id": v.row,
                     "score": v.score,
-                    "band": list(v.band),
+                    "band": list(v.band) if v.band is not None else None,
                     "ok": v.ok,
                     "problems": list(v.problems),
                     "evidence": v.evidence,
@@ -125,7 +128,7 @@ def build_case(case: Case, dest: Path) -> tuple[str, dict[str, str]]:
 def _row(report: dict[str, Any] | None, row_id: str) -> dict[str, Any]:
     for row in (report or {}).get("rows", []):
         if row.get("id") == row_id:
-            return row
+            return dict(row)
     return {}
 
 
@@ -144,7 +147,9 @@ def _judge(case: Case, report: dict[str, Any], planted: dict[str, str]) -> list[
         band = case.band(row_id)
         score = row.get("score")
         verdict = RowVerdict(row_id, score, band, str(row.get("evidence", "")))
-        if score is None:
+        if band is None:
+            pass  # reported with its score, judged by nobody: its reviewers never saw this row
+        elif score is None:
             verdict.problems.append(f"OUT OF BAND: expected [{band[0]}, {band[1]}], got {row.get('status')}")
         elif not band[0] <= score <= band[1]:
             verdict.problems.append(f"OUT OF BAND: expected [{band[0]}, {band[1]}], got {score}")
@@ -167,7 +172,6 @@ def run_case(
     case: Case, rubric: Rubric, *, timeout: float = 120.0, cache_root: Path | None = None
 ) -> CaseResult:
     """Build, grade and judge one case; a failure to build or grade is the case's error, never a raise."""
-    from grader.grading import grade
 
     result = CaseResult(case)
     with tempfile.TemporaryDirectory(prefix=f"selftest-{case.id}-") as tmp:

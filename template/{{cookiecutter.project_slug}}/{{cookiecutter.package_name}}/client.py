@@ -79,12 +79,32 @@ def request_body(system: str, user: str, *, model: str | None = None) -> dict[st
 
 
 def _answer_text(data: Any, where: str) -> str:
+    """The completion's text. A reply that holds no usable answer is a ModelError naming what came back
+    (a refusal, a tool call, an answer cut at the token limit, no text): never a guess, never a TypeError."""
     try:
         if PROVIDER == "anthropic":
-            return "".join(block["text"] for block in data["content"] if block.get("type") == "text")
-        return data["choices"][0]["message"]["content"]
-    except (KeyError, IndexError, TypeError) as exc:
+            stop = data.get("stop_reason")
+            blocks = data["content"]
+            text = "".join(str(b.get("text", "")) for b in blocks if b.get("type") == "text")
+            tools = [b.get("name") for b in blocks if b.get("type") == "tool_use"]
+            refusal = text if stop == "refusal" else None
+        else:
+            choice = data["choices"][0]
+            message = choice["message"]
+            stop, text, refusal = choice.get("finish_reason"), message.get("content"), message.get("refusal")
+            tools = [(c.get("function") or {}).get("name") for c in message.get("tool_calls") or []]
+    except (KeyError, IndexError, TypeError, AttributeError) as exc:
         raise ModelError(f"unexpected response shape from {where}: missing {exc}") from None
+    if refusal:
+        raise ModelError(f"the model refused to answer ({where}): {refusal[:200]!r}")
+    if tools:
+        names = ", ".join(map(str, tools))
+        raise ModelError(f"the model called a tool ({names}) instead of answering in text ({where})")
+    if stop in ("length", "max_tokens"):
+        raise ModelError(f"the answer was cut at the token limit ({stop}, {where}): {str(text)[:200]!r}")
+    if not isinstance(text, str) or not text.strip():
+        raise ModelError(f"the model sent no answer text ({where})")
+    return text
 
 
 def _hint(url: str, status: int) -> str:

@@ -1,0 +1,182 @@
+"""The drift probe: the submission's own agent against a model that has moved on (the `model-drift` row).
+
+In a throwaway copy of the pristine checkout, the triage command (``[tool.takehome] triage_command``, or the
+discovered ``python -m <pkg>``) runs once per ticket against the kit's stand-in playing the shipped
+``drifted`` profile, in the sandbox with loopback only, with canary keys (grader/drift_run.py says exactly
+what it is given). The tickets are the inputs the candidate recorded: the last user message of each
+request in the tapes, distinct, in tape order, the first ``thresholds.drift_tickets`` (8 by default). The
+triage command, not the record command, is what is run: it is the only documented path that answers one
+ticket, so its answer can be held to the stand-in's ground truth ticket by ticket; a record command
+(usually the whole suite) shows only its exit code. What the record path tells the code, though, the triage
+command gets too: the ``NAME=value`` words that open the Makefile ``record`` recipe's lines
+(``DESKBOT_TAPES=record``), which is how a submission that is not built on the template is told to reach
+the endpoint (grader/drift_run.py ``record_env``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from grader.checks import CheckResult, Finding, register
+from grader.details import counted
+from grader.drift_run import DriftRun, TicketOutcome, find_tickets, record_env, run_tickets
+from grader.errors import NotAssessable
+
+if TYPE_CHECKING:
+    from grader.context import Context
+
+__all__ = ["drift", "start_drift"]
+
+_LABEL = "drift probe"
+_DEFAULT_TICKETS = 8
+_PROFILE = "drifted"
+_SHOWN = 3
+
+
+def _limit(ctx: Context) -> int:
+    return max(1, int(ctx.thresholds.get("drift_tickets", _DEFAULT_TICKETS)))
+
+
+def _probe(ctx: Context) -> DriftRun:
+    tickets = find_tickets(ctx, _limit(ctx))
+    return run_tickets(ctx, tickets, profile=_PROFILE, label=_LABEL, env=record_env(ctx))
+
+
+def start_drift(ctx: Context) -> None:
+    """Start the probe in the background (``--jobs`` above 1), alongside the replay suite and other checks."""
+    if ctx.env is None:
+        return
+
+    def probe() -> DriftRun | NotAssessable | None:
+        try:
+            return _probe(ctx)
+        except NotAssessable as exc:  # the budget was spent, the driver gave no answer: never run it twice
+            return exc
+        except Exception:  # e.g. no room for the scratch copy: the check runs it itself and says why
+            return None
+
+    ctx.start_probe(_LABEL, probe)
+
+
+@register("drift", probes=start_drift)
+def drift(ctx: Context) -> CheckResult:
+    """A model that drifted: every drifted answer handled right or failed loudly, none mislabelled or made up.
+
+    Facts:
+        probe: "ran", or "not available: <why>" (no triage command, no tape with a user message, the
+            environment not installed); then every count below is 0
+        tickets: tickets run: recorded user messages from the tapes, each through the triage command once
+        drifted: tickets whose model answer carried a drift (the stand-in's truth log says which)
+        handled: drifted tickets answered with the label the model meant, in the agent's schema
+        loud: drifted tickets where the command exited non-zero (a raised error, a refusal to guess)
+        violations: drifted tickets answered wrongly with exit 0: a wrong label, a made-up answer after a
+            refusal, an empty or cut answer or an HTTP error, output not the agent's {intent, needs_human},
+            or no answer before the per-ticket timeout
+        undrifted_violations: the same kinds of failure on an answer that carried no drift
+        unreached: tickets for which the command made no call to the endpoint it was given
+        not_run: tickets left out because the run's time (--timeout) was spent
+        kinds: drift kinds seen, each with its counts {tickets, handled, loud, violations}
+        violation_kinds: drift kinds with at least one violation, sorted
+        summary: e.g. "5 drifted answers of 8 tickets: 2 handled, 3 failed loudly, no violation"
+    """
+    if ctx.env is None and not ctx.install_failed:
+        raise NotAssessable(ctx.install_error or "the environment was not built")
+    started = ctx.probe_result(_LABEL)
+    if isinstance(started, NotAssessable):
+        raise started
+    run = started if isinstance(started, DriftRun) else _probe(ctx)
+    if not run.ran:
+        return CheckResult(facts={**_empty(run.status), "summary": f"drift probe {run.status}"})
+    return _result(ctx, run)
+
+
+def _empty(status: str) -> dict[str, Any]:
+    counts: tuple[str, ...] = (
+        "tickets",
+        "drifted",
+        "handled",
+        "loud",
+        "violations",
+        "undrifted_violations",
+        "unreached",
+    )
+    counts += ("not_run",)
+    return {"probe": status, **dict.fromkeys(counts, 0), "kinds": {}, "violation_kinds": []}
+
+
+def _result(ctx: Context, run: DriftRun) -> CheckResult:
+    drifted = [o for o in run.outcomes if o.drifted]
+    plain = [o for o in run.outcomes if not o.drifted and o.verdict != "unreached"]
+    verdicts = Counter(o.verdict for o in drifted)
+    kinds: dict[str, dict[str, int]] = {}
+    for outcome in drifted:
+        for kind in outcome.drifts:
+            row = kinds.setdefault(kind, {"tickets": 0, "handled": 0, "loud": 0, "violations": 0})
+            row["tickets"] += 1
+            key = {"correct": "handled", "loud": "loud", "violation": "violations"}.get(outcome.verdict)
+            if key:
+                row[key] += 1
+    facts: dict[str, Any] = {
+        **_empty("ran"),
+        "tickets": len(run.outcomes),
+        "drifted": len(drifted),
+        "handled": verdicts["correct"],
+        "loud": verdicts["loud"],
+        "violations": verdicts["violation"],
+        "undrifted_violations": sum(o.verdict == "violation" for o in plain),
+        "unreached": sum(o.verdict == "unreached" for o in run.outcomes),
+        "not_run": len(run.skipped),
+        "kinds": dict(sorted(kinds.items())),
+        "violation_kinds": sorted(k for k, row in kinds.items() if row["violations"]),
+    }
+    bad = [o for o in drifted if o.verdict == "violation"]
+    facts["summary"] = _summary(facts, bad, run)
+    command = " ".join(run.command)
+    findings = [
+        Finding(
+            "drift-violation",
+            f"{'+'.join(o.drifts)} answer to ticket {o.ticket.id} (recorded at {o.ticket.source}): "
+            f"`{command}` {o.reason}",
+            o.ticket.source,
+        )
+        for o in bad
+    ]
+    given = " ".join(f"{k}={v}" for k, v in sorted(record_env(ctx).items()))
+    details = [
+        f"drift probe: `{command}` ran {counted(len(run.outcomes), 'ticket')} against the stand-in's "
+        f"{run.target} profile in the sandbox (loopback only, canary keys, CASSETTE_MODE=record, a scratch "
+        f"CASSETTE_DIR{', and from the record target: ' + given if given else ''})"
+    ]
+    details += [_line(o) for o in run.outcomes]
+    if run.skipped:
+        details.append(f"drift probe: not run for lack of time: {', '.join(run.skipped)}")
+    return CheckResult(facts=facts, findings=findings, details=details)
+
+
+def _line(o: TicketOutcome) -> str:
+    drift = "+".join(o.drifts) or "no drift"
+    return f"{o.ticket.source} ticket {o.ticket.id} ({drift}): {o.verdict}: {o.reason}"
+
+
+def _summary(facts: dict[str, Any], bad: list[TicketOutcome], run: DriftRun) -> str:
+    if facts["tickets"] == 0:
+        return "drift probe ran no ticket: the run's time was spent"
+    if facts["unreached"] == facts["tickets"]:
+        return (
+            f"the triage command made no model call for any of {counted(facts['tickets'], 'ticket')}: "
+            "nothing shows how it meets a drifted answer (does it honour CASSETTE_MODE=record, the base URL?)"
+        )
+    if facts["drifted"] == 0:
+        return f"no drifted answer among {counted(facts['tickets'], 'ticket')}: nothing to judge"
+    head = (
+        f"{counted(facts['drifted'], 'drifted answer')} of {counted(facts['tickets'], 'ticket')}: "
+        f"{facts['handled']} handled, {facts['loud']} failed loudly"
+    )
+    if facts["not_run"]:
+        head += f" ({facts['not_run']} more not run: the time was spent)"
+    if not bad:
+        return f"{head}, no violation"
+    shown = "; ".join(f"{'+'.join(o.drifts)} on {o.ticket.id}: {o.reason}" for o in bad[:_SHOWN])
+    more = f" and {len(bad) - _SHOWN} more" if len(bad) > _SHOWN else ""
+    return f"{head}, {counted(len(bad), 'violation')}: {shown}{more}"

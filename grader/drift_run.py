@@ -1,0 +1,471 @@
+"""Run a submission's inputs against a stand-in profile in the sandbox; per-ticket outcomes with the truth.
+
+The one machine behind the `model-drift` row (grader/checks/drift.py) and `grade drift`:
+
+- ``find_tickets(ctx)``: the inputs to re-run, the last user message of each recorded request in the
+  submission's tapes (what the candidate actually sent the model), distinct, in tape order.
+- ``run_tickets(ctx, tickets, profile=...)``: in a throwaway copy of the pristine checkout, the submission's
+  triage command (``[tool.takehome] triage_command``, or the discovered ``python -m <pkg>``) runs once per
+  ticket, the ticket appended as its last argument, in the sandbox with loopback only, against the kit's
+  stand-in started inside that sandbox with the given profile and a truth log. Each ticket's outcome holds
+  the answers the stand-in sent while it ran (their ground truth: intended label, drift applied, status)
+  and a verdict: ``correct``, ``loud`` (non-zero exit), ``violation`` (a wrong label, a made-up answer, or
+  output that is not the agent's own ``{"intent", "needs_human"}``), or ``unreached`` (no model call).
+
+The command gets the usual variables: a canary key in ``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY`` and the
+manifest's ``api_key_env``; the stand-in's URL in ``OPENAI_BASE_URL`` (ending in ``/v1``),
+``ANTHROPIC_BASE_URL`` (without it) and the manifest's ``base_url_env``; ``CASSETTE_MODE=record`` (the
+kit's documented way to reach the endpoint) and ``CASSETTE_DIR`` pointing at a fresh tape folder, so a
+template-built agent records into scratch, never over its committed tapes.
+
+The truth log is written by the stand-in inside the sandbox, as the submission's code runs: a submission
+that went looking for it could rewrite it. What it could gain is small (a ticket counts as correct only when
+its printed answer matches the truth's label, and a made-up answer after an error or a refusal is caught
+from the status the stand-in logged), and it is the same trust the serve probe places in its client.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from grader._json import marked_answer
+from grader.errors import NotAssessable
+from grader.safeio import read_bytes
+from grader.tapes import tapes_of
+
+if TYPE_CHECKING:
+    from grader.context import Context
+
+__all__ = [
+    "ANSWER_KEYS",
+    "Call",
+    "DriftRun",
+    "Ticket",
+    "TicketOutcome",
+    "Verdict",
+    "find_tickets",
+    "last_user_message",
+    "record_env",
+    "run_tickets",
+    "stage_profile",
+    "triage_command",
+]
+
+Verdict = Literal["correct", "loud", "violation", "unreached"]
+ANSWER_KEYS = frozenset({"intent", "needs_human"})
+# The answer the model sent holds no label to act on: any answer printed after it was made up.
+_NO_ANSWER_DRIFTS = frozenset({"refusal", "empty", "truncated", "http_429", "http_500"})
+_MARKER = "@@GRADER-DRIFT-RUN@@"
+_GRADER = Path(__file__).resolve().parent
+_STANDIN_MODULES = ("standin.py", "standin_drift.py", "standin_profile.py")
+_TICKET_TIMEOUT = 30.0
+_BASE_ENVS = ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL")
+_MAX_TICKET_CHARS = 8000
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """One input: ``id`` (``T01``...), the message, and where it was recorded (``file:line``)."""
+
+    id: str
+    message: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Call:
+    """One answer the stand-in sent while a ticket ran: its ground truth (a truth-log line)."""
+
+    intent: str
+    needs_human: bool
+    drift: str  # the drift kind applied, or "none"
+    status: int  # HTTP status sent
+    provider: str  # "openai" | "anthropic"
+    stream: bool
+
+
+@dataclass(frozen=True)
+class TicketOutcome:
+    """What one run of the triage command did with one ticket, and the verdict against the truth."""
+
+    ticket: Ticket
+    exit_code: int | None  # None: killed at the per-ticket timeout
+    answer: dict[str, Any] | None  # the JSON object it printed (last JSON-object line of stdout), if any
+    stdout: str  # capped, canary redacted
+    stderr: str  # the tail, capped, canary redacted
+    seconds: float
+    calls: tuple[Call, ...]  # the stand-in's answers during this ticket, in order (empty with a URL)
+    verdict: Verdict
+    reason: str  # one line: why the verdict
+
+    @property
+    def drifts(self) -> tuple[str, ...]:
+        """The drift kinds the answers of this ticket carried (none: an empty tuple), in order, distinct."""
+        return tuple(dict.fromkeys(c.drift for c in self.calls if c.drift != "none"))
+
+    @property
+    def drifted(self) -> bool:
+        return bool(self.drifts)
+
+    @property
+    def truth(self) -> tuple[str, bool] | None:
+        """(intent, needs_human) the stand-in meant, from its last answer; None when nothing was called."""
+        return (self.calls[-1].intent, self.calls[-1].needs_human) if self.calls else None
+
+
+@dataclass(frozen=True)
+class DriftRun:
+    """One run of the inputs: ``status`` is "ran" or "not available: <why>"."""
+
+    status: str
+    command: tuple[str, ...] = ()
+    target: str = ""  # the profile's name, or the URL
+    outcomes: tuple[TicketOutcome, ...] = ()
+    skipped: tuple[str, ...] = ()  # ticket ids not run: the run's time was spent
+    tapes: Path | None = None  # the scratch tape folder given as CASSETTE_DIR (what a recorder wrote)
+    exit_code: int | None = None  # the sandboxed run's own exit code
+    details: list[str] = field(default_factory=list)
+
+    @property
+    def ran(self) -> bool:
+        return self.status == "ran"
+
+
+# --- inputs ---------------------------------------------------------------------------------------------
+
+
+def _text_of(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") in ("text", None)]
+        return "\n".join(p for p in parts if isinstance(p, str))
+    return ""
+
+
+def _last_user_message(body: object) -> str:
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(messages, list):
+        return ""
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            return _text_of(message.get("content")).strip()
+        # A hand-rolled recording may store each message as a [role, text] pair.
+        if isinstance(message, list) and len(message) == 2 and message[0] == "user":
+            return _text_of(message[1]).strip()
+    return ""
+
+
+def last_user_message(body: object) -> str:
+    """The ticket a recorded request body asks about: its last user message (``grade drift`` groups a
+    recording's calls by it, as `find_tickets` does)."""
+    return _last_user_message(body)
+
+
+def find_tickets(ctx: Context, limit: int | None = None) -> list[Ticket]:
+    """Each recorded request's last user message: distinct, in tape order, at most ``limit``."""
+    seen: dict[str, Ticket] = {}
+    for tape in sorted(tapes_of(ctx), key=lambda t: t.path):
+        for inter in tape.interactions:
+            text = _last_user_message(inter.request_body)
+            # A leading "-" would be read as an option by the command's argument parser, not as a message.
+            if not text or text in seen or len(text) > _MAX_TICKET_CHARS or "\0" in text or text[0] == "-":
+                continue
+            seen[text] = Ticket(f"T{len(seen) + 1:02d}", text, f"{tape.path}:{inter.line or 1}")
+            if limit is not None and len(seen) >= limit:
+                return list(seen.values())
+    return list(seen.values())
+
+
+def triage_command(ctx: Context) -> list[str] | None:
+    """The command that answers one ticket: the manifest's, or the discovered ``python -m <pkg>``."""
+    command = ctx.manifest.triage_command
+    return [str(part) for part in command] if command else None
+
+
+_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+# What the probe sets itself, or what would unseat the sandbox's start-up: never taken from a Makefile.
+_NOT_FROM_RECORD = re.compile(r"^(PATH|HOME|PYTHON\w*|LD_\w+|\w*(_KEY|_TOKEN|_BASE_URL|_SECRET))$")
+_MAKEFILES = ("GNUmakefile", "makefile", "Makefile")
+_MAKEFILE_CAP = 1_000_000
+
+
+def record_env(ctx: Context) -> dict[str, str]:
+    """The variables the submission's own record path sets: the ``NAME=value`` words that open a recipe line
+    of the Makefile's ``record`` target (``DESKBOT_TAPES=record python -m pytest``), read statically.
+
+    They are how its code is told to reach the endpoint instead of its tapes, so the probe gives them to the
+    triage command too. Used when the manifest's ``record_command`` is ``make record`` or absent; a value
+    holding ``$`` (a make or shell expansion) and credentials, base URLs, ``PATH``, ``HOME`` and ``PYTHON*``
+    are never taken.
+    """
+    record = ctx.manifest.record_command
+    if record and list(record) != ["make", "record"]:
+        return {}
+    for name in _MAKEFILES:
+        try:
+            raw = read_bytes(ctx.repo / name, cap=_MAKEFILE_CAP, truncate=True)
+        except OSError:
+            continue
+        return _recipe_assignments(raw.decode("utf-8", errors="replace"), "record")
+    return {}
+
+
+def _recipe_assignments(text: str, target: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    inside = False
+    for line in text.splitlines():
+        if not line.startswith("\t"):
+            if line.strip() and not line.lstrip().startswith("#"):
+                head = line.split(":", 1)[0] if ":" in line and "=" not in line.split(":", 1)[0] else None
+                inside = head is not None and target in head.split()
+            continue
+        if not inside:
+            continue
+        command = line.strip().lstrip("@-+").strip()
+        try:
+            words = shlex.split(command, comments=True)
+        except ValueError:
+            continue
+        for word in words:
+            match = _ASSIGNMENT.match(word)
+            if match is None:
+                break
+            name, value = match.groups()
+            if "$" not in value and not _NOT_FROM_RECORD.match(name.upper()):
+                found.setdefault(name, value)
+    return found
+
+
+# --- staging --------------------------------------------------------------------------------------------
+
+
+def stage_profile(profile: str | Path, dest: Path) -> str:
+    """Copy the stand-in, its rules and ``profile`` (validated, as JSON) where the sandbox user can read them.
+
+    Returns the profile's name. Raises ``ProfileError`` (one ``file:line`` line) for a bad profile. JSON
+    because the stand-in runs under the submission's interpreter, which need not have PyYAML.
+    """
+    import yaml
+
+    from grader.standin import RULES_PATH
+    from grader.standin_profile import load_profile, resolve_profile
+
+    path = resolve_profile(str(profile))
+    loaded = load_profile(path)  # validates, with file:line errors
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    rules_path = RULES_PATH if raw.get("rules") is None else path.parent / str(raw["rules"])
+    rules_text = rules_path.read_text(encoding="utf-8")
+    rules = json.loads(rules_text) if rules_path.suffix.lower() == ".json" else yaml.safe_load(rules_text)
+    package = dest / "grader"
+    (package / "rules").mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    for name in _STANDIN_MODULES:
+        shutil.copyfile(_GRADER / name, package / name)
+    shutil.copyfile(_GRADER / "_drift_driver.py", dest / "driver.py")
+    (package / "rules" / "standin.json").write_text(json.dumps(rules), encoding="utf-8")
+    (dest / "profile.json").write_text(json.dumps({**raw, "rules": "grader/rules/standin.json"}), "utf-8")
+    for folder in (dest, package, package / "rules"):
+        folder.chmod(0o755)
+        for item in folder.iterdir():
+            if item.is_file():
+                item.chmod(0o644)
+    return loaded.name
+
+
+# --- running --------------------------------------------------------------------------------------------
+
+
+def run_tickets(
+    ctx: Context,
+    tickets: Sequence[Ticket],
+    *,
+    profile: str | Path = "drifted",
+    url: str | None = None,
+    command: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    label: str = "drift probe",
+    ticket_timeout: float = _TICKET_TIMEOUT,
+    keys: Mapping[str, str] | None = None,
+) -> DriftRun:
+    """Run ``command`` (default: the triage command) once per ticket against the stand-in playing ``profile``.
+
+    ``url``: an endpoint to use instead of a stand-in (the run then has the network, and no truth: calls are
+    empty and a verdict is ``correct`` for any answer in the agent's schema). ``env``: more variables for
+    the command (e.g. ``CASSETTE_REPLAY_UNTIL``); they win over the probe's own. ``keys``: real keys for a
+    live ``url`` (variable -> key), given in place of the canaries: passed in the sandboxed process's
+    environment only (``env`` is written to the plan file on disk) and redacted from its output like them.
+    Raises ``NotAssessable``
+    when the grader could not run it (the budget spent, no room); ``ProfileError`` for a bad profile.
+    """
+    from grader.checks.canary import make_canary
+
+    argv = list(command) if command is not None else triage_command(ctx)
+    if not argv:
+        return DriftRun("not available: no triage command (declare [tool.takehome] triage_command)")
+    if not tickets:
+        return DriftRun("not available: no recorded request with a user message to re-run", tuple(argv))
+    if ctx.env is None:
+        reason = ctx.install_error or "the submission's environment was not installed"
+        return DriftRun(f"not available: {' '.join(str(reason).split())}", tuple(argv))
+    key_env = ctx.manifest.api_key_env
+    base_env = ctx.manifest.base_url_env
+    # A folder of its own per call: arms of `grade drift` may run at once under the same label.
+    tools = Path(tempfile.mkdtemp(prefix=f"{_slug(label)}-tools-", dir=ctx.workspace.root))
+    target = url or stage_profile(profile, tools)
+    if url:
+        shutil.copyfile(_GRADER / "_drift_driver.py", tools / "driver.py")
+        tools.chmod(0o755)
+        (tools / "driver.py").chmod(0o644)
+    canaries = {
+        "OPENAI_API_KEY": make_canary("OPENAI_API_KEY"),
+        "ANTHROPIC_API_KEY": make_canary("ANTHROPIC"),
+    }
+    if key_env and key_env not in canaries and key_env.replace("_", "").isalnum():
+        canaries[key_env] = make_canary(key_env)
+    canaries.update(keys or {})
+    base_envs = []
+    if base_env and base_env not in _BASE_ENVS and base_env.replace("_", "").isalnum():
+        anthropic = "ANTHROPIC" in f"{base_env} {key_env or ''}".upper()
+        base_envs.append([base_env, anthropic])
+    scratch = ctx.scratch_copy(_slug(label))
+    tapes = scratch / ".grader-drift-tapes"
+    # One command as far as --timeout goes: a ticket gets at most that long, and the driver stops starting
+    # tickets early enough to report the ones it ran before the run itself is stopped.
+    budget = float(ctx.timeout)
+    ticket_timeout = min(ticket_timeout, budget)
+    plan = {
+        "command": argv,
+        "tickets": [{"id": t.id, "message": t.message} for t in tickets],
+        "tools": str(tools),
+        "profile": str(tools / "profile.json"),
+        "rules": str(tools / "grader" / "rules" / "standin.json"),
+        "url": url,
+        "tapes": str(tapes),
+        "base_envs": base_envs,
+        "env": {"CASSETTE_MODE": "record", **dict(env or {})},
+        "secret_envs": sorted(canaries),
+        "ticket_timeout": ticket_timeout,
+        "total_timeout": max(budget - min(5.0, budget / 4), 0.5),
+    }
+    (tools / "plan.json").write_text(json.dumps(plan, ensure_ascii=False), encoding="utf-8")
+    (tools / "plan.json").chmod(0o644)
+    run, _audit = ctx.run(
+        ["python", "-E", "-s", str(tools / "driver.py"), str(tools / "plan.json")],
+        cwd=scratch,
+        env={**canaries, "DRIFT_TOOLS": str(tools)},  # a path in env is what the sandbox makes visible
+        timeout=budget,
+        loopback=url is None,
+        network=url is not None,
+        label=label,
+    )
+    answer = marked_answer(run.stdout, _MARKER)
+    if answer is None or "error" in answer:
+        why = answer.get("error") if answer else f"the driver printed no answer (exit {run.returncode})"
+        if run.timed_out:
+            why = f"the run took longer than {budget:g} s"
+        raise NotAssessable(f"{label}: {why}")
+    by_id = {t.id: t for t in tickets}
+    items = [i for i in answer.get("tickets", []) if isinstance(i, dict) and i.get("id") in by_id]
+    ran = [i for i in items if i.get("stopped") is not True]
+    outcomes = tuple(_outcome(by_id[i["id"]], i, truth=url is None) for i in ran)
+    stopped = [str(i["id"]) for i in items if i.get("stopped") is True]
+    skipped = tuple([*stopped, *(str(s) for s in answer.get("skipped", []) if s in by_id)])
+    return DriftRun("ran", tuple(argv), target, outcomes, skipped, tapes, run.returncode)
+
+
+def _slug(label: str) -> str:
+    return "-".join(label.split()) or "drift-run"
+
+
+# --- verdicts -------------------------------------------------------------------------------------------
+
+
+def _calls(items: object) -> tuple[Call, ...]:
+    calls = []
+    for item in items if isinstance(items, list) else []:
+        if not isinstance(item, dict):
+            continue
+        calls.append(
+            Call(
+                intent=str(item.get("intent", "")),
+                needs_human=item.get("needs_human") is True,
+                drift=str(item.get("drift", "none")),
+                status=int(item["status"]) if isinstance(item.get("status"), int) else 200,
+                provider=str(item.get("provider", "")),
+                stream=item.get("stream") is True,
+            )
+        )
+    return tuple(calls)
+
+
+def _printed_answer(stdout: str) -> dict[str, Any] | None:
+    """The agent's answer: its whole stdout as one JSON object, else the last line that is one."""
+    candidates = [stdout.strip(), *reversed([line.strip() for line in stdout.splitlines()])]
+    for text in candidates:
+        if text.startswith("{"):
+            try:
+                value = json.loads(text)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                return value
+    return None
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:200] if lines else ""
+
+
+def _outcome(ticket: Ticket, item: dict[str, Any], *, truth: bool) -> TicketOutcome:
+    code = item.get("exit") if isinstance(item.get("exit"), int) else None
+    stdout, stderr = str(item.get("stdout", "")), str(item.get("stderr", ""))
+    calls = _calls(item.get("calls"))
+    answer = _printed_answer(stdout)
+    verdict, reason = _verdict(code, answer, stderr, calls, truth=truth)
+    seconds = float(item.get("seconds", 0.0)) if isinstance(item.get("seconds"), (int, float)) else 0.0
+    return TicketOutcome(ticket, code, answer, stdout, stderr, seconds, calls, verdict, reason)
+
+
+def _verdict(
+    code: int | None, answer: dict[str, Any] | None, stderr: str, calls: tuple[Call, ...], *, truth: bool
+) -> tuple[Verdict, str]:
+    if truth and not calls:
+        said = _last_line(stderr)
+        how = "timed out" if code is None else f"exit {code}" + (f": {said}" if said else "")
+        return "unreached", f"made no call to the model endpoint it was given ({how})"
+    if code is None:
+        return "violation", "gave no answer before the per-ticket timeout"
+    if code != 0:
+        said = _last_line(stderr)
+        return "loud", f"exit {code}" + (f": {said}" if said else " (nothing on stderr)")
+    if answer is None:
+        return "violation", "exit 0 without a JSON object on stdout"
+    if set(answer) != ANSWER_KEYS or not isinstance(answer.get("intent"), str):
+        return "violation", f"answer {_shown(answer)} is not the agent's schema {{intent, needs_human}}"
+    if not isinstance(answer.get("needs_human"), bool):
+        return "violation", f"answer {_shown(answer)} has a non-boolean needs_human"
+    if not truth:
+        return "correct", f"answered {_shown(answer)} (no ground truth from a live endpoint)"
+    last = calls[-1]
+    if last.status != 200 or last.drift in _NO_ANSWER_DRIFTS:
+        what = f"HTTP {last.status}" if last.status != 200 else f"a {last.drift} answer"
+        return "violation", f"answered {_shown(answer)} after {what} that held no label: a made-up answer"
+    if (answer["intent"], answer["needs_human"]) != (last.intent, last.needs_human):
+        meant = _shown({"intent": last.intent, "needs_human": last.needs_human})
+        return "violation", f"answered {_shown(answer)}; the model meant {meant}"
+    return "correct", f"answered {_shown(answer)} as the model meant"
+
+
+def _shown(answer: dict[str, Any]) -> str:
+    text = json.dumps(answer, ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= 120 else text[:117] + "..."

@@ -1,0 +1,174 @@
+"""The drift probe (`model-drift` row): real agents, graded by the real grader, against the real stand-in.
+
+Each agent is a small git repository (tests/drift_agents.py) graded with the default rubric's own
+`model-drift` row. Its tapes hold one ticket per drift kind of the shipped `drifted` profile, sent plain and
+streamed, chosen with the profile's own decision, so every kind is met over both wire formats. What is
+asserted is what a reviewer reads: the row's score, the per-kind facts, and findings naming ticket and kind.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grader.grading import grade
+from grader.rubric import load_rubric
+from tests.drift_agents import KINDS, choose_tickets, make_agent
+from tests.helpers.bake import bake
+from tests.helpers.git import GIT_ENV
+
+_GIT = {**GIT_ENV, "PATH": "/usr/bin:/bin"}
+
+# Kinds whose answer carries no label: the right thing is to fail loudly.
+NO_LABEL = {"truncated", "refusal", "empty"}
+EXPECTED: dict[str, dict[str, str]] = {
+    "correct": {kind: ("loud" if kind in NO_LABEL else "handled") for kind in KINDS},
+    "default": {
+        kind: ("handled" if kind in ("slow", "extra_field", "split_stream") else "violations")
+        for kind in KINDS
+    },
+    "raising": {kind: ("handled" if kind in ("slow", "split_stream") else "loud") for kind in KINDS},
+}
+
+
+def _drift_rubric(tickets: int | None = None) -> Any:
+    """The default rubric's own model-drift row, alone; ``tickets``: room for every chosen ticket."""
+    rubric = load_rubric()
+    row = next(r for r in rubric.rows if r.id == "model-drift")
+    thresholds = {**rubric.thresholds, **({"drift_tickets": tickets} if tickets else {})}
+    return replace(rubric, rows=(row,), thresholds=thresholds)
+
+
+def _row(report: dict[str, Any]) -> dict[str, Any]:
+    return next(r for r in report["rows"] if r["id"] == "model-drift")
+
+
+@pytest.fixture(scope="module")
+def tickets() -> dict[str, dict[str, list[str]]]:
+    return {provider: choose_tickets(provider) for provider in ("openai", "anthropic")}
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("parser", ["correct", "default", "raising"])
+def test_every_drift_kind_is_judged_by_what_the_agent_did_with_it(
+    tmp_path: Path, grade_cache: Path, tickets: dict[str, dict[str, list[str]]], provider: str, parser: str
+) -> None:
+    chosen = tickets[provider]
+    messages = [m for kind in KINDS for m in chosen[kind]]
+    repo = make_agent(tmp_path, provider, parser, messages)
+    report = grade(
+        str(repo), rubric=_drift_rubric(len(messages)), timeout=120, cache_root=grade_cache, jobs=2
+    )
+    facts = report["facts"]["drift"]
+    row = _row(report)
+
+    assert facts["probe"] == "ran", facts
+    assert facts["tickets"] == len(messages) and facts["unreached"] == 0
+    assert facts["drifted"] == len(messages), "every ticket was chosen to drift"
+    for kind in KINDS:
+        counts = facts["kinds"][kind]
+        expected = EXPECTED[parser][kind]
+        assert counts["tickets"] >= len(chosen[kind]), (kind, counts)
+        assert counts[expected] == len(chosen[kind]), (parser, provider, kind, counts)
+
+    violated = sorted(k for k, v in EXPECTED[parser].items() if v == "violations")
+    assert facts["violation_kinds"] == violated
+    findings = [f for f in report["findings"] if f["rule"] == "drift-violation"]
+    assert len(findings) == sum(len(chosen[k]) for k in violated)
+    for kind in violated:  # each violation names its drift kind and its ticket, at the tape it came from
+        for message in chosen[kind]:
+            number = messages.index(message) + 1  # tickets are numbered in tape order, one tape each
+            hits = [f for f in findings if f["message"].startswith(f"{kind} answer to ticket T{number:02d} ")]
+            assert len(hits) == 1, (kind, message, findings)
+            assert hits[0]["location"].startswith(f"cassettes/{number:03d}-"), hits
+
+    if parser == "default":
+        assert row["score"] == 1 if facts["violations"] * 4 > facts["drifted"] else row["score"] <= 2
+        assert row["score"] < row["max"]
+        assert "violation" in row["evidence"] and "T" in row["evidence"]
+    else:  # handled or loud, never a guess: full marks
+        assert row["score"] == row["max"], row
+
+
+def test_an_agent_that_never_reaches_the_endpoint_gets_nothing_for_it(
+    tmp_path: Path, grade_cache: Path
+) -> None:
+    # The same agent, told to answer from a canned table instead of the endpoint: nothing drifted reached it.
+    repo = make_agent(tmp_path, "openai", "default", ["I want a refund for my jacket"])
+    main = repo / "agent" / "__main__.py"
+    main.write_text(main.read_text(encoding="utf-8").replace("raw = post(b)", "raise OSError('cached')"))
+    import subprocess
+
+    from tests.helpers.git import GIT_ENV
+
+    subprocess.run(
+        ["git", "commit", "-qam", "cache"], cwd=repo, check=True, env={**GIT_ENV, "PATH": "/usr/bin:/bin"}
+    )
+    report = grade(str(repo), rubric=_drift_rubric(12), timeout=120, cache_root=grade_cache, jobs=1)
+    row, facts = _row(report), report["facts"]["drift"]
+    assert facts["unreached"] == 1 and facts["drifted"] == 0
+    assert row["score"] == 0
+    assert "made no model call" in row["evidence"]
+
+
+def test_the_record_targets_own_variables_reach_the_triage_command(
+    tmp_path: Path, grade_cache: Path, tickets: dict[str, dict[str, list[str]]]
+) -> None:
+    # Not built on the template: no [tool.takehome], the agent answers from a canned table unless its own
+    # variable says record, which only its Makefile's record recipe sets. The probe reads it from there.
+    chosen = tickets["openai"]
+    messages = [*chosen["code_fence"], *chosen["refusal"]]
+    repo = make_agent(tmp_path, "openai", "correct", messages)
+    main = repo / "agent" / "__main__.py"
+    main.write_text(
+        main.read_text(encoding="utf-8").replace(
+            "    try:\n        raw = post(b)\n",
+            "    if os.environ.get('AGENT_TAPES') != 'record':\n"
+            "        print(json.dumps({'intent': 'other', 'needs_human': False}))\n"
+            "        return 0\n"
+            "    try:\n        raw = post(b)\n",
+        ),
+        encoding="utf-8",
+    )
+    pyproject = repo / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text(encoding="utf-8").split("[tool.takehome]")[0], encoding="utf-8")
+    (repo / "Makefile").write_text("record:\n\t@AGENT_TAPES=record python -m pytest -q\n", encoding="utf-8")
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True, env=_GIT)
+    subprocess.run(["git", "commit", "-qm", "own record switch"], cwd=repo, check=True, env=_GIT)
+
+    report = grade(str(repo), rubric=_drift_rubric(12), timeout=120, cache_root=grade_cache, jobs=1)
+    row, facts = _row(report), report["facts"]["drift"]
+    assert facts["unreached"] == 0 and facts["drifted"] == len(messages), facts
+    assert facts["kinds"]["code_fence"]["handled"] == len(chosen["code_fence"])
+    assert facts["kinds"]["refusal"]["loud"] == len(chosen["refusal"])
+    assert row["score"] == row["max"]
+    assert any("from the record target: AGENT_TAPES=record" in d for d in row["details"]), row["details"]
+
+
+def test_a_submission_with_nothing_to_run_scores_zero_with_the_reason(
+    tmp_path: Path, grade_cache: Path
+) -> None:
+    # The untouched template: a triage command, but no tape, so no recorded input to re-run.
+    baked = bake(tmp_path, project_name="Drift Bake")
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "bake"]):
+        subprocess.run(["git", *args], cwd=baked, check=True, env=_GIT)
+    report = grade(str(baked), rubric=_drift_rubric(12), timeout=120, cache_root=grade_cache, jobs=1)
+    row, facts = _row(report), report["facts"]["drift"]
+    assert facts["probe"].startswith("not available: no recorded request")
+    assert row["score"] == 0 and row["score"] < row["max"]
+    assert "no recorded request" in row["evidence"]
+
+
+def test_the_sample_solution_handles_or_refuses_every_drifted_answer(grade_cache: Path) -> None:
+    sample = Path(__file__).resolve().parents[1] / "sample_solution"
+    report = grade(str(sample), rubric=_drift_rubric(), timeout=120, cache_root=grade_cache, jobs=1)
+    row, facts = _row(report), report["facts"]["drift"]
+    assert facts["drifted"] > 0 and facts["violations"] == 0, facts
+    assert row["score"] == row["max"]
+    # A refusal or a tool call is named, not a TypeError from parsing nothing.
+    details = "\n".join(row.get("details", []))
+    assert "TypeError" not in details
