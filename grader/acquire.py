@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from grader import gitsafe
+from grader.deeptree import MAX_DEPTH, prune_deep, remove_tree, walk
 from grader.errors import BadInput, NotAssessable
 
 __all__ = [
@@ -68,6 +69,8 @@ class Workspace:
     # The checkout as acquired, copied before any submission code ran; grader-owned and read-only to the
     # sandbox user. Every static check, the history scan and every probe's scratch copy read this one.
     pristine: Path | None = None
+    # Folders removed from the checkout because they were nested deeper than grader/deeptree.MAX_DEPTH.
+    pruned: tuple[str, ...] = ()
 
 
 # --- the grader's own disk --------------------------------------------------------------------------------
@@ -194,6 +197,15 @@ def _checkout(repo: Path, ref: str, home: Path, source: str) -> None:
 
 def _commit_snapshot(repo: Path, root: Path) -> None:
     home = root / ".git-home"
+    # A `.git` the submission shipped (a file saying `gitdir: /elsewhere`, a folder with its own config and
+    # filter drivers, a link) would make the grader's git, as root, commit into another repository or run
+    # the archive's filter commands. The snapshot's history is the grader's own: every `.git` goes first.
+    for dirpath, dirnames, filenames in walk(repo):
+        if ".git" in dirnames:
+            remove_tree(Path(dirpath, ".git"))
+            dirnames.remove(".git")
+        if ".git" in filenames:  # a `gitdir:` file or a link
+            os.unlink(os.path.join(dirpath, ".git"))
     for args in (
         ["init", "--quiet"],
         ["add", "--all"],
@@ -239,6 +251,8 @@ def _copy_tree(src: Path, dest: Path) -> None:
     for dirpath, dirnames, filenames in os.walk(src, followlinks=False):
         rel = Path(dirpath).relative_to(src)
         dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS]
+        if len(rel.parts) + 1 >= MAX_DEPTH:
+            dirnames[:] = []  # os.walk recurses per level: never descend that deep (grader/deeptree.py)
         for name in (*dirnames, *filenames):
             s, d = Path(dirpath) / name, dest / rel / name
             st = os.lstat(s)
@@ -380,6 +394,12 @@ def _extract_tar(path: Path, dest: Path) -> None:
             raise BadInput(f"archive {name}: cannot extract safely ({exc})") from None
 
 
+def _real_git_dir(top: Path) -> bool:
+    """``top/.git`` is a folder of its own, not a link or a `gitdir:` file pointing somewhere else."""
+    git = top / ".git"
+    return git.is_dir() and not git.is_symlink()
+
+
 def _from_archive(path: Path, root: Path, source: str) -> tuple[Path, bool]:
     staging = root / ".extract"
     staging.mkdir()
@@ -390,7 +410,7 @@ def _from_archive(path: Path, root: Path, source: str) -> tuple[Path, bool]:
     entries = list(staging.iterdir())
     top = entries[0] if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink() else staging
     repo = root / "repo"
-    if (top / ".git").is_dir():
+    if _real_git_dir(top):
         # Clone rather than trust the archived .git/config (fsmonitor, hooks): only its objects are used.
         _clone(str(top), None, root, source)
         shutil.rmtree(staging, ignore_errors=True)
@@ -442,7 +462,12 @@ def _acquire(target: str, root: Path) -> Workspace:
             repo, snapshot = _from_archive(path, root, target)
         elif path.is_file():
             raise BadInput(f"{where}: not a directory, git repository or .zip/.tar.gz/.tgz archive")
-        elif (path / ".git").exists() or ((path / "HEAD").is_file() and (path / "objects").is_dir()):
+        elif (path / ".git").is_symlink() or (path / ".git").is_file():
+            raise BadInput(
+                f"{where}/.git is not a folder (a worktree, a submodule or a link points it at another "
+                "repository): grade the repository itself, or a fresh clone of it"
+            )
+        elif _real_git_dir(path) or ((path / "HEAD").is_file() and (path / "objects").is_dir()):
             repo = _clone(str(path), ref, root, target)
             uncommitted = _uncommitted(repo, path, root / ".git-home") if ref is None else ()
         else:
@@ -453,11 +478,18 @@ def _acquire(target: str, root: Path) -> Workspace:
     head = _git(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], cwd=repo, home=root / ".git-home")
     if head.returncode != 0:
         raise BadInput(f"{source}: the repository has no commits")
+    pruned = tuple(prune_deep(repo))
     _drop_bytecode(repo)
     commit = None if snapshot else head.stdout.strip()
     pristine = keep_pristine(repo, root / "pristine")
     return Workspace(
-        root=root, repo=repo, commit=commit, source=source, uncommitted=uncommitted, pristine=pristine
+        root=root,
+        repo=repo,
+        commit=commit,
+        source=source,
+        uncommitted=uncommitted,
+        pristine=pristine,
+        pruned=pruned,
     )
 
 

@@ -396,13 +396,16 @@ def write_summary(out: Path, outcomes: Sequence[Outcome], rubric: Rubric) -> Non
     write_text(out / "summary.md", _markdown(outcomes, row_ids, rubric))
 
 
+_NOT_ASSESSED = "n/a"  # a row's cell when the row (or the whole candidate) could not be assessed
+
+
 def _row_cell(report: dict[str, Any], row_id: str) -> str:
     row = next((r for r in report.get("rows") or [] if r.get("id") == row_id), None)
     if row is None:
         return ""
     if row.get("status") == "scored" and row.get("score") is not None:
         return str(row["score"])
-    return "manual" if row.get("status") == "manual" else "n/a"
+    return "manual" if row.get("status") == "manual" else _NOT_ASSESSED
 
 
 def _csv(outcomes: Sequence[Outcome], row_ids: list[str]) -> str:
@@ -414,8 +417,10 @@ def _csv(outcomes: Sequence[Outcome], row_ids: list[str]) -> str:
     )
     for o in outcomes:
         if o.report is None:
-            blanks = [""] * (3 + len(row_ids) + 1)  # points, max, percent, the rows, report
-            writer.writerow([o.entry.candidate, o.entry.target, o.status, *blanks, o.reason])
+            # No total to give (empty, so a spreadsheet's sums skip it); every row "n/a", as for a row that
+            # was not assessable; no report.
+            cells = ["", "", "", *[_NOT_ASSESSED] * len(row_ids), ""]
+            writer.writerow([o.entry.candidate, o.entry.target, o.status, *cells, o.reason])
             continue
         total = o.report["total"]
         writer.writerow(
@@ -459,7 +464,7 @@ def _markdown(outcomes: Sequence[Outcome], row_ids: list[str], rubric: Rubric) -
     ]
     for o in outcomes:
         if o.report is None:
-            cells = ["", "", *[""] * len(row_ids), _md(f"{NOT_ASSESSABLE}: {o.reason}"), ""]
+            cells = ["", "", *[_NOT_ASSESSED] * len(row_ids), _md(f"{NOT_ASSESSABLE}: {o.reason}"), ""]
         else:
             total = o.report["total"]
             link = f"[report]({_link(o.entry.folder)}/report.md)"

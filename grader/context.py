@@ -24,6 +24,7 @@ from grader import tamper
 from grader.acquire import copy_checkout, keep_pristine, no_space, no_space_reason, no_space_text
 from grader.audit import AuditLog, Results, read_audit_log, read_result_log
 from grader.errors import NotAssessable
+from grader.manifest import suite_command
 from grader.safeio import UnsafeFile, is_regular, read_bytes
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ __all__ = ["Context", "ReplayRun", "makefile_targets", "pytest_plugin_modules", 
 
 # Loaded explicitly under PYTEST_DISABLE_PLUGIN_AUTOLOAD: pytest-socket blocks sockets inside the test process
 # (a second layer under the network namespace) and _grader_pytest writes the result log the grader trusts.
-_GRADER_PLUGINS = ("pytest_socket", "_grader_pytest")
+_GRADER_PLUGINS = ("pytest_socket", tamper.RESULTS_MODULE)
 _MAKEFILES = ("GNUmakefile", "makefile", "Makefile")
 _TARGET_LINE = re.compile(r"^([A-Za-z0-9_.\-/ ]+?)\s*::?(?!=)")
 _MAX_FIRST_FAILURES = 5
@@ -67,11 +68,17 @@ class ReplayRun:
     # file the sandbox user cannot open by path; None when the guard never wrote (plugins switched off).
     guard: tamper.GuardLog | None = None
     scan: tamper.TamperScan | None = None  # static scan of conftest files, plugins and config
-    noconftest: ReplayRun | None = None  # rerun with --noconftest, when outcome hooks were found
+    # rerun without the submission's hooks (--noconftest, its configuration's addopts and `-p` plugins off),
+    # when outcome hooks were found or the guard saw a test function replaced by the submission's code
+    noconftest: ReplayRun | None = None
+    # the same in a clean interpreter, pytest called directly (no Makefile): when the guard still saw the
+    # test functions replaced without conftest files (a plugin the Makefile's command line names)
+    hookless: ReplayRun | None = None
     unskipped: ReplayRun | None = None  # rerun with skip/xfail marks stripped, when tests were skipped
     # rerun in a clean interpreter (python -I, from a scratch copy), when start-up files were found
     clean: ReplayRun | None = None
     log_mismatch: str = ""  # the submission-writable result log disagrees with the guard
+    how: str = ""  # where the command came from (grader.manifest.SuiteCommand.how), for the evidence
 
 
 class Context:
@@ -201,16 +208,22 @@ class Context:
             raise NotAssessable(f"{where} (running {label!r})")
 
     def log_path(self, label: str, suffix: str) -> Path:
-        """A fresh file path outside the repo for a log one run writes (audit, results, JUnit, misses)."""
+        """A fresh file path outside the repo for a log one run writes (audit, results, JUnit, misses).
+
+        The run sees the path (its folder is bound into the sandbox, named in a variable and listed in
+        ``/proc/self/mountinfo``), so nothing in it tells one run from another (docs/security.md): a random
+        folder name and the same file name ``run<suffix>`` for every run. ``logs/index.tsv``, which no run
+        sees, says which folder holds which run's logs.
+        """
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", label).strip("-") or "run"
         with self._lock:
             self._runs += 1
             # One folder per log: the sandbox hands a log's folder to the sandbox user for the run and takes
             # it back after, so two runs at once (--jobs) must never share a folder.
-            name = f"{self._runs:02d}-{safe}"
-            folder = self._logs / name
-            folder.mkdir(parents=True, exist_ok=True)
-            return folder / f"{name}{suffix}"
+            folder = _fresh(self._logs)
+            with open(self._logs / "index.tsv", "a", encoding="utf-8") as index:
+                index.write(f"{folder.name}\t{self._runs:02d}-{safe}{suffix}\n")
+            return folder / f"run{suffix}"
 
     def run(
         self,
@@ -234,9 +247,7 @@ class Context:
         """
         if suite_probe and self._suite_hung.is_set():
             raise self.skip(self._suite_hung_reason)
-        from grader import sandbox
-
-        venv = self.require_env().venv
+        self.require_env()
         label = label or " ".join(argv)
         allowed = self.timeout if timeout is None else timeout
         if suite_probe and not self._suite_done.is_set():
@@ -254,16 +265,52 @@ class Context:
                 allowed, clipped = left, True
         # No cwd: a fresh copy of the pristine tree, never the checkout an earlier run may have rewritten.
         cwd = cwd or self.scratch_copy(label)
+        with self._in_place(cwd) as cwd:
+            return self._run(argv, cwd, env, label, allowed, clipped, pass_fds, suite_probe, loopback)
+
+    @contextlib.contextmanager
+    def _in_place(self, cwd: Path) -> Iterator[Path]:
+        """Where the run sees its folder: scratch copies as they are; the checkout moved for the run to a
+        path shaped like theirs (``scratch/<random>/repo``) and back after, so that no path a run can see
+        (its working folder, ``/proc/self/mountinfo``) tells the replay suite from a probe."""
+        if Path(cwd) != self.checkout:
+            yield cwd
+            return
+        with self._lock:
+            alias = _fresh(self.workspace.root / "scratch") / "repo"
+        os.rename(self.checkout, alias)
+        try:
+            yield alias
+        finally:
+            os.rename(alias, self.checkout)
+            with contextlib.suppress(OSError):
+                alias.parent.rmdir()
+
+    def _run(
+        self,
+        argv: Sequence[str],
+        cwd: Path,
+        env: Mapping[str, str] | None,
+        label: str,
+        allowed: float,
+        clipped: bool,
+        pass_fds: Sequence[int],
+        suite_probe: bool,
+        loopback: bool,
+    ) -> tuple[RunResult, AuditLog]:
+        from grader import sandbox
+
+        venv = self.require_env().venv
         startup, _sealed = self._guard_files()
         audit_log = self.log_path(label, ".audit.jsonl")
-        home = self._logs.parent / "home" / audit_log.stem
+        home = self._logs.parent / "home" / audit_log.parent.name
         # Nothing of the submission's is importable at start-up: the grader's sitecustomize (first and only
         # on PYTHONPATH) appends its tree to sys.path after the standard library and the venv's packages.
         extra = {
             "PYTHONPATH": str(startup),
             "PYTHONSAFEPATH": "1",
             "PYTHONNOUSERSITE": "1",
-            "GRADER_SUBMISSION_PATH": _pythonpath(cwd),
+            "PY_SOURCE_PATH": _pythonpath(cwd, self.env.import_roots if self.env else ()),
             **(env or {}),
         }
         free_before = self._free()
@@ -325,9 +372,14 @@ class Context:
         rr.scan = tamper.scan(self.repo)  # the pristine copy: what was submitted, not what the run left
         if rr.run.timed_out:
             return rr
-        if rr.scan.outcome_hooks or (rr.guard is not None and rr.guard.rewritten):
+        wrapped = rr.guard is not None and bool(rr.guard.wrapped)
+        if rr.scan.outcome_hooks or (rr.guard is not None and rr.guard.rewritten) or wrapped:
             copy = self.scratch_copy("replay-noconftest")
             rr.noconftest = self.run_suite(copy, label="replay-noconftest", noconftest=True)
+            again = rr.noconftest.guard
+            if again is not None and again.wrapped:
+                copy = self.scratch_copy("replay-hookless")
+                rr.hookless = self.run_suite(copy, label="replay-hookless", noconftest=True, clean=True)
         guard = rr.guard
         if guard is not None and (guard.skipped or guard.notrun or guard.count("xfailed")):
             copy = self.scratch_copy("replay-unskipped")
@@ -338,7 +390,7 @@ class Context:
 
     def _guard_files(self) -> tuple[Path, Path]:
         """(folder holding the guard plugin, sealed folder for its logs): grader-owned, never chowned."""
-        plugins = self._logs.parent / "guard-plugin"
+        plugins = self._logs.parent / "pysite"
         sealed = self._logs.parent / "sealed"
         with self._lock, self._disk("writing the guard plugin"):
             if not (plugins / f"{tamper.GUARD_MODULE}.py").is_file():
@@ -358,27 +410,28 @@ class Context:
     ) -> ReplayRun:
         """Run the suite as `replay_run` does, in another checkout (e.g. a scratch copy); not memoized.
 
-        ``noconftest`` adds ``--noconftest``; ``unskip`` makes the guard strip skip/skipif/xfail marks;
+        ``noconftest`` runs without the submission's hooks: ``--noconftest``, its configuration's ``addopts``
+        overridden (no ``-p`` plugin of its own); ``unskip`` makes the guard strip skip/skipif/xfail marks;
         ``clean`` runs pytest itself (not `make test`) in ``python -I -B`` through the grader's launcher,
         so no start-up file, ``PYTHON*`` variable or Makefile of the submission's runs before the guard.
         ``primary``: the replay suite itself. Once it has timed out, every other run of the suite (a
         probe) is skipped, or stopped if it is running (NotAssessable): a hanging suite costs one timeout.
         """
         venv = self.require_env().venv
-        # Which command: from the pristine copy's Makefile (the one in ``cwd`` may have been rewritten).
-        command = ["make", "test"] if "test" in makefile_targets(self.repo) else ["python", "-m", "pytest"]
+        # Which command: from the pristine copy's Makefile or README (``cwd``'s may have been rewritten).
+        suite = suite_command(self.repo)
+        command = list(suite.argv)
         # One folder for the run's logs (the result log's, which the sandbox hands over as a *_LOG folder):
         # JUnit and pytest's cache are written there too.
         results_log = self.log_path(label, ".results.jsonl")
-        stem = results_log.parent.name
-        junit = results_log.parent / f"{stem}.junit.xml"
-        misses = results_log.parent / f"{stem}.misses.jsonl"
+        junit = results_log.parent / "run.junit.xml"
+        misses = results_log.parent / "run.misses.jsonl"
         plugins = [m for m in pytest_plugin_modules(venv) if m not in _GRADER_PLUGINS]
         guard_dir, sealed = self._guard_files()
-        guard_log = sealed / results_log.with_suffix(".guard").name
+        guard_log = sealed / f"{results_log.parent.name}.guard"
         addopts = [
             *(arg for m in (*_GRADER_PLUGINS, tamper.GUARD_MODULE, *plugins) for arg in ("-p", m)),
-            *(["--noconftest"] if noconftest else []),
+            *(["--noconftest", "-o", "addopts="] if noconftest else []),
             "--disable-socket",
             "--allow-unix-socket",
             f"--junitxml={junit}",
@@ -390,7 +443,7 @@ class Context:
             # pytest splits PYTEST_ADDOPTS with shlex: quote, since the workspace path may hold spaces.
             "PYTEST_ADDOPTS": shlex.join(addopts),
             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-            "GRADER_RESULT_LOG": str(results_log),
+            "PYTEST_RESULT_LOG": str(results_log),
             "CASSETTE_MISS_LOG": str(misses),
             "CASSETTE_MODE": "replay",
         }
@@ -403,10 +456,10 @@ class Context:
             fd = os.open(guard_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
         run: RunResult | None = None
         try:
-            env["GRADER_GUARD_FD"] = str(fd)
-            env["GRADER_GUARD_NONCE"] = nonce
+            env["PYTEST_REPORT_FD"] = str(fd)
+            env["PYTEST_REPORT_NONCE"] = nonce
             if unskip:
-                env["GRADER_GUARD_UNSKIP"] = "1"
+                env["PYTEST_RUN_SKIPPED"] = "1"
             run, audit = self.run(
                 command, cwd=cwd, env=env, label=label, pass_fds=(fd,), suite_probe=not primary
             )
@@ -434,6 +487,7 @@ class Context:
             mismatch = "; ".join(x for x in (mismatch, f"the grader's logs were replaced: {replaced}") if x)
         return ReplayRun(
             command=command,
+            how=suite.how,
             run=run,
             results=results,
             audit=audit,
@@ -475,16 +529,11 @@ class Context:
         return self._scratch(name, None)[0]
 
     def _scratch(self, name: str, leave_out: tuple[Path, Callable[[Path], bool]] | None) -> tuple[Path, int]:
-        safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "scratch"
-        base = self.workspace.root / "scratch"
-        with self._lock:
-            dest = base / safe
-            n = 1
-            while dest.exists():
-                n += 1
-                dest = base / f"{safe}-{n}"
-            with self._disk(f"copying the repo for {name!r}"):
-                dest.mkdir(parents=True)
+        # `scratch/<random>/repo` for every copy, whatever it is for: the run sees the path (its working
+        # folder, /proc/self/mountinfo) and must not learn from it which probe it is (docs/security.md).
+        with self._lock, self._disk(f"copying the repo for {name!r}"):
+            dest = _fresh(self.workspace.root / "scratch") / "repo"
+            dest.mkdir()
         with self._disk(f"copying the repo for {name!r}"):
             source = self._pristine or self.checkout
             if leave_out is None:
@@ -497,6 +546,18 @@ class Context:
 
 
 _copy_tree = copy_checkout  # the name tests and older callers use
+
+
+def _fresh(base: Path) -> Path:
+    """A new folder in ``base`` with a random name (a run sees it: no label, no counter)."""
+    base.mkdir(parents=True, exist_ok=True)
+    while True:
+        folder = base / secrets.token_hex(6)
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        return folder
 
 
 def _unsafe(path: Path) -> str:
@@ -608,12 +669,13 @@ def _mismatch(guard: tamper.GuardLog, logged: Results) -> str:
     return ""
 
 
-def _pythonpath(cwd: Path) -> str:
-    # The venv is cached across checkouts, so the submission is imported from its tree, src layout included.
-    parts = [str(cwd)]
-    if (cwd / "src").is_dir():
-        parts.insert(0, str(cwd / "src"))
-    return os.pathsep.join(parts)
+def _pythonpath(cwd: Path, roots: Sequence[str] = ()) -> str:
+    # The venv is cached across checkouts, so the submission is imported from its tree: at the folders its
+    # editable install named (grader.install: Env.import_roots), else its src/ layout, then its root.
+    parts = [str(cwd / root) for root in roots if root not in ("", ".")]
+    if not parts and (cwd / "src").is_dir():
+        parts.append(str(cwd / "src"))
+    return os.pathsep.join(dict.fromkeys([*parts, str(cwd)]))
 
 
 def makefile_targets(repo: Path) -> set[str]:

@@ -8,7 +8,6 @@ report to write anyway (every row not-assessable with the reason).
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -21,10 +20,12 @@ from typing import TYPE_CHECKING, Any
 from grader import __version__
 from grader._json import jsonable
 from grader.checks import PHASES
+from grader.deeptree import MAX_DEPTH, remove_tree
 from grader.details import submission_relative
 from grader.errors import BadInput, NotAssessable
 
 if TYPE_CHECKING:
+    from grader.acquire import Workspace
     from grader.checks import Check, CheckResult
     from grader.context import Context
     from grader.rubric import Rubric
@@ -90,7 +91,7 @@ def grade(
     report_progress = _one_line_progress(progress or _no_progress)
     cache_root = cache_root or default_cache_root()
     try:
-        root = Path(tempfile.mkdtemp(prefix="grade-"))
+        root = Path(tempfile.mkdtemp())
     except OSError as exc:
         if no_space(exc):
             raise NotAssessable(no_space_reason("workspace folder", tempfile.gettempdir())) from None
@@ -120,9 +121,28 @@ def grade(
         raise NotAssessable(no_space_reason("workspace", root)) from None
     finally:
         if keep_workspace:
-            report_progress("workspace", 0.0, f"kept at {root}")
+            from grader.kept import make_inert
+
+            # Again on every way out (an error after the runs): idempotent, nothing left to rename.
+            make_inert(root, root / "pristine")
+            report_progress("workspace", 0.0, f"kept at {root}; {_KEPT_GIT}")
         else:
-            shutil.rmtree(root, ignore_errors=True)
+            remove_tree(root)  # not shutil.rmtree: a run can leave folders too deep for it
+
+
+_KEPT_GIT = (
+    "every .git the suite could write was renamed to .git.inert (and HEAD of a bare one to HEAD.inert); "
+    "repo/.git is the submitted one: git there runs nothing of the submission's"
+)
+
+
+def _make_kept_inert(root: Path, workspace: Workspace) -> str:
+    """Make the kept workspace safe to enter with git (grader/kept.py); the note saying what was done."""
+    from grader.kept import make_inert
+
+    renamed = make_inert(root, workspace.pristine)
+    shown = ", ".join(renamed[:5]) + (f", … ({len(renamed)} in all)" if len(renamed) > 5 else "")
+    return f"kept workspace: {_KEPT_GIT}" + (f" (renamed: {shown})" if renamed else "")
 
 
 def _names(exc: OSError, folder: Path) -> bool:
@@ -163,6 +183,12 @@ def _pipeline(
     progress("acquire", timings["acquire"], f"{workspace.source} @ {commit}")
     if workspace.uncommitted:
         notes.append(_uncommitted_note(workspace.commit or "", workspace.uncommitted))
+    if workspace.pruned:
+        first = workspace.pruned[0]
+        notes.append(
+            f"{len(workspace.pruned)} folder(s) nested deeper than {MAX_DEPTH} levels were removed before "
+            f"grading (first: {first[:120]}{'…' if len(first) > 120 else ''}); nothing in them was graded"
+        )
     notes.extend(manifest.notes)
 
     start = time.monotonic()
@@ -218,7 +244,7 @@ def _pipeline(
     if environment:
         report["environment"] = environment
     if keep_workspace:
-        report.setdefault("notes", []).append(f"workspace kept at {root}")
+        report["notes"].extend([f"workspace kept at {root}", _make_kept_inert(root, workspace)])
     if store is not None:
         from grader.runstore import store_run
 
@@ -470,7 +496,6 @@ def _report(
         "facts": {check_id: jsonable(result.facts) for check_id, result in results.items()},
         "findings": findings,
         "timings": {k: max(0.0, v) for k, v in timings.items()},
+        "notes": list(notes),  # always present ([] when there is none): a tool reads it without a guard
     }
-    if notes:
-        report["notes"] = list(notes)
     return report

@@ -16,10 +16,23 @@ The only step with network, and an untrusted one (docs/security.md, "Installing"
   grader's own probes (the sandbox starts; the index serves the pinned pytest; the disk had room), never by
   reading the installer's log, which a submission can fill with any words it likes.
 
-One venv serves every checkout with the same dependencies: the submission runs from its checkout with
-``PYTHONPATH``, never installed into the venv. (An editable install of the submission's own package would
-be a build of submission code: it must use `_untrusted_install` into a venv of that checkout's own, never
-a shared one.)
+Like a reviewer following the submission's README (``pip install -e '.[test]'``):
+
+* The submission's own package is installed too (``grader.project`` decides whether there is one): an
+  editable install of a copy of the checkout, built in the sandbox like any other build (untrusted, private
+  cache, ``--no-deps``: its dependencies are the vetted ones above). Its import hook (the ``.pth`` file or
+  finder the build backend writes, pointing at the copy) is then removed: what stays is its metadata
+  (``*.dist-info``: entry points, version, console scripts), while its code is imported from the checkout
+  each run uses, at the folders the hook pointed to (``Env.import_roots``, e.g. ``src``). So a plugin
+  registered through ``[project.entry-points]`` is found, and a probe that changes the checkout changes
+  the code that runs. A failed build of the project is a note in the evidence, not a failed install.
+* A lockfile's pins (``uv.lock``, ``poetry.lock``) are installed as constraints; when they cannot be
+  installed with the grader's pinned tools, the install is retried without them and the evidence says so.
+* The venv is built on the interpreter the project asks for (``.python-version``, ``requires-python``)
+  when the machine has one the sandbox can run (``grader.interpreters``), else on the grader's own, and
+  the evidence says so.
+
+One venv serves every checkout with the same dependencies and the same package metadata files.
 """
 
 from __future__ import annotations
@@ -28,8 +41,10 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,8 +52,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader import audit, sandbox
-from grader.acquire import no_space, no_space_reason, no_space_text
+from grader.acquire import copy_checkout, no_space, no_space_reason, no_space_text
+from grader.deeptree import remove_tree, walk
 from grader.errors import GradeError, NotAssessable
+from grader.interpreters import Choice, choose
+from grader.project import Project, read_project
 from grader.requirements import Dependencies, read_dependencies
 
 __all__ = ["Env", "InstallFailed", "default_cache_root", "ensure_env", "read_requirements"]
@@ -47,7 +65,8 @@ __all__ = ["Env", "InstallFailed", "default_cache_root", "ensure_env", "read_req
 # 2: the venv holds compiled bytecode (the sandbox user cannot write it, so every run compiled everything).
 # 3: it also holds pytest's rewritten plugin modules (`_rewrite_warmup`).
 # 4: the grader's tools are pinned; the record and digest live beside the venv (`<key>.json`).
-ENV_FORMAT = "4"
+# 5: the submission's package metadata (editable install, hook removed), lockfile constraints, chosen Python.
+ENV_FORMAT = "5"
 _RECORD = ".json"  # <key>.json beside the venv: what was installed, the tools' versions, the digest
 _TAIL_LINES = 12
 _PROBE_TIMEOUT = 120.0
@@ -81,16 +100,34 @@ class Env:
     tools: dict[str, str] = field(default_factory=dict)
     dependencies: Dependencies | None = None
     notes: tuple[str, ...] = ()  # e.g. a cached venv that failed verification and was rebuilt
+    # What a reviewer reads in the evidence: the interpreter and why, the project itself, the lockfile.
+    python_note: str = ""
+    project: str = ""
+    lock_note: str = ""
+    # Folders of the checkout the project's editable install put on sys.path ("src", "."): each run
+    # imports the submission's code from there, in its own copy of the checkout.
+    import_roots: tuple[str, ...] = ()
+
+    def described(self) -> list[str]:
+        """The install's evidence lines: what was installed, from which lockfile, on which Python."""
+        lines = [f"python: {self.python_note}"] if self.python_note else []
+        if self.project:
+            lines.append(f"project: {self.project}")
+        if self.dependencies is not None:
+            lines.append(f"dependencies: {self.dependencies.described()} ({self.tool})")
+        if self.lock_note:
+            lines.append(f"lockfile: {self.lock_note}")
+        return lines
 
 
 def default_cache_root() -> Path:
     """Where environments are cached. As root, a folder the sandbox's unprivileged user can enter."""
     if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"]) / "cassette-grader"
+        return Path(os.environ["XDG_CACHE_HOME"]) / "cassette-envs"
     # Root's home is usually 0700: a venv under it would force the sandbox to keep running as root.
     if hasattr(os, "geteuid") and os.geteuid() == 0:
-        return Path("/var/cache/cassette-grader")
-    return Path.home() / ".cache" / "cassette-grader"
+        return Path("/var/cache/cassette-envs")
+    return Path.home() / ".cache" / "cassette-envs"
 
 
 def read_requirements(repo: Path) -> list[str]:
@@ -113,11 +150,13 @@ def _base_python() -> Path:
     return own
 
 
-def _cache_key(requirements: list[str], python: Path) -> str:
+def _cache_key(deps: Dependencies, project: Project, python: Path) -> str:
     payload = {
         "format": ENV_FORMAT,
         "grader_modules": audit.installed_digest(),
-        "requirements": requirements,
+        "requirements": deps.requirements,
+        "constraints": deps.constraints,
+        "project": project.digest if project.installable else None,
         "python": list(sys.version_info[:3]) if python == Path(sys.executable) else str(python),
         "implementation": sys.implementation.name,
     }
@@ -150,19 +189,23 @@ def _free(path: Path) -> int:
 class _Builder:
     """One build of one venv: its folders, environment and the sandboxed steps it runs."""
 
-    def __init__(self, target: Path, deps: Dependencies, cache_root: Path, timeout: float) -> None:
+    def __init__(
+        self, target: Path, deps: Dependencies, cache_root: Path, timeout: float, base: Path
+    ) -> None:
         self.target = target
         self.deps = deps
         self.cache_root = cache_root
         self.timeout = timeout
         self.uv = _uv_bin()
-        self.base = _base_python()
+        self.base = base
         # The grader's own files for this build (requirements, probe input, warm-up config): readable by the
         # sandbox user, never writable by it. Each step gets a fresh home of its own instead (`_home`): a
         # step that ran package code may leave links in its home, and nothing the grader writes goes there.
         self.work = _fresh_folder(cache_root, ".build-")
         self.req_file = self.work / "requirements.txt"
         self.req_file.write_text("\n".join(deps.requirements) + "\n", encoding="utf-8")
+        self.constraints = self.work / "constraints.txt"
+        self.constraints.write_text("".join(f"{pin}\n" for pin in deps.constraints), encoding="utf-8")
         self.shared_uv = cache_root / "uv-cache"
         self.shared_pip = cache_root / "pip-cache"
         for folder in (self.shared_uv, self.shared_pip):
@@ -174,7 +217,13 @@ class _Builder:
         shutil.rmtree(self.work, ignore_errors=True)
 
     def step(
-        self, argv: list[str], *, trusted: bool, timeout: float | None = None, **more: str
+        self,
+        argv: list[str],
+        *,
+        trusted: bool,
+        timeout: float | None = None,
+        writable: tuple[Path, ...] = (),
+        **more: str,
     ) -> sandbox.RunResult:
         home = _fresh_folder(self.cache_root, ".home-")
         try:
@@ -198,7 +247,7 @@ class _Builder:
                 timeout=self.timeout if timeout is None else timeout,
                 network=True,
                 env=env,
-                writable=[self.target, *(caches if trusted else ())],
+                writable=[self.target, *(caches if trusted else ()), *writable],
                 # The installer, the base Python and the grader's build files may live outside the
                 # system folders the sandbox shows.
                 readable=[*(Path(p) for p in (self.uv, self.base) if p), self.work],
@@ -233,15 +282,84 @@ class _Builder:
         # folders, and the grader writes nothing into it after that.
         audit.install_into(self.target)
 
-    def install_argv(self, *, build: bool) -> list[str]:
+    def install_argv(self, *, build: bool, pinned: bool = False) -> list[str]:
         python = self.target / "bin" / "python"
         # No --compile-bytecode: compiling starts the venv's interpreter, which runs the installed packages'
         # .pth files, package code. `_build` compiles afterwards, in an untrusted step.
+        constraints = ["-c", str(self.constraints)] if pinned else []
         if self.tool == "uv":
             argv = [self.uv or "uv", "pip", "install", "--quiet", "--python", str(python)]
-            return [*argv, *([] if build else ["--no-build"]), "-r", str(self.req_file)]
+            return [*argv, *([] if build else ["--no-build"]), "-r", str(self.req_file), *constraints]
         argv = [str(python), "-m", "pip", "install", "--quiet", "--no-compile"]
-        return [*argv, *([] if build else ["--only-binary", ":all:"]), "-r", str(self.req_file)]
+        only = [] if build else ["--only-binary", ":all:"]
+        return [*argv, *only, "-r", str(self.req_file), *constraints]
+
+    def install(self, *, pinned: bool) -> sandbox.RunResult:
+        """The dependencies into a fresh venv: wheels only first (trusted), then with builds (untrusted)."""
+        self.make_venv()
+        result = self.trusted(self.install_argv(build=False, pinned=pinned))
+        if result.timed_out or result.returncode == 0:
+            return result  # a second attempt after a timeout would only spend the timeout again
+        # Some requirement has no wheel for this platform: build it, as the sandbox user, with a private
+        # cache. Start from a fresh venv so nothing of the first attempt is reused.
+        shutil.rmtree(self.target, ignore_errors=True)
+        self.target.mkdir()
+        self.make_venv()
+        return self.untrusted(self.install_argv(build=True, pinned=pinned))
+
+    # -- the submission's own package --
+
+    def install_project(self, repo: Path, project: Project, choice: Choice) -> tuple[str, list[str]]:
+        """Install the project itself, editable, then drop its import hook: (evidence, import roots)."""
+        name = project.name or "the project"
+        if not project.installable:
+            return f"{name} itself not installed: {project.why_not}", []
+        site = _open_site(self.target)
+        if site is None:
+            return f"{name} itself not installed: the venv has no single lib/python3.X/site-packages", []
+        copy = _fresh_folder(self.cache_root, ".project-")
+        try:
+            before = set(os.listdir(site))
+            copy_checkout(repo, copy)
+            python = str(self.target / "bin" / "python")
+            # --no-deps: the dependencies are the vetted ones installed above. The project's own
+            # requires-python is not the installer's to enforce when the machine has no matching Python
+            # (the choice's note says so): as for the lowest version it admits.
+            if self.tool == "uv":
+                argv = [self.uv or "uv", "pip", "install", "--quiet", "--python", python, "--no-deps"]
+                argv += ["--python-version", choice.target] if choice.target else []
+            else:
+                argv = [python, "-m", "pip", "install", "--quiet", "--no-compile", "--no-deps"]
+                argv += ["--ignore-requires-python"] if choice.target else []
+            result = self.untrusted([*argv, "-e", str(copy)], writable=(copy,))
+            roots = _drop_import_hooks(site, sorted(set(os.listdir(site)) - before), copy)
+            regular = None
+            if result.returncode != 0 and not result.timed_out:
+                # A backend without editable support (PEP 660), e.g. an old pinned setuptools: a regular
+                # install, whose copied code is then removed like a hook (the checkout's code runs).
+                regular = self.untrusted([*argv, str(copy)], writable=(copy,))
+                _drop_import_hooks(site, sorted(set(os.listdir(site)) - before), copy)
+        finally:
+            os.close(site)
+            remove_tree(copy)  # a build may have left a tree deeper than shutil.rmtree can recurse
+        if result.returncode != 0 and (regular is None or regular.returncode != 0):
+            why = "timed out" if result.timed_out else f"{self.tool} exit {result.returncode}"
+            tail = _tail(result.stderr + "\n" + result.stdout).splitlines()
+            detail = f": {tail[-1][:200]}" if tail else ""
+            return f"{name} itself could not be installed (editable build failed, {why}{detail})", []
+        if result.returncode != 0:
+            tail = [t for t in _tail(result.stderr + "\n" + result.stdout).splitlines() if "hint:" not in t]
+            detail = f" ({tail[-1].strip()[:160]})" if tail else ""
+            return (
+                f"{name} installed with a regular install: the editable build failed{detail}; its copied "
+                "code was removed from the venv, so its metadata and entry points come from the install and "
+                "its code from the checkout each run uses"
+            ), []
+        shown = ", ".join(r for r in roots if r != ".") or "the root"
+        return (
+            f"{name} installed editable from the checkout (its metadata and entry points; its code is "
+            f"imported from {shown} of the checkout each run uses)"
+        ), roots
 
     def not_assessable(self, step: str, result: sandbox.RunResult) -> NotAssessable:
         output = result.stderr + "\n" + result.stdout
@@ -304,24 +422,150 @@ def _install_failed(builder: _Builder, result: sandbox.RunResult) -> GradeError:
     return InstallFailed(f"{head}\n{tail}" if tail else head, builder.deps)
 
 
-def _build(target: Path, deps: Dependencies, cache_root: Path, timeout: float) -> str:
-    """Build the venv at ``target``; returns the tool used. Raises NotAssessable or InstallFailed."""
-    target.mkdir()
-    builder = _Builder(target, deps, cache_root, timeout)
+def _open_site(venv: Path) -> int | None:
+    """A descriptor of the venv's site-packages, opened one folder at a time without following a link.
+
+    Taken before a build runs: whatever the build then does to the venv's paths (a link put in place of
+    ``lib``), the grader lists and removes only inside the folder it opened.
+    """
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
     try:
-        builder.make_venv()
-        result = builder.trusted(builder.install_argv(build=False))
-        if result.timed_out:
-            raise _install_failed(builder, result)  # a second attempt would only spend the timeout again
-        if result.returncode != 0:
-            # Some requirement has no wheel for this platform: build it, as the sandbox user, with a
-            # private cache. Start from a fresh venv so nothing of the first attempt is reused.
+        fd = os.open(venv, flags)
+    except OSError:
+        return None
+    try:
+        for part in ("lib", None, "site-packages"):
+            if part is None:  # lib/python3.X
+                names = sorted(n for n in os.listdir(fd) if n.startswith("python3"))
+                if len(names) != 1:
+                    raise OSError("no single lib/python3.X")
+                part = names[0]
+            inner = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        return fd
+    except OSError:
+        os.close(fd)
+        return None
+
+
+def _read_at(dir_fd: int, name: str, limit: int = 8192) -> str:
+    """The start of a regular file in ``dir_fd``: never through a link, never blocking on a FIFO."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError:
+        return ""
+    try:
+        return os.read(fd, limit).decode("utf-8", "replace") if stat.S_ISREG(os.fstat(fd).st_mode) else ""
+    finally:
+        os.close(fd)
+
+
+def _remove_at(dir_fd: int, name: str) -> None:
+    """Remove ``name`` in ``dir_fd``, a folder tree included, never following a link."""
+    info = os.lstat(name, dir_fd=dir_fd)
+    if not stat.S_ISDIR(info.st_mode):
+        os.unlink(name, dir_fd=dir_fd)
+        return
+    try:
+        for _dirpath, dirnames, filenames, fd in os.fwalk(name, topdown=False, dir_fd=dir_fd):
+            for entry in filenames:
+                os.unlink(entry, dir_fd=fd)
+            for entry in dirnames:
+                if stat.S_ISLNK(os.lstat(entry, dir_fd=fd).st_mode):
+                    os.unlink(entry, dir_fd=fd)
+                else:
+                    os.rmdir(entry, dir_fd=fd)
+        os.rmdir(name, dir_fd=dir_fd)
+    except RecursionError:
+        # Deeper than fwalk recurses: rm (no recursion, no link followed), reaching the folder through the
+        # grader's own descriptor, never through a path the build could have changed.
+        here = f"/proc/{os.getpid()}/fd/{dir_fd}/{name}"
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", here], check=False, capture_output=True)
+
+
+def _drop_import_hooks(site_fd: int, added: list[str], copy: Path) -> list[str]:
+    """Remove what an install added to the site-packages ``site_fd`` besides its ``*.dist-info``: an editable
+    install's ``.pth`` file or finder module pointing at the build's copy, a regular install's code.
+
+    Returns the copy's folders the hook put on the path, relative ("src"): a ``.pth`` line names the
+    folder; a setuptools finder maps each package to its folder, whose parent is the root.
+    """
+    roots: list[str] = []
+
+    def note(where: str, parent: bool) -> None:
+        real = Path(os.path.realpath(where))
+        real = real.parent if parent else real
+        if real.is_relative_to(copy):
+            roots.append(real.relative_to(copy).as_posix() or ".")
+
+    for name in added:
+        try:
+            info = os.lstat(name, dir_fd=site_fd)
+        except OSError:
+            continue
+        if name.endswith(".dist-info") and stat.S_ISDIR(info.st_mode):
+            continue
+        if name.endswith(".pth"):
+            for line in _read_at(site_fd, name).splitlines():
+                if line.strip() and not line.startswith(("#", "import")) and os.path.isabs(line.strip()):
+                    note(line.strip(), parent=False)
+        elif name.startswith("__editable__") and name.endswith(".py"):
+            mapping = re.search(r"MAPPING[^=\n]*=\s*(\{[^}]*\})", _read_at(site_fd, name, 65536))
+            for found in re.findall(r"""['"](/[^'"]+)['"]""", mapping.group(1) if mapping else ""):
+                if Path(found).is_relative_to(copy) and found.rstrip("/") != str(copy):
+                    note(found, parent=True)
+        try:
+            _remove_at(site_fd, name)
+        except OSError:
+            pass
+    return list(dict.fromkeys(roots))
+
+
+@dataclass
+class _Built:
+    tool: str
+    project: str = ""
+    import_roots: list[str] = field(default_factory=list)
+    lock_note: str = ""
+
+
+def _build(
+    target: Path,
+    repo: Path,
+    deps: Dependencies,
+    project: Project,
+    choice: Choice,
+    cache_root: Path,
+    timeout: float,
+) -> _Built:
+    """Build the venv at ``target``. Raises NotAssessable or InstallFailed."""
+    target.mkdir()
+    builder = _Builder(target, deps, cache_root, timeout, choice.python)
+    built = _Built(tool="uv")
+    try:
+        pinned = bool(deps.constraints)
+        result = builder.install(pinned=pinned)
+        if result.returncode != 0 and pinned and not result.timed_out:
+            # The lockfile's pins and the grader's pinned tools (or this Python) do not go together:
+            # install what the submission declares without them, and say so.
+            tail = _tail(result.stderr + "\n" + result.stdout).splitlines()
             shutil.rmtree(target, ignore_errors=True)
             target.mkdir()
-            builder.make_venv()
-            result = builder.untrusted(builder.install_argv(build=True))
-            if result.returncode != 0:
-                raise _install_failed(builder, result)
+            result = builder.install(pinned=False)
+            if result.returncode == 0:
+                built.lock_note = (
+                    f"the versions pinned by {deps.lockfile} could not be installed with the grader's tools "
+                    f"on Python {choice.version}"
+                    + (f" ({tail[-1][:200]})" if tail else "")
+                    + "; installed the declared requirements without them"
+                )
+        if result.returncode != 0:
+            raise _install_failed(builder, result)
+        if pinned and not built.lock_note:
+            built.lock_note = f"{len(deps.constraints)} versions pinned by {deps.lockfile} honoured"
+        built.tool = builder.tool
+        built.project, built.import_roots = builder.install_project(repo, project, choice)
         python = target / "bin" / "python"
         # Bytecode is compiled here, once: the sandbox user cannot write the venv, so without it every run
         # would compile pytest, the dependencies and the audit hook again. A failed compile only costs speed.
@@ -329,7 +573,7 @@ def _build(target: Path, deps: Dependencies, cache_root: Path, timeout: float) -
         builder.untrusted([str(python), "-S", "-m", "compileall", "-q", "-j", "0", *site])
         # Loads the venv's pytest plugins, which are package code: untrusted.
         builder.untrusted(_rewrite_warmup(python, builder.work), PYTHONDONTWRITEBYTECODE="")
-        return builder.tool
+        return built
     finally:
         builder.close()
 
@@ -367,7 +611,7 @@ def _rewrite_warmup(python: Path, work: Path) -> list[str]:
 def _digest(venv: Path) -> dict[str, str]:
     """relative path -> sha256 of (kind, mode, owner, content or link target), for every entry in ``venv``."""
     out: dict[str, str] = {}
-    for dirpath, dirnames, filenames in os.walk(venv, followlinks=False):
+    for dirpath, dirnames, filenames in walk(venv):
         dirnames.sort()
         for name in sorted((*dirnames, *filenames)):
             path = os.path.join(dirpath, name)
@@ -415,7 +659,7 @@ def _tool_versions(venv: Path, names: list[str]) -> dict[str, str]:
 
 def _seal(venv: Path) -> None:
     """Take group and other write access off everything in ``venv`` (uv leaves its lock file 0666)."""
-    for dirpath, dirnames, filenames in os.walk(venv, followlinks=False):
+    for dirpath, dirnames, filenames in walk(venv):
         for name in (*dirnames, *filenames):
             path = os.path.join(dirpath, name)
             info = os.lstat(path)
@@ -423,11 +667,18 @@ def _seal(venv: Path) -> None:
                 os.chmod(path, stat.S_IMODE(info.st_mode) & ~0o022)
 
 
-def _write_record(path: Path, venv: Path, deps: Dependencies, tool: str) -> dict[str, object]:
+def _write_record(
+    path: Path, venv: Path, deps: Dependencies, built: _Built, choice: Choice
+) -> dict[str, object]:
     _seal(venv)
     record: dict[str, object] = {
         "requirements": deps.requirements,
-        "tool": tool,
+        "constraints": deps.constraints,
+        "tool": built.tool,
+        "project": built.project,
+        "import_roots": built.import_roots,
+        "lock_note": built.lock_note,
+        "python_note": choice.note,
         "tools": _tool_versions(venv, list(deps.tools)),
         "files": _digest(venv),
     }
@@ -497,8 +748,16 @@ def _ensure_env(repo: Path, *, cache_root: Path, timeout: float) -> Env:
     deps = read_dependencies(repo)
     if deps.invalid:
         raise InstallFailed(_invalid_reason(deps), deps)
+    project = read_project(repo)
+    choice = choose(
+        _base_python(),
+        _uv_bin(),
+        requires_python=project.requires_python,
+        where=project.requires_python_where,
+        python_version=project.python_version,
+    )
     cache_root.mkdir(parents=True, exist_ok=True)
-    key = _cache_key(deps.requirements, _base_python())
+    key = _cache_key(deps, project, choice.python)
     target = cache_root / key
     record_path = cache_root / f"{key}{_RECORD}"
     notes: list[str] = []
@@ -514,8 +773,8 @@ def _ensure_env(repo: Path, *, cache_root: Path, timeout: float) -> Env:
             record_path.unlink(missing_ok=True)
             shutil.rmtree(target, ignore_errors=True)  # half-built, or changed since it was built
             try:
-                tool = _build(target, deps, cache_root, timeout)
-                record = _write_record(record_path, target, deps, tool)
+                built = _build(target, repo, deps, project, choice, cache_root, timeout)
+                record = _write_record(record_path, target, deps, built, choice)
             except BaseException:
                 shutil.rmtree(target, ignore_errors=True)
                 raise
@@ -531,4 +790,8 @@ def _ensure_env(repo: Path, *, cache_root: Path, timeout: float) -> Env:
         tools=dict(tools) if isinstance(tools, dict) else {},
         dependencies=deps,
         notes=tuple(notes),
+        python_note=str(record.get("python_note") or ""),
+        project=str(record.get("project") or ""),
+        lock_note=str(record.get("lock_note") or ""),
+        import_roots=tuple(str(r) for r in record.get("import_roots") or ()),  # type: ignore[union-attr]
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -17,7 +19,14 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-__all__ = ["CASSETTE_DIR_CANDIDATES", "Manifest", "not_a_submission", "read_manifest"]
+__all__ = [
+    "CASSETTE_DIR_CANDIDATES",
+    "Manifest",
+    "SuiteCommand",
+    "not_a_submission",
+    "read_manifest",
+    "suite_command",
+]
 
 # Ordered: the kit's own layout first, then the layouts pytest-recording and pytest-vcr use by default
 # (tests/cassettes[/<module>]/) and the one vcrpy's own documentation shows (fixtures/vcr_cassettes).
@@ -373,3 +382,188 @@ def _discover_triage_command(repo: Path) -> list[str] | None:
         if (child / "__init__.py").is_file() and main.is_file() and not main.is_symlink():
             found.append(child.name)
     return ["python", "-m", found[0]] if len(found) == 1 else None
+
+
+# --- how the submission runs its suite ---------------------------------------------------------------------
+
+_MAKEFILES = ("GNUmakefile", "makefile", "Makefile")
+_READMES = ("README.md", "README.rst", "README.txt", "README")
+_MAKEFILE_CAP = 1_000_000
+# Commands that make or sync an environment of their own, over the network, before running anything:
+# offline in the sandbox they fail before a test runs. (first word, second word or "" for any)
+_ENV_MAKERS = (
+    ("uv", "run"), ("uv", "sync"), ("uv", "pip"), ("uvx", ""), ("poetry", "run"), ("poetry", "install"),
+    ("pdm", "run"), ("pdm", "install"), ("pdm", "sync"), ("hatch", "run"), ("hatch", "test"),
+    ("hatch", "env"), ("pipenv", "run"), ("pipenv", "install"), ("pipenv", "sync"), ("rye", "run"),
+    ("rye", "sync"), ("tox", ""), ("nox", ""), ("pip", "install"), ("pip3", "install"),
+    ("virtualenv", ""),
+)  # fmt: skip
+_VENV_PATH = re.compile(r"^(?:\./)?\.?venv/bin/|^\$[({]VENV[)}]/bin/")
+_PYTEST = re.compile(r"(?:^|/)(?:py\.test|pytest)$")
+_SIMPLE_ARG = re.compile(r"^[\w./:=,@+-]+$")
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_RECORDING = re.compile(r"record|_KEY=|_TOKEN=|snapshot-update|inline-snapshot=", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class SuiteCommand:
+    """The command the replay suite runs with, and the evidence line saying where it came from."""
+
+    argv: list[str]
+    how: str
+
+
+def suite_command(repo: Path) -> SuiteCommand:
+    """The suite the way the submission says to run it: its Makefile's ``test`` target, else its README.
+
+    A ``test`` recipe (or one it depends on) that makes an environment of its own (``uv run pytest``, ``uv
+    sync``, ``poetry run``, ``tox``, a ``.venv/bin/pytest``) cannot work offline in the sandbox: the same
+    tests run with the installed interpreter instead (``python -m pytest`` with the recipe's own pytest
+    arguments when they are plain words), and the evidence says so. Read statically; nothing is run.
+    """
+    recipe = _test_recipe(repo)
+    if recipe is not None:
+        where, lines = recipe
+        maker = next((line for _, line in lines if _makes_env(line)), None)
+        if maker is None:
+            return SuiteCommand(["make", "test"], f"make test ({where})")
+        args = next((a for _, line in lines if (a := _pytest_args(line)) is not None), [])
+        argv = ["python", "-m", "pytest", *args]
+        return SuiteCommand(
+            argv,
+            f"{where}: `make test` runs `{maker}`, which makes an environment over the network; ran "
+            f"`{shlex.join(argv)}` with the installed interpreter instead",
+        )
+    readme = _readme_command(repo)
+    if readme is not None:
+        where, line, args = readme
+        argv = ["python", "-m", "pytest", *args]
+        if _makes_env(line):
+            how = (
+                f"{where}: the README runs `{line}`, which makes an environment over the network; ran "
+                f"`{shlex.join(argv)}` with the installed interpreter instead"
+            )
+        else:
+            how = f"{shlex.join(argv)} (the README's `{line}`, {where})"
+        return SuiteCommand(argv, how)
+    return SuiteCommand(
+        ["python", "-m", "pytest"], "python -m pytest (no Makefile test target or README command)"
+    )
+
+
+def _words(line: str) -> list[str]:
+    try:
+        words = shlex.split(line, comments=True)
+    except ValueError:
+        words = line.split()
+    while words and _ASSIGNMENT.match(words[0]):  # CASSETTE_MODE=replay uv run pytest
+        words = words[1:]
+    if words[:1] == ["env"]:
+        words = words[1:]
+        while words and _ASSIGNMENT.match(words[0]):
+            words = words[1:]
+    return words
+
+
+def _makes_env(line: str) -> bool:
+    words = _words(line)
+    if not words:
+        return False
+    first, second = os.path.basename(words[0]), words[1] if len(words) > 1 else ""
+    if _VENV_PATH.match(words[0]):
+        return True
+    if first.startswith("python") and words[1:3] == ["-m", "pip"] and "install" in words[3:4]:
+        return True
+    if first.startswith("python") and words[1:3] in (["-m", "tox"], ["-m", "nox"], ["-m", "venv"]):
+        return True
+    return any(first == a and (not b or second == b) for a, b in _ENV_MAKERS)
+
+
+def _pytest_args(line: str) -> list[str] | None:
+    """The plain arguments after ``pytest`` in ``line`` (None when it runs no pytest)."""
+    words = _words(line)
+    for index, word in enumerate(words):
+        if _PYTEST.search(word) or (word == "pytest" and words[index - 1 : index] == ["-m"]):
+            rest: list[str] = []
+            for arg in words[index + 1 :]:
+                if arg in ("&&", "||", ";", "|"):
+                    break
+                rest.append(arg)
+            return rest if all(_SIMPLE_ARG.match(a) for a in rest) else []
+    return None
+
+
+def _read_text(repo: Path, name: str) -> str | None:
+    try:  # never through a link, never a FIFO, capped
+        return read_bytes(repo / name, cap=_MAKEFILE_CAP, root=repo, truncate=True).decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def _test_recipe(repo: Path) -> tuple[str, list[tuple[int, str]]] | None:
+    """(where ``test:`` is, its recipe lines and those of its prerequisites), or None without one."""
+    for name in _MAKEFILES:
+        text = _read_text(repo, name)
+        if text is not None:
+            break
+    else:
+        return None
+    rules: dict[str, tuple[int, list[str], list[tuple[int, str]]]] = {}
+    current: list[tuple[int, str]] | None = None
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("\t"):
+            if current is not None:
+                current.append((number, line[1:].lstrip("@-+ ").strip()))
+            continue
+        match = re.match(r"^([A-Za-z0-9_.\-/ ]+?)\s*::?(?!=)(.*)$", line)
+        if not match or "=" in match.group(1):
+            if line.strip() and not line.lstrip().startswith("#"):
+                current = None
+            continue
+        current = []
+        prerequisites = match.group(2).split(";", 1)[0].split("#", 1)[0].split()
+        for target in match.group(1).split():
+            rules.setdefault(target, (number, prerequisites, current))
+    if "test" not in rules:
+        return None
+    number, _, _ = rules["test"]
+    lines: list[tuple[int, str]] = []
+    seen: set[str] = set()
+    todo = ["test"]
+    while todo and len(seen) < 20:
+        target = todo.pop(0)
+        if target in seen or target not in rules:
+            continue
+        seen.add(target)
+        _, prerequisites, recipe = rules[target]
+        todo += prerequisites
+        lines += recipe
+    return f"{name}:{number}", lines
+
+
+def _readme_command(repo: Path) -> tuple[str, str, list[str]] | None:
+    """(README:line, the command, its pytest arguments) of the README's first command running pytest."""
+    for name in _READMES:
+        text = _read_text(repo, name)
+        if text is None:
+            continue
+        fenced = False
+        for number, raw in enumerate(text.splitlines(), 1):
+            if raw.strip().startswith(("```", "~~~")):
+                fenced = not fenced
+                continue
+            # Commands only: in a fenced block, after a shell prompt, or indented (rst, Markdown code).
+            if not (fenced or raw.lstrip().startswith("$ ") or raw.startswith(("    ", "\t"))):
+                continue
+            line = raw.strip().removeprefix("$ ").strip()
+            if _RECORDING.search(line):
+                continue  # how to re-record (a key, --record-mode), not how to run the suite
+            if len(line) > 200 or not line:
+                continue
+            args = _pytest_args(line)
+            words = _words(line)
+            first = os.path.basename(words[0]) if words else ""
+            if args is None or not (_PYTEST.search(first) or first.startswith("python") or _makes_env(line)):
+                continue
+            return f"{name}:{number}", line, args
+    return None

@@ -10,6 +10,10 @@ own failure, decided here from the grader's parse, never from an installer's log
 
 The grader's own test tools (``grader/rules/tools.toml``) are always added at their pinned versions; a
 submission's requirement on one of them is replaced by the pin.
+
+A lockfile (``uv.lock``, ``poetry.lock``) is honoured as constraints: every package it pins from a package
+index is installed at the locked version when something the submission declares needs it, so the suite
+meets the SDK versions its recordings were made with. The lockfile is read as data (TOML), never run.
 """
 
 from __future__ import annotations
@@ -25,14 +29,25 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from grader.details import counted
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-__all__ = ["Dependencies", "Problem", "grader_tools", "read_dependencies"]
+__all__ = [
+    "Dependencies",
+    "Problem",
+    "grader_tools",
+    "poetry_specifier",
+    "read_dependencies",
+    "vet_requirement",
+]
 
 _EXTRA_GROUPS = ("test", "tests", "testing", "dev")
+# Read in this order; the first one present is honoured (a project has one).
+_LOCKFILES = ("uv.lock", "poetry.lock")
 _REQUIREMENT_FILES = ("requirements.txt", "requirements-dev.txt", "requirements-test.txt")
 _TOOLS_FILE = Path(__file__).parent / "rules" / "tools.toml"
 _MAX_FILE = 1024 * 1024  # a requirements file or pyproject.toml larger than this is not read
@@ -66,6 +81,11 @@ class Dependencies:
     ``invalid``: lines that are not requirements (the submission's own install failure).
     ``overridden``: a submission's requirement on a grader tool whose specifier excluded the pin.
     ``tools``: the grader's pins, name -> version.
+    ``constraints``: ``name==version`` pins read from the lockfile (never a grader tool or one of its
+    ``[companions]``), installed as constraints: they fix a version, they add no package.
+    ``lockfile``: the lockfile the constraints came from ("uv.lock"), or None.
+    ``sources``: where the requirements were read, for the evidence ("pyproject.toml [project]
+    dependencies", "extras test, dev", "requirements.txt").
     """
 
     requirements: list[str]
@@ -73,12 +93,30 @@ class Dependencies:
     invalid: list[Problem] = field(default_factory=list)
     overridden: list[Problem] = field(default_factory=list)
     tools: dict[str, str] = field(default_factory=dict)
+    constraints: list[str] = field(default_factory=list)
+    lockfile: str | None = None
+    sources: list[str] = field(default_factory=list)
+
+    def described(self) -> str:
+        """One line for the evidence: what was read, from where, pinned by which lockfile."""
+        submitted = [r for r in self.requirements if canonicalize_name(Requirement(r).name) not in self.tools]
+        where = "; ".join(self.sources) or "no dependency declaration"
+        line = f"{counted(len(submitted), 'requirement')} from {where}"
+        if self.lockfile:
+            line += f", pinned by {self.lockfile} ({counted(len(self.constraints), 'locked version')})"
+        return line
 
 
 def grader_tools() -> dict[str, str]:
     """The grader's pinned test tools (canonical name -> exact version), from ``rules/tools.toml``."""
     data = tomllib.loads(_TOOLS_FILE.read_text(encoding="utf-8"))
     return {canonicalize_name(name): str(version) for name, version in data["tools"].items()}
+
+
+def _companions() -> set[str]:
+    """What the pinned tools depend on (``[companions]`` in rules/tools.toml): no lockfile pins these."""
+    data = tomllib.loads(_TOOLS_FILE.read_text(encoding="utf-8"))
+    return {canonicalize_name(str(n)) for n in (data.get("companions") or {}).get("names", [])}
 
 
 # --- reading files safely ---------------------------------------------------------------------------------
@@ -139,6 +177,13 @@ def _classify(text: str) -> tuple[Requirement | None, str | None, bool]:
     if req.url:
         return None, "a direct URL reference (installs come from the package index only)", False
     return req, None, False
+
+
+def vet_requirement(text: str) -> tuple[str | None, str]:
+    """(the normalized requirement, "") for a requirement the installer may fetch from the index, else
+    (None, why it is refused)."""
+    requirement, why, _invalid = _classify(text.strip())
+    return (str(requirement), "") if requirement is not None else (None, why or "not a requirement")
 
 
 # --- requirements files -----------------------------------------------------------------------------------
@@ -264,8 +309,10 @@ def read_dependencies(repo: Path) -> Dependencies:
     """The submission's requirements, statically: pyproject first, else the requirements files.
 
     From pyproject.toml: ``[project] dependencies``, the ``test``/``tests``/``testing``/``dev`` extras and
-    dependency groups. Without any of those: ``requirements.txt``, ``requirements-dev.txt`` and
-    ``requirements-test.txt`` with the files they ``-r`` inside the repository.
+    dependency groups, and poetry's ``[tool.poetry.dependencies]`` with its groups and extras of those
+    names (``[tool.poetry.group.dev.dependencies]``, ``[tool.poetry.dev-dependencies]``). Without any of
+    those: ``requirements.txt``, ``requirements-dev.txt`` and ``requirements-test.txt`` with the files they
+    ``-r`` inside the repository. The lockfile's pins come along as constraints (`_lock_pins`).
     """
     repo = Path(os.path.realpath(repo))
     text = _read_text(repo / "pyproject.toml") or ""
@@ -274,9 +321,12 @@ def read_dependencies(repo: Path) -> Dependencies:
     except (tomllib.TOMLDecodeError, RecursionError):  # a nesting bomb is malformed TOML too
         data = {}
     project = data.get("project") if isinstance(data.get("project"), dict) else {}
-    name = project.get("name")
+    tool = data.get("tool") if isinstance(data.get("tool"), dict) else {}
+    poetry = tool.get("poetry") if isinstance(tool.get("poetry"), dict) else {}
+    name = project.get("name") or poetry.get("name")
     out = _Collector(canonicalize_name(name) if isinstance(name, str) and name.strip() else None)
     lines = text.splitlines()
+    sources: list[str] = []
 
     def from_pyproject(items: object) -> None:
         for item in items if isinstance(items, list) else []:
@@ -292,21 +342,265 @@ def read_dependencies(repo: Path) -> Dependencies:
     declared = isinstance(project.get("dependencies"), list) or isinstance(
         project.get("optional-dependencies"), dict
     )
+    if isinstance(project.get("dependencies"), list):
+        sources.append("pyproject.toml [project] dependencies")
     from_pyproject(project.get("dependencies"))
     extras = project.get("optional-dependencies")
+    named = _named_by_instructions(repo)
+    wanted = [*_EXTRA_GROUPS, *(n for n, _ in named.groups if n not in _EXTRA_GROUPS)]
     if isinstance(extras, dict):
-        for group in _EXTRA_GROUPS:
+        chosen = _chosen(extras, wanted)
+        if chosen:
+            sources.append(f"extras {', '.join(chosen)}" + _named_where(named, chosen))
+        for group in chosen:
             from_pyproject(extras.get(group))
     groups = data.get("dependency-groups")
     if isinstance(groups, dict):
         declared = True
-        for group in _EXTRA_GROUPS:
+        chosen = _chosen(groups, wanted)
+        if chosen:
+            sources.append(f"dependency groups {', '.join(chosen)}" + _named_where(named, chosen))
+        for group in chosen:
             from_pyproject(list(_dependency_group(groups, group)))
-    if not declared:
-        seen: set[Path] = set()
-        for file_name in _REQUIREMENT_FILES:
+    if poetry:
+        declared = _from_poetry(poetry, lines, out, sources, wanted) or declared
+    seen: set[Path] = set()
+    # Files the README, Makefile or CI installs with `pip install -r`, whatever else is declared.
+    for file_name, where in named.files:
+        if (repo / file_name).is_file() and _inside(repo / file_name, repo) is not None:
+            sources.append(f"{file_name} (named at {where})")
             _from_file(repo / file_name, repo, seen, out)
-    return _with_tools(out)
+    if not declared:
+        for file_name in _REQUIREMENT_FILES:
+            if (repo / file_name).is_file() and _inside(repo / file_name, repo) not in seen:
+                sources.append(file_name)
+            _from_file(repo / file_name, repo, seen, out)
+    constraints, lockfile = _lock_pins(repo, out)
+    deps = _with_tools(out)
+    kept = set(deps.tools) | _companions()
+    pins = [c for c in constraints if canonicalize_name(Requirement(c).name) not in kept]
+    return Dependencies(
+        requirements=deps.requirements,
+        refused=deps.refused,
+        invalid=deps.invalid,
+        overridden=deps.overridden,
+        tools=deps.tools,
+        constraints=pins,
+        lockfile=lockfile,
+        sources=sources,
+    )
+
+
+# --- what the README, Makefile and CI install -------------------------------------------------------------
+
+_INSTRUCTIONS = ("README.md", "README.rst", "README.txt", "README", "Makefile", "makefile", "GNUmakefile")
+_WORKFLOWS = ".github/workflows"
+_MAX_WORKFLOWS = 20
+_INSTALLS = re.compile(r"\b(?:pip3?|uv|poetry|pdm|hatch)\b.*\b(?:install|sync|add|run)\b")
+_EXTRAS = re.compile(r"(?:^|[\s'\"=])\.\[([A-Za-z0-9_.,\- ]+)\]")
+_OPTION = re.compile(r"--(extra|group|with|only)[= ]+['\"]?([A-Za-z0-9_.\-]+)")
+_REQ_FILE = re.compile(r"(?:^|\s)(?:-r|--requirement)[= ]*['\"]?([A-Za-z0-9_./\-]+\.(?:txt|in))")
+
+
+@dataclass
+class _Named:
+    groups: list[tuple[str, str]] = field(default_factory=list)  # (extra or group name, file:line)
+    files: list[tuple[str, str]] = field(default_factory=list)  # (requirements file, file:line)
+
+
+def _named_by_instructions(repo: Path) -> _Named:
+    """Extras, groups and requirement files the README, Makefile or CI workflows install
+    (``pip install -e '.[test,ci]'``, ``uv sync --extra ci --group lint``, ``poetry install --with
+    test``, ``pip install -r requirements/dev.txt``): read as text, never run."""
+    named = _Named()
+    files = [Path(name) for name in _INSTRUCTIONS]
+    workflows = repo / _WORKFLOWS
+    # Never through a link out of the repository (.github itself may be one).
+    if _inside(workflows, repo) is not None and workflows.is_dir() and not workflows.is_symlink():
+        found = sorted(p for p in workflows.iterdir() if p.suffix in (".yml", ".yaml"))
+        files += [p.relative_to(repo) for p in found[:_MAX_WORKFLOWS] if _inside(p, repo) is not None]
+    for rel in files:
+        text = _read_text(repo / rel)
+        if text is None:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if not _INSTALLS.search(line):
+                continue
+            where = f"{rel.as_posix()}:{number}"
+            for match in _EXTRAS.finditer(line):
+                for extra in match.group(1).split(","):
+                    if extra.strip():
+                        named.groups.append((_normal(extra), where))
+            for _kind, name in _OPTION.findall(line):
+                named.groups.append((_normal(name), where))
+            for name in _REQ_FILE.findall(line):
+                if not any(name == f for f, _ in named.files):
+                    named.files.append((name.removeprefix("./"), where))
+    return named
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name.strip()).lower()
+
+
+def _chosen(table: dict, wanted: list[str]) -> list[str]:
+    """The keys of ``table`` (extras or groups) among ``wanted``, compared as normalized names."""
+    by_normal = {_normal(key): key for key in table if isinstance(key, str)}
+    return list(dict.fromkeys(by_normal[w] for w in wanted if w in by_normal))
+
+
+def _named_where(named: _Named, chosen: list[str]) -> str:
+    places = list(dict.fromkeys(where for n, where in named.groups if n in {_normal(c) for c in chosen}))
+    return f" (named at {', '.join(places[:2])})" if places else ""
+
+
+# --- poetry -----------------------------------------------------------------------------------------------
+
+
+def _from_poetry(
+    poetry: dict, lines: list[str], out: _Collector, sources: list[str], wanted: list[str]
+) -> bool:
+    """Poetry's own tables: main dependencies, the test/dev groups, and extras of those names.
+
+    True when poetry declares dependencies (then no requirements file is read).
+    """
+    main = poetry.get("dependencies") if isinstance(poetry.get("dependencies"), dict) else {}
+    tables: list[tuple[str, dict]] = [("[tool.poetry.dependencies]", main)] if main else []
+    legacy = poetry.get("dev-dependencies")
+    if isinstance(legacy, dict):
+        tables.append(("[tool.poetry.dev-dependencies]", legacy))
+    groups = poetry.get("group") if isinstance(poetry.get("group"), dict) else {}
+    for group in _chosen(groups, wanted):
+        table = groups.get(group)
+        if isinstance(table, dict) and isinstance(table.get("dependencies"), dict):
+            tables.append((f"[tool.poetry.group.{group}.dependencies]", table["dependencies"]))
+    extras = poetry.get("extras") if isinstance(poetry.get("extras"), dict) else {}
+    wanted_optional = {
+        canonicalize_name(n)
+        for group in _chosen(extras, wanted)
+        for n in (extras.get(group) or [])
+        if isinstance(n, str)
+    }
+    if tables:
+        sources.append("pyproject.toml " + ", ".join(label for label, _ in tables))
+    for _label, table in tables:
+        for key, spec in table.items():
+            if not isinstance(key, str) or canonicalize_name(key) == "python":
+                continue
+            number = _locate_key(lines, key)
+            where = f"pyproject.toml:{number}" if number else "pyproject.toml"
+            for item in spec if isinstance(spec, list) else [spec]:  # a list: one entry per marker
+                text, why, optional = _poetry_requirement(key, item)
+                if why is not None:
+                    out.refuse(where, f"{key} = {item!r}", why)
+                elif text is not None and (not optional or canonicalize_name(key) in wanted_optional):
+                    out.add(where, text)
+    return bool(tables)
+
+
+def _locate_key(lines: list[str], key: str) -> int | None:
+    pattern = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=")
+    for number, line in enumerate(lines, 1):
+        if pattern.match(line):
+            return number
+    return None
+
+
+def _poetry_requirement(name: str, spec: object) -> tuple[str | None, str | None, bool]:
+    """(PEP 508 text, why refused, optional) for one poetry dependency entry."""
+    extras = ""
+    markers = ""
+    optional = False
+    if isinstance(spec, dict):
+        for source in ("git", "path", "url", "file"):
+            if source in spec:
+                return None, f"a {source} dependency (installs come from the package index only)", False
+        optional = bool(spec.get("optional"))
+        wanted = spec.get("extras")
+        if isinstance(wanted, list) and all(isinstance(e, str) for e in wanted) and wanted:
+            extras = "[" + ",".join(wanted) + "]"
+        if isinstance(spec.get("markers"), str):
+            markers = spec["markers"]
+        spec = spec.get("version", "*")
+    if not isinstance(spec, str):
+        return None, None, optional
+    specifier = poetry_specifier(spec)
+    text = f"{name}{extras}{specifier}" + (f"; {markers}" if markers else "")
+    return text, None, optional
+
+
+def poetry_specifier(spec: str) -> str:
+    """Poetry's version syntax as PEP 440: ``^1.2`` -> ``>=1.2,<2.0``; unreadable -> no bound (the
+    lockfile, when there is one, pins the version anyway)."""
+    parts = []
+    for piece in re.split(r"\s*,\s*|\s+(?=[<>=!~^])", spec.strip()):
+        if not piece or piece == "*":
+            continue
+        match = re.fullmatch(r"([\^~]|[<>=!~]=?|==)?\s*(\d+(?:\.\d+)*)(\.\*)?", piece)
+        if not match:
+            return ""
+        op, version, star = match.group(1) or "", match.group(2), match.group(3) or ""
+        numbers = [int(n) for n in version.split(".")]
+        if op == "^":
+            first = next((i for i, n in enumerate(numbers) if n), len(numbers) - 1)
+            upper = [*numbers[:first], numbers[first] + 1]
+            parts += [f">={version}", "<" + ".".join(map(str, upper))]
+        elif op == "~":
+            cut = 1 if len(numbers) == 1 else 2
+            upper = [*numbers[: cut - 1], numbers[cut - 1] + 1]
+            parts += [f">={version}", "<" + ".".join(map(str, upper))]
+        elif op == "":
+            parts.append(f"=={version}{star}")
+        else:
+            parts.append(f"{op}{version}{star}")
+    return ",".join(parts)
+
+
+# --- lockfiles --------------------------------------------------------------------------------------------
+
+
+def _lock_pins(repo: Path, out: _Collector) -> tuple[list[str], str | None]:
+    """``name==version`` for every package the lockfile pins from a package index, and the lockfile's name.
+
+    Packages locked from git, a URL or a path (the project itself among them) are left out; so is a
+    package locked at several versions (a split by Python version or platform), which the installer
+    then resolves within the declared bounds.
+    """
+    for name in _LOCKFILES:
+        text = _read_text(repo / name)
+        if text is None:
+            continue
+        try:
+            data = tomllib.loads(text)
+        except (tomllib.TOMLDecodeError, RecursionError):
+            out.refuse(name, name, "not valid TOML; its pins were not used")
+            return [], None
+        versions: dict[str, set[str]] = {}
+        for package in data.get("package") or []:
+            if not isinstance(package, dict):
+                continue
+            pkg, version = package.get("name"), package.get("version")
+            if not isinstance(pkg, str) or not isinstance(version, str) or not _from_index(package):
+                continue
+            versions.setdefault(canonicalize_name(pkg), set()).add(version)
+        pins = []
+        for pkg, found in sorted(versions.items()):
+            if len(found) != 1:
+                continue
+            requirement, _why, _invalid = _classify(f"{pkg}=={next(iter(found))}")
+            if requirement is not None:
+                pins.append(str(requirement))
+        return pins, name
+    return [], None
+
+
+def _from_index(package: dict) -> bool:
+    source = package.get("source")
+    if source is None:  # poetry: no source table means the default index
+        return True
+    if not isinstance(source, dict):
+        return False
+    return "registry" in source  # uv.lock; poetry's git/url/directory/file sources are not an index
 
 
 def _with_tools(out: _Collector) -> Dependencies:

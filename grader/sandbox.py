@@ -317,8 +317,8 @@ def scrubbed_env(
         env["PIP_NO_INDEX"] = "1"
         env["UV_OFFLINE"] = "1"
     if audit_log is not None:
-        env["GRADER_AUDIT_LOG"] = str(audit_log)
-        env["GRADER_AUDIT_ROOT"] = str(audit_root if audit_root is not None else (cwd or home))
+        env["PY_AUDIT_LOG"] = str(audit_log)
+        env["PY_AUDIT_ROOT"] = str(audit_root if audit_root is not None else (cwd or home))
     if extra:
         env.update({str(k): str(v) for k, v in extra.items()})
     return env
@@ -374,16 +374,43 @@ def _resolve_exe(argv0: str, path_var: str) -> Path | None:
     return Path(found) if found else None
 
 
-def _chown_tree(root: Path, uid: int, gid: int) -> None:
-    # lchown: never follow a submission's symlink to chown something outside its tree.
-    os.lchown(root, uid, gid)
-    if root.is_dir() and not root.is_symlink():
-        for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-            for name in (*dirnames, *filenames):
-                try:
-                    os.lchown(os.path.join(dirpath, name), uid, gid)
-                except OSError:
-                    pass
+# Taken back after a run: no setuid/setgid/sticky bit, no group or other write bit. A file the run made
+# world-writable would otherwise be a root-owned file any local user can change (a Makefile a reviewer later
+# runs in a kept workspace); chown already clears setuid/setgid on files, not on folders.
+_UNSAFE_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX | stat.S_IWGRP | stat.S_IWOTH
+
+
+def _chown_tree(root: Path, uid: int, gid: int, *, tame: bool = False) -> None:
+    # lchown: never follow a submission's symlink to chown something outside its tree. Iterative, not
+    # os.walk: a run can leave folders nested deeper than Python's recursion limit (grader/deeptree.py).
+    _own_one(str(root), uid, gid, tame)
+    if not root.is_dir() or root.is_symlink():
+        return
+    stack = [str(root)]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:  # gone, or a path past PATH_MAX: the clean-up removes it all the same
+            continue
+        for entry in entries:
+            _own_one(entry.path, uid, gid, tame)
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+            except OSError:
+                pass
+
+
+def _own_one(path: str, uid: int, gid: int, tame: bool) -> None:
+    try:
+        os.lchown(path, uid, gid)
+        if tame:
+            st = os.lstat(path)
+            if not stat.S_ISLNK(st.st_mode) and st.st_mode & _UNSAFE_BITS:
+                # Not a link (checked), and nothing of the run is alive to swap it for one.
+                os.chmod(path, stat.S_IMODE(st.st_mode) & ~_UNSAFE_BITS)
+    except OSError:
+        pass
 
 
 @contextmanager
@@ -667,7 +694,7 @@ def run(
                 # git commands see no "dubious ownership" and nothing stays writable by a later command.
                 for path in owned:
                     if path.exists():
-                        _chown_tree(path, os.getuid(), os.getgid())
+                        _chown_tree(path, os.getuid(), os.getgid(), tame=True)
     result.duration = time.monotonic() - start
     result.user = "unprivileged" if drop else "grader"
     return result

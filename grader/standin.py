@@ -47,6 +47,7 @@ __all__ = [
     "StandinServer",
     "answer_text",
     "classify",
+    "fingerprints",
     "flavour_settings",
     "load_rules",
     "main",
@@ -307,6 +308,25 @@ def _reply(path: str, body: dict[str, Any], provider: str, limit: int | None, ru
         # surrogatepass: JSON may carry lone surrogate escapes, which strict UTF-8 refuses.
         digest=hashlib.sha256(f"{path}\n{canonical}".encode("utf-8", "surrogatepass")).digest(),
     )
+
+
+def fingerprints(path: str, body: dict[str, Any], rules: Rules | None = None) -> list[str]:
+    """Strings only this stand-in puts in its answer to ``body`` sent to ``path``: the response ids it
+    derives from the request (both wire formats) and its system fingerprint for the served model. A tape
+    holding one was answered by the stand-in, whatever endpoint its metadata names: a real service's ids
+    are random, and its fingerprint is not a hash of the model's name."""
+    rules = rules or _default_rules()
+    try:
+        openai, anthropic = (
+            _reply(path, body, provider, None, rules) for provider in ("openai", "anthropic")
+        )
+    except (_BadRequest, TypeError, ValueError, AttributeError):
+        return []
+    return [
+        "chatcmpl-" + openai.ident("id", 29),
+        "msg_01" + anthropic.ident("id", 22),
+        _fingerprint(openai.served),
+    ]
 
 
 # --- OpenAI wire format ------------------------------------------------------------------------------------

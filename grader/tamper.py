@@ -9,13 +9,13 @@ names, its Makefile and its Python sources, and lists every place that can make 
   ``pytest_runtest_setup`` calling skip/xfail, ``pytest_sessionfinish`` touching the exit status;
 * monkeypatching of pytest's internals (``_pytest.*``, ``TestReport``, ``CallInfo``) anywhere in the tree,
   and any assignment to ``<something>.outcome`` in a conftest or plugin;
-* references to the grader's own machinery (``GRADER_*`` variables, ``_grader_*`` modules), and a Makefile or
+* references to the grader's own machinery (its variables, its plugin modules), and a Makefile or
   pytest config that switches plugins off (``-p no:``), drops ``PYTEST_ADDOPTS`` or passes ``--noconftest``.
 
-``grader/audit/_grader_guard.py`` is the grader's second pytest plugin (``-p _grader_guard``). It records
+``grader/audit/_grader_guard.py`` is the grader's second pytest plugin (``-p _pytest_outcomes``). It records
 each test's outcome as the runner saw it (``call.excinfo``, read before any other hook wrapper can touch
 it) next to the outcome finally reported, and writes through an inherited file descriptor rather than a
-path. With ``GRADER_GUARD_UNSKIP=1`` it strips skip/skipif/xfail marks after every other collection hook
+path. With ``PYTEST_RUN_SKIPPED=1`` it strips skip/skipif/xfail marks after every other collection hook
 ran, so tests the suite skipped are run and their real outcome is known. See docs/security.md for what this
 does and does not guarantee.
 """
@@ -52,13 +52,17 @@ __all__ = [
     "write_guard",
 ]
 
-GUARD_MODULE = "_grader_guard"
+# The names a run sees (`-p` in PYTEST_ADDOPTS, the clean launcher's path) say nothing of a grader: a
+# submission must not be able to tell a graded run from an ordinary `make test` by them (docs/security.md).
+GUARD_MODULE = "_pytest_outcomes"
+RESULTS_MODULE = "_pytest_results"  # grader/audit/_grader_pytest.py, as the run loads it
 # Copied, never imported here: it runs inside the submission's pytest process, from a grader-owned folder
 # put first on PYTHONPATH so a same-named file in the submission cannot shadow it.
-_GUARD_FILE = Path(__file__).resolve().parent / "audit" / f"{GUARD_MODULE}.py"
+_GUARD_FILE = Path(__file__).resolve().parent / "audit" / "_grader_guard.py"
 _STARTUP_FILE = _GUARD_FILE.parent / "_grader_startup.py"
 _CLEAN_FILE = _GUARD_FILE.parent / "_grader_clean.py"
-CLEAN_LAUNCHER = "_grader_clean.py"
+_RESULTS_FILE = _GUARD_FILE.parent / "_grader_pytest.py"
+CLEAN_LAUNCHER = "_pytest_main.py"
 _MAX_FILES = 5000
 _MAX_BYTES = 1_000_000
 _GUARD_CAP = 64 * 1024**2
@@ -72,7 +76,10 @@ _ALWAYS = {
 }
 _SKIP_CALLS = {"skip", "xfail", "skipif"}
 _PYTEST_INTERNALS = {"TestReport", "CallInfo", "CollectReport", "runner", "reports", "skipping", "outcomes"}
-_GRADER_NAMES = re.compile(r"\b(GRADER_[A-Z_]+|_grader_(?:pytest|audit|guard))\b")
+_GRADER_NAMES = re.compile(
+    r"\b(GRADER_[A-Z_]+|_grader_(?:pytest|audit|guard)|PY_AUDIT_(?:LOG|ROOT)|PY_SOURCE_PATH|PYTEST_RESULT_LOG"
+    r"|PYTEST_REPORT_(?:FD|NONCE)|PYTEST_RUN_SKIPPED|_pytest_(?:outcomes|results|main))\b"
+)
 _CONFIG_TAMPER = re.compile(
     r"(-p\s*no:\S+|--noconftest|PYTEST_ADDOPTS\s*=|PYTEST_DISABLE_PLUGIN_AUTOLOAD|--junit-?xml\S*|-o\s*addopts)"
 )
@@ -87,7 +94,8 @@ _STARTUP_WHY = "runs at interpreter start-up, before the grader's guard, when it
 # the tree stands in for it when the tree's root is put on the start-up path.
 _SHADOWABLE = frozenset(
     {"pytest", "_pytest", "pluggy", "iniconfig", "packaging", "py", "exceptiongroup", "tomli", "colorama"}
-    | {"pytest_socket", GUARD_MODULE, "_grader_pytest", "_grader_audit", "sitecustomize", "usercustomize"}
+    | {"pytest_socket", GUARD_MODULE, RESULTS_MODULE, "_grader_pytest", "_grader_audit"}
+    | {"sitecustomize", "usercustomize"}
 )
 _SHADOW_WHY = "which is imported before the grader's guard when its folder is on the path"
 _CONFIG_FILES = (
@@ -325,6 +333,10 @@ def _hook_rules(rel: str, tree: ast.AST) -> Iterator[Hook]:
             line = _assigns_attr(node, {"exitstatus", "testsfailed"}) or _exits(node)
             if line:
                 yield Hook(name, f"{rel}:{line}", "changes the exit status or ends the process")
+        if name.startswith("pytest_") and name not in _ALWAYS:
+            line = _assigns_attr(node, {"obj", "_obj", "runtest"})
+            if line:
+                yield Hook(name, f"{rel}:{line}", "replaces the test function or its runner")
     line = _assigns_attr(tree, {"outcome", "wasxfail"})
     if line:
         yield Hook("pytest_report_outcome", f"{rel}:{line}", "assigns a report outcome")
@@ -381,6 +393,28 @@ def _monkeypatch_rules(rel: str, tree: ast.AST) -> Iterator[Hook]:
                 break
 
 
+# Ways code tells a sandboxed (graded) run from an ordinary one (red-team F6: a fallback that stays loud only
+# when the uid is the sandbox's). Listed with file:line so the reviewer reads what changes under the grader.
+_ID_CALLS = {"getuid", "geteuid", "getgid", "getegid", "getresuid"}
+_SANDBOX_TELLS = ("/proc/self/mountinfo", "/proc/1/", "bwrap", "bubblewrap")
+_FINGERPRINT_WHY = "can tell a graded (sandboxed) run from an ordinary one"
+
+
+def _fingerprint_rules(rel: str, tree: ast.AST) -> Iterator[Hook]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            for side in (node.left, *node.comparators):
+                for call, name in _calls(side):
+                    if name.rsplit(".", 1)[-1] in _ID_CALLS:
+                        why = f"compares {name}(): {_FINGERPRINT_WHY}"
+                        yield Hook("fingerprint", f"{rel}:{call.lineno}", why)
+                        break
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            tell = next((t for t in _SANDBOX_TELLS if t in node.value), None)
+            if tell:
+                yield Hook("fingerprint", f"{rel}:{node.lineno}", f"reads {tell}: {_FINGERPRINT_WHY}")
+
+
 def _grader_references(rel: str, text: str) -> Iterator[Hook]:
     for lineno, line in enumerate(text.splitlines(), 1):
         match = _GRADER_NAMES.search(line)
@@ -418,7 +452,8 @@ def scan(repo: Path) -> TamperScan:
     repo = Path(repo)
     result = TamperScan()
     plugins: set[Path] = set()
-    for token in re.findall(r"-p\s*([A-Za-z_][\w.]*)", _ini_addopts(repo)):
+    makefile = "\n".join(_read(repo / name) or "" for name in ("GNUmakefile", "makefile", "Makefile"))
+    for token in re.findall(r"-p\s*([A-Za-z_][\w.]*)", f"{_ini_addopts(repo)}\n{makefile}"):
         found = _module_file(repo, token)
         if found:
             plugins.add(found)
@@ -460,6 +495,8 @@ def scan(repo: Path) -> TamperScan:
             add(hook)
         for hook in _grader_references(rel, text):
             add(hook)
+        for hook in _fingerprint_rules(rel, tree):
+            add(hook)
     for path in unreadable:
         # Python may import what the grader cannot parse (nesting the interpreter compiles but ast.parse
         # cannot build): a hook hidden there must not pass as "no hook", so it counts as one.
@@ -485,6 +522,8 @@ class GuardLog:
     records: int = 0
     messages: dict[str, str] = field(default_factory=dict)  # nodeid -> first line of its failure
     foreign: int = 0  # lines without the run's nonce: written to the descriptor by the suite, not the guard
+    # tests whose function (or runner) the submission's code replaced after collection ("nodeid: what, by")
+    wrapped: list[str] = field(default_factory=list)
     # vcrpy cassettes the suite closed: absolute path -> (interactions in the file, indexes ever played)
     vcr_plays: dict[str, tuple[int, set[int]]] = field(default_factory=dict)
 
@@ -527,6 +566,12 @@ def read_guard(path: Path, nonce: str = "") -> GuardLog:
         log.records += 1
         if "vcr" in rec:
             _add_vcr_play(log, rec)
+            continue
+        if "wrapped" in rec:
+            line = f"{rec['wrapped']}: {rec.get('what', 'test function')} replaced by {rec.get('by', '?')}"
+            line += f" ({rec.get('name', '?')})"
+            if line not in log.wrapped:
+                log.wrapped.append(line)
             continue
         if rec.get("session") is True:
             status = rec.get("exitstatus")
@@ -580,6 +625,7 @@ def write_guard(folder: Path) -> Path:
         (_GUARD_FILE, f"{GUARD_MODULE}.py"),
         (_STARTUP_FILE, "sitecustomize.py"),
         (_CLEAN_FILE, CLEAN_LAUNCHER),
+        (_RESULTS_FILE, f"{RESULTS_MODULE}.py"),
     ):
         shutil.copyfile(source, folder / name)
         (folder / name).chmod(0o644)

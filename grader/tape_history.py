@@ -5,9 +5,12 @@ A commit that changes the *answer* of one tape while its request (and, for the k
 as it was is an edit by hand: a failing label made to pass. Each such change is a `TapeEdit` naming the
 commit that had the recorded answer, the commit that changed it, and the tape's ``file:line``.
 
-Not an edit: a tape deleted, a tape whose request changed (a new recording), and a commit that changes every
-tape the set held before it (re-recording the whole set). Headers are not compared (a re-recording changes
-``date``), only status and body.
+Not an edit: a tape deleted, a tape whose request changed (a new recording), and a commit that re-records
+the whole set: it gives every tape the set held before it a new answer (a new key, a changed request or a
+changed response). Restamping every tape's ``recorded_at`` (or other metadata) in the commit that edits one
+answer is not a re-recording: the other answers stayed as they were. A tape moved in a commit is compared
+with what it was, and a tape deleted and later put back at the same path with the version deleted, so
+neither launders an edit. Headers are not compared (a re-recording changes ``date``), only status and body.
 
 History is read from the first-parent line of HEAD (what is graded), merges compared with their first
 parent, through one hardened git call (`_git`): no system or global config, no hooks, no fsmonitor, no
@@ -35,6 +38,7 @@ __all__ = ["TapeEdit", "TapeHistory", "tape_edits"]
 _RESPONSE_KEY = re.compile(r'^\s*"?response"?\s*:')  # where the answer starts, JSON or YAML
 _SHORT = 7  # commit ids as the history scan shows them
 _MAX_PAIRS = 20_000  # changed tape versions compared per grade; more is noted, never a crash
+_MAX_HISTORY_BYTES = 64 * 2**20  # tape versions read per grade (old + new); more is noted
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,7 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
             "--diff-merges=first-parent",
             "--raw",
             "--no-abbrev",
-            "--no-renames",
+            "--find-renames",  # a tape moved and edited in one commit is compared with what it was
             "--no-textconv",
             "--no-ext-diff",
             "--no-show-signature",
@@ -90,37 +94,84 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
         )
     except (OSError, _GitError):
         return TapeHistory([], [])  # no history (a folder, an archive without .git): nothing to compare
-    pairs: list[tuple[str, str, str, str, str]] = []  # (path, old blob, new blob, before commit, after)
-    current: dict[str, str] = {}  # tape path -> commit that last wrote it
+    # (path, old blob, new blob, commit that held the answer, commit that changed the tape), every tape a
+    # commit modified: whether the commit re-recorded the whole set is only known once the answers are read.
+    pairs: list[tuple[str, str, str, str, str]] = []
+    sets: dict[str, bool] = {}  # commit -> it modified every tape the set held before it
+    current: dict[str, tuple[str, str]] = {}  # tape path -> (commit that last wrote it, its blob)
+    # Deleted tapes: a tape deleted in one commit and put back (same path) in a later one is compared with
+    # the version that was deleted, like a modification: deleting and re-adding does not launder an edit.
+    gone: dict[str, tuple[str, str]] = {}
     for commit, changes in _commits(log.decode("utf-8", "surrogateescape")):
         tapes = {p: c for p, c in changes.items() if p.lower().endswith(TAPE_SUFFIXES)}
-        modified = {p for p, (status, _, _) in tapes.items() if status == "M" and p in current}
-        existing = {p for p in current if tapes.get(p, ("",))[0] != "D"}
-        whole_set = bool(modified) and modified >= existing
-        for path, (status, old, new) in sorted(tapes.items()):
-            if status == "M" and path in modified and not whole_set:
-                pairs.append((path, old, new, current[path], commit))
+        # (path, the version it is compared with: (commit that held it, blob)) for every tape this commit
+        # gives a new version of one the history already had: modified, moved, or put back after deletion.
+        compared: dict[str, tuple[str, str]] = {}
+        for path, (status, _old, _new, source) in tapes.items():
+            if status == "M" and path in current:
+                compared[path] = current[path]
+            elif status == "R" and source in current:
+                compared[path] = current[source]
+            elif status == "A" and path in gone:
+                compared[path] = gone[path]
+        moved = {source for status, _, _, source in tapes.values() if status == "R"}
+        existing = {p for p in current if tapes.get(p, ("",))[0] != "D" and p not in moved}
+        sets[commit] = bool(compared) and set(compared) >= existing
+        for path, (status, _old, new, source) in sorted(tapes.items()):
+            if path in compared:
+                held_by, held_blob = compared[path]
+                pairs.append((path, held_blob, new, held_by, commit))
+            if status == "R":
+                current.pop(source, None)
             if status == "D":
-                current.pop(path, None)
+                if path in current:
+                    gone[path] = current.pop(path)
             else:
-                current[path] = commit
+                current[path] = (commit, new)
+                gone.pop(path, None)
     notes: list[str] = []
+    # What is graded first: tapes still at HEAD, newest change first. A history padded with rewrites of a
+    # tape deleted later (1,200 one-MB versions took 150 s) then costs its cap, never the tapes that count.
+    order = {id(pair): n for n, pair in enumerate(pairs)}
+    pairs.sort(key=lambda pair: (pair[0] not in current, -order[id(pair)]))
     if len(pairs) > _MAX_PAIRS:
         notes.append(f"tape history: {len(pairs) - _MAX_PAIRS} changed tape versions not compared (cap)")
         pairs = pairs[:_MAX_PAIRS]
-    edits: list[TapeEdit] = []
+    # commit -> (place in the history, what it did to the tape) for each tape version it changed
+    found: dict[str, list[tuple[int, _Change]]] = defaultdict(list)
     blobs = [sha for _, old, new, _, _ in pairs for sha in (old, new)]
+    read = done = 0
     with contextlib.closing(_cat(repo, blobs)) as contents:
-        for path, _old, _new, before, after in pairs:
+        for pair in pairs:
+            path, _old, _new, before, after = pair
+            if read > _MAX_HISTORY_BYTES:
+                notes.append(
+                    f"tape history: {len(pairs) - done} older changed tape versions not compared (over "
+                    f"{_MAX_HISTORY_BYTES // 2**20} MB read; tapes at HEAD, newest change first, were)"
+                )
+                break
             old_data, new_data = next(contents, None), next(contents, None)
+            done += 1
             if old_data is None or new_data is None:
+                found[after].append((order[id(pair)], _Change(edits=[], rerecorded=True)))  # never evidence
                 continue
-            edits += _compare(path, old_data, new_data, before[:_SHORT], after[:_SHORT])
-    return TapeHistory(edits, notes)
+            read += len(old_data) + len(new_data)
+            change = _compare(path, old_data, new_data, before[:_SHORT], after[:_SHORT])
+            found[after].append((order[id(pair)], change))
+    edits: list[tuple[int, TapeEdit]] = []
+    for commit, changes in found.items():
+        # A re-recording asks every question again: every tape of the set gets new answers (ids, bodies).
+        # A commit that touched every tape but left some answers as they were (only `recorded_at` or other
+        # metadata restamped) re-recorded nothing: its changed answers are edits.
+        if sets.get(commit) and all(change.rerecorded for _, change in changes):
+            continue
+        edits += [(n, edit) for n, change in changes for edit in change.edits]
+    return TapeHistory([edit for _, edit in sorted(edits, key=lambda e: e[0])], notes)
 
 
-def _commits(log: str) -> Iterator[tuple[str, dict[str, tuple[str, str, str]]]]:
-    """(commit, {path: (status letter, old blob, new blob)}) from ``git log --raw --format=@%H``."""
+def _commits(log: str) -> Iterator[tuple[str, dict[str, tuple[str, str, str, str]]]]:
+    """(commit, {path: (status letter, old blob, new blob, path before a move)}) from
+    ``git log --raw --format=@%H``; a move (``R``) is listed under its new path."""
     commit, changes = "", {}
     for line in log.splitlines():
         if line.startswith("@"):
@@ -131,20 +182,34 @@ def _commits(log: str) -> Iterator[tuple[str, dict[str, tuple[str, str, str]]]]:
             meta, _, path = line.partition("\t")
             fields = meta.split()
             if len(fields) >= 5:
-                changes[path] = (fields[4][:1], fields[2], fields[3])
+                status = fields[4][:1]
+                source, _, moved_to = path.partition("\t")
+                if status in ("R", "C") and moved_to:
+                    changes[moved_to] = ("R" if status == "R" else "A", fields[2], fields[3], source)
+                else:
+                    changes[path] = (status, fields[2], fields[3], path)
     if commit:
         yield commit, changes
 
 
-def _compare(path: str, old_data: bytes, new_data: bytes, before: str, after: str) -> list[TapeEdit]:
+@dataclass
+class _Change:
+    """What one commit did to one tape: the hand edits in it, and whether it looks re-recorded."""
+
+    edits: list[TapeEdit]
+    rerecorded: bool  # a new key, a request changed or added, or a recorded answer changed
+
+
+def _compare(path: str, old_data: bytes, new_data: bytes, before: str, after: str) -> _Change:
     new_text = new_data.decode("utf-8", "replace")
     old, new = _parse(path, old_data.decode("utf-8", "replace")), _parse(path, new_text)
     new.text = new_text
     if "invalid" in (old.format, new.format):
-        return []
+        return _Change(edits=[], rerecorded=True)
     if old.format == "kit" and new.format == "kit" and old.key != new.key:
-        return []  # a new key is a new recording
+        return _Change(edits=[], rerecorded=True)  # a new key is a new recording
     out: list[TapeEdit] = []
+    rerecorded = False
     olds: dict[str, list[Interaction]] = defaultdict(list)
     for inter in old.interactions:
         olds[_request(inter)].append(inter)
@@ -154,8 +219,10 @@ def _compare(path: str, old_data: bytes, new_data: bytes, before: str, after: st
         index = seen[sig]
         seen[sig] += 1
         if index >= len(olds[sig]):
+            rerecorded = True
             continue  # an interaction added: a recording, not an edit
         if _response(olds[sig][index]) != _response(inter):
+            rerecorded = True
             out.append(
                 TapeEdit(
                     path=path,
@@ -165,7 +232,7 @@ def _compare(path: str, old_data: bytes, new_data: bytes, before: str, after: st
                     request=f"{inter.method or '?'} {inter.path or inter.url or '?'}",
                 )
             )
-    return out
+    return _Change(edits=out, rerecorded=rerecorded)
 
 
 def _request(inter: Interaction) -> str:

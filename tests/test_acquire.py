@@ -296,3 +296,73 @@ def test_archive_containing_a_repo_keeps_its_history(source_repo, tmp_path):
     ws = acquire(str(archive), tmp_path / "ws")
     assert ws.commit == git("rev-parse", "HEAD", cwd=source_repo).strip()
     assert git("rev-list", "--count", "HEAD", cwd=ws.repo).strip() == "2"
+
+
+# --- a `.git` the submission ships: never followed (red-team F12/F13) ---------------------------------------
+
+
+def _git_repo(path: Path) -> str:
+    path.mkdir(parents=True)
+    (path / "f.txt").write_text("victim\n")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "v", "GIT_AUTHOR_EMAIL": "v@x", "GIT_COMMITTER_NAME": "v",
+           "GIT_COMMITTER_EMAIL": "v@x", "HOME": str(path.parent)}  # fmt: skip
+    for argv in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "base"]):
+        subprocess.run(argv, cwd=path, env=env, check=True, capture_output=True)
+    return subprocess.run(
+        ["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout
+
+
+def _zip_text(path: Path, files: dict[str, str]) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+    return path
+
+
+def test_an_archived_gitdir_file_never_commits_into_the_repository_it_names(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    head = _git_repo(victim)
+    archive = _zip_text(tmp_path / "sub.zip", {".git": f"gitdir: {victim}/.git\n", "agent.py": "x = 1\n"})
+
+    ws = acquire(str(archive), tmp_path / "ws")
+
+    assert ws.commit is None and (ws.repo / "agent.py").is_file() and (ws.repo / ".git").is_dir()
+    after = subprocess.run(["git", "-C", str(victim), "rev-parse", "HEAD"], capture_output=True, text=True)
+    assert after.stdout == head  # nothing was committed into the repository the archive named
+
+
+def test_an_archived_git_config_with_a_filter_driver_runs_nothing(tmp_path: Path) -> None:
+    marker = tmp_path / "PWNED"
+    archive = _zip_text(
+        tmp_path / "sub.zip",
+        {
+            ".git": "gitdir: dotgit\n",
+            "dotgit/HEAD": "ref: refs/heads/main\n",
+            "dotgit/config": (
+                "[core]\n\trepositoryformatversion = 0\n"
+                f"[filter \"x\"]\n\tclean = sh -c 'touch {marker}; cat'\n"
+            ),
+            "dotgit/objects/.keep": "",
+            "dotgit/refs/heads/.keep": "",
+            "nested/.git": f"gitdir: {tmp_path}\n",
+            ".gitattributes": "*.md filter=x\n",
+            "README.md": "hello\n",
+        },
+    )  # fmt: skip
+
+    ws = acquire(str(archive), tmp_path / "ws")
+
+    assert not marker.exists()
+    assert (ws.repo / "README.md").read_text() == "hello\n" and not (ws.repo / "nested" / ".git").exists()
+
+
+def test_a_folder_whose_git_is_a_file_is_refused(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    _git_repo(victim)
+    folder = tmp_path / "sub"
+    folder.mkdir()
+    (folder / ".git").write_text("gitdir: ../victim/.git\n")
+    (folder / "agent.py").write_text("x = 1\n")
+    with pytest.raises(BadInput, match=r"\.git is not a folder"):
+        acquire(str(folder), tmp_path / "ws")

@@ -61,7 +61,7 @@ def test_install_into_places_hook_pth_and_plugin(audited_venv):
 
 
 def test_hook_is_inert_without_log_variable(audited_venv, tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GRADER_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GRADER_", "PY_AUDIT_"))}
     done = subprocess.run(
         [_py(audited_venv), "-c", "import sys; print('_grader_audit' in sys.modules)"],
         capture_output=True,
@@ -81,7 +81,7 @@ def test_hook_logs_network_attempts_and_reads_under_root(audited_venv, tmp_path)
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
     try:
-        env = {**os.environ, "GRADER_AUDIT_LOG": str(log), "GRADER_AUDIT_ROOT": str(repo)}
+        env = {**os.environ, "PY_AUDIT_LOG": str(log), "PY_AUDIT_ROOT": str(repo)}
         subprocess.run([_py(audited_venv), "pkg/client.py", str(port)], cwd=repo, env=env, check=True)
     finally:
         server.close()
@@ -175,7 +175,7 @@ def test_pytest_plugin_records_every_outcome(tmp_path):
     log = tmp_path / "results.jsonl"
     env = {
         **os.environ,
-        "GRADER_RESULT_LOG": str(log),
+        "PYTEST_RESULT_LOG": str(log),
         "PYTHONPATH": str(AUDIT_DIR),
         "PYTEST_ADDOPTS": "",
     }

@@ -156,7 +156,10 @@ def test_batch_of_twelve_lists_everyone_and_marks_the_unreachable(
     for name in ("mallory", "oscar"):
         assert summary[name]["status"] == "not assessable"
         assert summary[name]["reason"], summary[name]
-        assert summary[name]["points"] == ""
+        # No total, every row n/a (docs/reviewer.md), no report.
+        assert (summary[name]["points"], summary[name]["max"], summary[name]["percent"]) == ("", "", "")
+        assert {summary[name][row_id] for row_id in default_scores()} == {"n/a"}, summary[name]
+        assert summary[name]["report"] == ""
     md = (out / "summary.md").read_text()
     for name in summary:
         assert f"| {name} |" in md

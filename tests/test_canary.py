@@ -102,7 +102,7 @@ def test_a_record_run_that_keeps_the_key_to_itself_has_no_leak_and_reached_the_s
     probe = probe_canary(ctx)
     assert probe.status == "ran", _all_text(probe)
     assert probe.leaks == []
-    answers = list((ctx.workspace.root / "scratch").glob("canary-record*/answer.txt"))
+    answers = list((ctx.workspace.root / "scratch").glob("*/repo/answer.txt"))
     assert [a.read_text() for a in answers] == ['{"intent": "refund", "needs_human": false}']
     # The probe ran in a throwaway copy: the checkout the other checks read is untouched.
     assert sorted(p.relative_to(ctx.repo) for p in ctx.repo.rglob("*")) == before

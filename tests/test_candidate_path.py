@@ -147,3 +147,40 @@ def test_baked_metadata_matches_the_guide(tmp_path: Path, provider: str) -> None
     assert meta["requires-python"] == ">=3.10"
     assert "\\u003e" not in (project / "pyproject.toml").read_text()
     assert "Python ≥ 3.10" in DOCS and '`requires-python = ">=3.10"`' in DOCS
+
+
+@pytest.mark.parametrize("provider", ["openai-compatible", "anthropic"])
+def test_the_baked_readme_alone_says_where_the_standin_runs_and_how_to_record(
+    tmp_path: Path, provider: str
+) -> None:
+    """Following only the baked README (issue #16): the stand-in is started from the kit, in the kit's venv
+    (the baked project does not have the grader), and the line it gives records against it."""
+    project = bake(tmp_path, provider=provider)
+    readme = (project / "README.md").read_text(encoding="utf-8")
+    block = readme[readme.index("```sh\ncd <kit>") :].split("```", 2)[1]
+    setup, serve = [line.split("#")[0].strip() for line in block.splitlines()[1:3]]
+    assert setup == "cd <kit> && python3 -m venv .venv && .venv/bin/pip install -q -e ."
+    assert serve == ".venv/bin/python -m grader.standin --port 8765"
+    # Every mention of the module is that kit-venv command: never a bare `python -m grader.standin`.
+    assert readme.count("grader.standin") == 1
+    record = next(line for line in readme.splitlines() if line.startswith("Then, back here: `"))
+    record = record.split("`")[1]
+    assert record.endswith(" make record")
+
+    # Run the serve line as written, in the kit (its venv, when the kit has one here; else this interpreter).
+    kit_python = ROOT / ".venv" / "bin" / "python"
+    argv = serve.split()
+    argv[0] = str(kit_python) if kit_python.exists() else sys.executable
+    argv[-1] = "0"  # any free port, read back from its first line
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        port = proc.stdout.readline().strip().split(":")[2].split("/")[0]
+        variables = _exports(record.replace("8765", port))
+        recorded = run(["make", "record"], project, baked_venv().env(**variables))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert recorded.returncode == 0, recorded.stdout[-2000:] + recorded.stderr[-2000:]
+    tapes = list((project / "cassettes").glob("*.json"))
+    assert tapes and {json.loads(t.read_text())["meta"]["endpoint"] for t in tapes} == {"127.0.0.1"}

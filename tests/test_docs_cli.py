@@ -73,6 +73,44 @@ def test_every_option_of_grade_has_a_row_in_the_options_table() -> None:
     assert documented == options(PARSERS["grade"]) - {"--help"}
 
 
+def short_flags(parser: Parser) -> dict[str, str]:
+    """Short flag -> the long option it stands for."""
+    pairs = {}
+    for action in parser._actions:
+        longs = [name for name in action.option_strings if name.startswith("--")]
+        for name in action.option_strings:
+            if not name.startswith("--"):
+                pairs[name] = longs[0]
+    return pairs
+
+
+def test_every_short_flag_of_grade_is_in_its_options_table_row() -> None:
+    table = REVIEWER[REVIEWER.index("| option | meaning |") : REVIEWER.index("Progress goes to stderr")]
+    shown = {}
+    for row in re.findall(r"^\| (`--[^|]*)\|", table, flags=re.M):
+        long = re.match(r"`(--[a-z-]+)", row).group(1)
+        shown.update({short: long for short in re.findall(r"`(-[a-z])`", row)})
+    assert shown == {s: long for s, long in short_flags(PARSERS["grade"]).items() if s != "-h"}
+
+
+def test_every_short_flag_of_every_command_is_documented_and_no_other() -> None:
+    """The guide's one sentence on short flags covers every command, and names none that does not exist."""
+    sentence = " ".join(REVIEWER[REVIEWER.index("Short flags, ") :].split(".\n", 1)[0].split())
+    documented = dict(re.findall(r"`(-[a-z])` for `(--[a-z-]+)`", sentence))
+    existing: dict[str, str] = {}
+    for command, parser in PARSERS.items():
+        for short, long in short_flags(parser).items():
+            assert existing.setdefault(short, long) == long, (command, short)  # one meaning everywhere
+    assert documented == existing
+    # "in every command that has the long option": no command has the long option without the short one.
+    for command, parser in PARSERS.items():
+        for short, long in existing.items():
+            assert (long in options(parser) or long == "--help") == (short in short_flags(parser)), (
+                command,
+                short,
+            )
+
+
 def _doc_commands() -> list[tuple[Path, str, str]]:
     """(file, command, text) for every `grade ...` command written in a code span or a code block."""
     found = []

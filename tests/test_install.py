@@ -16,6 +16,7 @@ import pytest
 from grader import install, sandbox
 from grader.errors import NotAssessable
 from grader.requirements import grader_tools
+from tests.helpers.tape import A_TAPE
 
 pytestmark = pytest.mark.slow
 
@@ -163,24 +164,27 @@ def test_reads_test_extras_and_dependency_groups(tmp_path):
 
 def test_default_cache_root_follows_xdg(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert install.default_cache_root() == tmp_path / "cassette-grader"
+    assert install.default_cache_root() == tmp_path / "cassette-envs"
 
 
 def test_changing_the_grader_modules_a_venv_holds_changes_its_cache_key(monkeypatch, tmp_path):
     # A cached venv holds copies of the audit hook and the result-log plugin: a grader whose copies changed
     # must build its own venv rather than run submissions against an older grader's modules.
     from grader import audit
+    from grader.project import read_project
+    from grader.requirements import Dependencies
 
     python = Path("/usr/bin/python3")
-    before = install._cache_key(["httpx"], python)
-    assert install._cache_key(["httpx"], python) == before
+    deps, project = Dependencies(requirements=["httpx"]), read_project(tmp_path)
+    before = install._cache_key(deps, project, python)
+    assert install._cache_key(deps, project, python) == before
     for name in audit._MODULES:
         (tmp_path / name).write_bytes((audit._HERE / name).read_bytes())
     monkeypatch.setattr(audit, "_HERE", tmp_path)
-    assert install._cache_key(["httpx"], python) == before
+    assert install._cache_key(deps, project, python) == before
     with (tmp_path / "_grader_pytest.py").open("a") as handle:
         handle.write("# changed\n")
-    assert install._cache_key(["httpx"], python) != before
+    assert install._cache_key(deps, project, python) != before
 
 
 @pytest.mark.index
@@ -264,6 +268,9 @@ def test_find_links_sdist_is_refused_and_its_setup_py_never_runs(area, grade_cli
     (repo / "tests" / "test_ini.py").write_text(
         "import iniconfig\n\n\ndef test_ini():\n    assert iniconfig\n"
     )
+    for rel, text in A_TAPE.items():  # offline-replay needs a recording to show a replay
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text, encoding="utf-8")
     for argv in (
         ["git", "init", "-q", "-b", "main"],
         ["git", "add", "-A"],

@@ -49,7 +49,7 @@ _ATTACK = textwrap.dedent(
                 continue
             for item in data.split(b"\\0"):
                 name, _, value = item.partition(b"=")
-                if name in (b"PWD", b"GRADER_AUDIT_ROOT", b"HOME"):
+                if name in (b"PWD", b"PY_AUDIT_ROOT", b"HOME"):
                     found.add(value.decode(errors="replace"))
         here = os.getcwd()
         guessed = os.path.dirname(os.path.dirname(here)) + "/*/repo"

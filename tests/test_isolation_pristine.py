@@ -99,10 +99,14 @@ def test_make_test_erasing_its_evidence_still_gets_the_key_and_header_findings(
     report = _grade(repo, grade_cache, keep=True)
     kept = _kept(report)
     try:
-        # The attack ran: the checkout the suite owned was scrubbed, its history is one clean commit.
+        # The attack ran: the checkout the suite owned was scrubbed, its history is one clean commit (kept
+        # as .git.inert: the kept checkout's .git is the submitted one, grader/kept.py).
         assert not (kept / "repo" / "config" / "local.env").exists()
+        suite_git = tmp_path / "suite-git"
+        shutil.copytree(kept / "repo" / ".git.inert", suite_git, symlinks=True)
+        (suite_git / "HEAD.inert").rename(suite_git / "HEAD")
         log = subprocess.run(
-            gitsafe.argv("-C", str(kept / "repo"), "log", "--format=%s"),
+            gitsafe.argv("--git-dir", str(suite_git), "log", "--format=%s"),
             env=gitsafe.env(),
             capture_output=True,
             text=True,
@@ -312,7 +316,7 @@ import os
 
 
 def test_replaces_the_audit_log():
-    path = os.environ["GRADER_AUDIT_LOG"]
+    path = os.environ["PY_AUDIT_LOG"]
     os.unlink(path)
     {how}
 """
@@ -389,7 +393,7 @@ FORGING_SITECUSTOMIZE = '''
 """Rewrite the grader's records on their way out: every failed becomes passed."""
 import os
 
-os.environ["GRADER_RESULT_LOG"] = os.devnull  # and keep the cross-check log quiet
+os.environ["PYTEST_RESULT_LOG"] = os.devnull  # and keep the cross-check log quiet
 _real_write = os.write
 
 
@@ -464,7 +468,7 @@ def test_the_grader_startup_module_keeps_the_tree_off_the_start_up_path(tmp_path
         "PYTHONPATH": str(folder),
         "PYTHONSAFEPATH": "1",
         "PYTHONNOUSERSITE": "1",
-        "GRADER_SUBMISSION_PATH": str(tree),
+        "PY_SOURCE_PATH": str(tree),
     }
     for argv in (
         [sys.executable, "-c", "import json, mine; print(mine.VALUE)"],

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from grader.manifest import read_manifest
 
 
@@ -139,3 +141,77 @@ def test_other_cassette_folders_are_named_in_a_note(tmp_path: Path) -> None:
     ]
     _write(tmp_path, "pyproject.toml", '[project]\nname = "x"\n[tool.takehome]\ncassette_dir = "cassettes"\n')
     assert not [n for n in read_manifest(tmp_path).notes if n.startswith("cassette folders found")]
+
+
+# --- how the suite is run: the Makefile's test target, else the README, never an environment maker -------
+
+
+def _suite(tmp_path: Path, files: dict[str, str]):
+    from grader.manifest import suite_command
+
+    for rel, text in files.items():
+        (tmp_path / rel).write_text(text, encoding="utf-8")
+    return suite_command(tmp_path)
+
+
+def test_a_make_test_that_runs_the_suite_is_used_as_it_is(tmp_path: Path) -> None:
+    suite = _suite(
+        tmp_path, {"Makefile": "PY ?= python\n\ntest: ## offline\n\tCASSETTE_MODE=replay $(PY) -m pytest\n"}
+    )
+    assert suite.argv == ["make", "test"]
+    assert suite.how == "make test (Makefile:3)"
+
+
+def test_a_make_test_that_makes_an_environment_runs_its_pytest_with_the_installed_interpreter(
+    tmp_path: Path,
+) -> None:
+    suite = _suite(tmp_path, {"Makefile": "test:\n\t@uv run --frozen pytest -q tests/\n"})
+    assert suite.argv == ["python", "-m", "pytest", "-q", "tests/"]
+    assert suite.how == (
+        "Makefile:1: `make test` runs `uv run --frozen pytest -q tests/`, which makes an environment over "
+        "the network; ran `python -m pytest -q tests/` with the installed interpreter instead"
+    )
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    [
+        "poetry run pytest",
+        "tox -e py311",
+        "hatch test",
+        ".venv/bin/pytest",
+        "python -m pip install -e . && python -m pytest",
+    ],
+)
+def test_each_environment_maker_is_recognised(tmp_path: Path, recipe: str) -> None:
+    suite = _suite(tmp_path, {"Makefile": f"test:\n\t{recipe}\n"})
+    assert suite.argv == ["python", "-m", "pytest"]
+    assert f"runs `{recipe}`" in suite.how
+
+
+def test_a_prerequisite_that_syncs_an_environment_counts_too(tmp_path: Path) -> None:
+    makefile = "install:\n\tuv sync --all-extras\n\ntest: install\n\tpytest -x\n"
+    suite = _suite(tmp_path, {"Makefile": makefile})
+    assert suite.argv == ["python", "-m", "pytest", "-x"]
+    assert "runs `uv sync --all-extras`" in suite.how
+
+
+def test_make_variables_in_pytest_arguments_are_not_guessed(tmp_path: Path) -> None:
+    suite = _suite(tmp_path, {"Makefile": "test:\n\tuv run pytest $(ARGS) -q\n"})
+    assert suite.argv == ["python", "-m", "pytest"]
+
+
+def test_without_a_test_target_the_readmes_command_is_used_not_prose_or_recording(tmp_path: Path) -> None:
+    readme = (
+        "# x\n\npytest is what we use for tests.\n\nTo record:\n\n```bash\n"
+        'OPENAI_API_KEY="$(llm keys get openai)" pytest --record-mode=rewrite\n```\n'
+        "Run them:\n\n```bash\ncd x\nuv run pytest -q\n```\n"
+    )
+    suite = _suite(tmp_path, {"README.md": readme, "Makefile": "lint:\n\truff check .\n"})
+    assert suite.argv == ["python", "-m", "pytest", "-q"]
+    assert suite.how.startswith("README.md:14: the README runs `uv run pytest -q`, which makes an")
+
+
+def test_without_makefile_or_readme_command_the_suite_is_python_m_pytest(tmp_path: Path) -> None:
+    suite = _suite(tmp_path, {"README.md": "# nothing to run here\n"})
+    assert suite.argv == ["python", "-m", "pytest"]

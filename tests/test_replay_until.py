@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers.bake import bake, baked_venv, run, standin
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.index]
 
 DUMMY_KEY = "sk-replay-until-dummy-5b1e09c3"
 ENV_NAMES = {
@@ -34,12 +34,13 @@ class Baked:
     project: Path
     provider: str
     tickets: int
+    tmp: Path  # the baked suite's own temporary folder: nothing shared with other pytest sessions
 
     def env(self, url: str | None = None, **extra: str) -> dict[str, str]:
         key_env, url_env = ENV_NAMES[self.provider]
         if url is not None:
             extra[url_env] = url.removesuffix("/v1") if self.provider == "anthropic" else url
-        return baked_venv().env(**{key_env: DUMMY_KEY, **extra})
+        return baked_venv().env(**{key_env: DUMMY_KEY, "TMPDIR": str(self.tmp), **extra})
 
 
 @pytest.fixture(scope="module", params=sorted(ENV_NAMES))
@@ -47,7 +48,7 @@ def baked(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     provider = request.param
     project = bake(tmp_path_factory.mktemp(provider), project_name="Refresh Triage", provider=provider)
     tickets = len((project / "data/tickets.jsonl").read_text(encoding="utf-8").splitlines())
-    baked = Baked(project, provider, tickets)
+    baked = Baked(project, provider, tickets, tmp_path_factory.mktemp(f"{provider}-tmp"))
     with standin() as url:
         result = run(["make", "record"], project, baked.env(url))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
@@ -88,7 +89,7 @@ def test_make_record_into_a_fresh_folder_never_touches_the_recording(baked: Bake
     assert _tape_keys(refresh) == _tape_keys(baked.project / "cassettes"), "same requests, same keys"
 
     # The refresh folder has its own chain; the committed one still verifies.
-    env = baked_venv().env()
+    env = baked_venv().env(TMPDIR=str(baked.tmp))
     mine = run(["make", "-s", "verify", f"CASSETTE_DIR={refresh}"], baked.project, env)
     assert mine.returncode == 0 and f"ok ({baked.tickets} tapes" in mine.stdout, mine.stdout + mine.stderr
     committed = run(["make", "-s", "verify"], baked.project, env)

@@ -128,3 +128,88 @@ def test_links_and_fifos_are_not_read(tmp_path: Path) -> None:
     reader.join(timeout=10)
     assert done, "reading a FIFO named like a requirements file blocked"
     assert done[0].requirements == sorted(_pins())
+
+
+def test_poetry_groups_and_extras_are_read_with_their_version_syntax(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.poetry]\n"
+        'name = "poetic"\n'
+        "[tool.poetry.dependencies]\n"
+        'python = "^3.10"\n'
+        'httpx = "^0.27.2"\n'
+        'requests = {version = "~2.31", extras = ["socks"]}\n'
+        'mine = {git = "https://example.invalid/mine.git"}\n'
+        'lint-only = {version = "*", optional = true}\n'
+        "[tool.poetry.group.dev.dependencies]\n"
+        'tomli-w = "1.0.0"\n'
+        "[tool.poetry.group.docs.dependencies]\n"
+        'sphinx = "*"\n'
+    )
+    deps = read_dependencies(tmp_path)
+    assert deps.requirements == sorted(
+        ["httpx<0.28,>=0.27.2", "requests[socks]<2.32,>=2.31", "tomli-w==1.0.0", *_pins()]
+    )
+    assert _refused(deps) == {"pyproject.toml:7": "mine = {'git': 'https://example.invalid/mine.git'}"}
+    assert deps.sources == ["pyproject.toml [tool.poetry.dependencies], [tool.poetry.group.dev.dependencies]"]
+
+
+def test_a_lockfile_pins_index_packages_but_not_the_grader_tools_or_the_project(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "uvp"\ndependencies = ["tomli-w"]\n')
+    index = 'source = { registry = "https://pypi.org/simple" }'
+    locked = [("uvp", "0.1.0", 'source = { virtual = "." }'), ("tomli-w", "1.0.0", index)]
+    locked += [("pytest", "8.0.0", index), ("pluggy", "1.0.0", index)]
+    locked += [("mine", "1.0", 'source = { git = "https://example.invalid/x" }')]
+    locked += [("numpy", "1.26.4", index), ("numpy", "2.1.0", index)]
+    (tmp_path / "uv.lock").write_text(
+        "version = 1\n"
+        + "".join(f'[[package]]\nname = "{n}"\nversion = "{v}"\n{src}\n' for n, v, src in locked)
+    )
+    deps = read_dependencies(tmp_path)
+    # numpy is locked at two versions (a split by Python version): left to the resolver.
+    assert deps.constraints == ["tomli-w==1.0.0"]
+    assert deps.lockfile == "uv.lock"
+    assert deps.described() == (
+        "1 requirement from pyproject.toml [project] dependencies, pinned by uv.lock (1 locked version)"
+    )
+
+
+def test_a_malformed_lockfile_is_refused_not_trusted(tmp_path: Path) -> None:
+    (tmp_path / "requirements.txt").write_text("tomli-w\n")
+    (tmp_path / "poetry.lock").write_text("[[package]\nname = \n")
+    deps = read_dependencies(tmp_path)
+    assert deps.constraints == [] and deps.lockfile is None
+    assert [p.location for p in deps.refused] == ["poetry.lock"]
+
+
+def test_extras_groups_and_files_the_readme_makefile_or_ci_install_are_installed(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "x"\ndependencies = ["httpx"]\n'
+        '[project.optional-dependencies]\nci = ["respx"]\ndocs = ["sphinx"]\ntest = ["anyio"]\n'
+        '[dependency-groups]\nlint_tools = ["ruff"]\n'
+    )
+    (tmp_path / "README.md").write_text("Install:\n\n    pip install -e '.[CI]'\n\nPlain prose: .[docs]\n")
+    (tmp_path / "Makefile").write_text("install:\n\tpip install -r requirements/dev.txt\n")
+    (tmp_path / "requirements").mkdir()
+    (tmp_path / "requirements" / "dev.txt").write_text("iniconfig\n")
+    (tmp_path / ".github" / "workflows").mkdir(parents=True)
+    (tmp_path / ".github" / "workflows" / "test.yml").write_text("      - run: uv sync --group lint-tools\n")
+    deps = read_dependencies(tmp_path)
+    assert deps.requirements == sorted(["anyio", "httpx", "iniconfig", "respx", "ruff", *_pins()])
+    assert deps.sources == [
+        "pyproject.toml [project] dependencies",
+        "extras test, ci (named at README.md:3)",
+        "dependency groups lint_tools (named at .github/workflows/test.yml:1)",
+        "requirements/dev.txt (named at Makefile:2)",
+    ]
+
+
+def test_workflows_behind_a_link_out_of_the_repository_are_not_read(tmp_path: Path) -> None:
+    outside, repo = tmp_path / "outside", tmp_path / "repo"
+    (outside / "workflows").mkdir(parents=True)
+    (outside / "workflows" / "ci.yml").write_text("      - run: pip install -e '.[ci]'\n")
+    repo.mkdir()
+    (repo / "pyproject.toml").write_text(
+        '[project]\nname = "x"\ndependencies = []\n[project.optional-dependencies]\nci = ["respx"]\n'
+    )
+    (repo / ".github").symlink_to(outside)
+    assert read_dependencies(repo).requirements == sorted(_pins())

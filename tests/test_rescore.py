@@ -43,7 +43,6 @@ _NO_SPAWN = textwrap.dedent(
 
     sys.addaudithook(hook)
     from grader.cli import main
-from grader.rubric import load_rubric
     sys.exit(main(sys.argv[1:]))
     """
 )

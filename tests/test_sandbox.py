@@ -257,7 +257,7 @@ def test_another_workspace_and_root_are_invisible(box, neighbour):
 @needs_bwrap
 def test_host_processes_and_their_environment_are_invisible(box):
     nonce = "host-nonce-4711"
-    host = subprocess.Popen(["sleep", "9741"], env={**os.environ, "GRADER_GUARD_NONCE": nonce})
+    host = subprocess.Popen(["sleep", "9741"], env={**os.environ, "PYTEST_REPORT_NONCE": nonce})
     try:
         script = (
             f"cat /proc/{host.pid}/environ; grep -l {nonce} /proc/[0-9]*/environ;"

@@ -95,6 +95,34 @@ def test_passes_on_a_clean_recorded_repo(recorded: Path) -> None:
     assert re.fullmatch(r"ok: offline replay \(\d+ passed in [\d.]+s\)", lines[0]), lines[0]
 
 
+def test_a_miss_line_names_the_whole_nearest_tape_and_what_differs(recorded: Path) -> None:
+    """A one-space prompt change: each FAIL line names the nearest recorded tape in full (a file one can open)
+    and the field that differs, as the cassette layer's own miss message does (issue #16)."""
+    agent = recorded / "support_triage_agent" / "agent.py"
+    text = agent.read_text()
+    assert "You triage customer" in text
+    agent.write_text(text.replace("You triage customer", "You triage  customer", 1))
+
+    code, lines, output = _check(recorded)
+
+    assert code != 0
+    misses = _fails(lines, "offline replay")
+    assert misses and misses[-1].startswith("FAIL: offline replay: ... and "), output
+    tapes = {p.name for p in (recorded / "cassettes").glob("*.json")}
+    for line in misses[:-1]:
+        nearest = re.search(
+            r"nearest recorded: cassettes/([0-9a-f]+\.json) differs in (.+?); run `make record`", line
+        )
+        assert nearest, line
+        assert nearest.group(1) in tapes, line  # the whole name: the file exists
+        assert nearest.group(2) == "messages[0].content: whitespace differs", line
+        assert (
+            line.startswith("FAIL: offline replay: test_triage_matches_label[")
+            and ": cassette miss: no tape " in line
+        )
+        assert re.search(r"\(tests/test_triage\.py:\d+\)$", line), line
+
+
 def test_make_help_lists_check_and_the_readme_mentions_it(tmp_path: Path) -> None:
     project = bake(tmp_path, project_name="Help Triage")
     result = run(["make", "-s", "help"], project, baked_venv().env())
@@ -138,8 +166,10 @@ def test_a_fresh_bake_lists_what_is_left_to_do(tmp_path: Path) -> None:
     replay = _fails(lines, "offline replay")
     assert replay, output
     assert re.fullmatch(
-        r"FAIL: offline replay: test_triage_matches_label\[01-refund\]: CassetteMiss: cassette miss: "
-        r"no tape [0-9a-f]{16} .* \(tests/test_triage\.py:\d+\)",
+        # The miss whole (not cut short), without the exception's class name repeating "cassette miss".
+        r"FAIL: offline replay: test_triage_matches_label\[01-refund\]: cassette miss: "
+        r"no tape [0-9a-f]{16} for POST /v1/chat/completions \(expected cassettes/[0-9a-f]{16}\.json\); "
+        r"no tape is recorded yet; run `make record` \(tests/test_triage\.py:\d+\)",
         replay[0],
     ), replay[0]
     tickets = len((project / "data/tickets.jsonl").read_text().splitlines())

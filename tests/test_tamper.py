@@ -175,13 +175,13 @@ def _run_guarded(tmp_path: Path, files: dict[str, str], *, unskip: bool = False)
     env = {
         **os.environ,
         "PYTHONPATH": str(plugin_dir),
-        "GRADER_GUARD_FD": str(fd),
-        "GRADER_GUARD_NONCE": nonce,
+        "PYTEST_REPORT_FD": str(fd),
+        "PYTEST_REPORT_NONCE": nonce,
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
     }
     env.pop("PYTEST_ADDOPTS", None)
     if unskip:
-        env["GRADER_GUARD_UNSKIP"] = "1"
+        env["PYTEST_RUN_SKIPPED"] = "1"
     try:
         subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", tamper.GUARD_MODULE, "-p", "no:cacheprovider"],
@@ -290,9 +290,9 @@ def test_guard_ignores_an_inner_in_process_pytest(tmp_path: Path) -> None:
             "test_outer.py": """
                 def test_outer(pytester):
                     pytester.makepyfile(test_inner="def test_inner_fails():\\n    assert False\\n")
-                    result = pytester.runpytest_inprocess("-p", "_grader_guard")
+                    result = pytester.runpytest_inprocess("-p", "GUARD")
                     result.assert_outcomes(failed=1)
-                """,
+                """.replace("GUARD", tamper.GUARD_MODULE),
         },
     )
     assert log.outcomes == {"test_outer.py::test_outer": "passed"}, log.outcomes

@@ -78,6 +78,102 @@ def test_re_recording_the_whole_set_at_once_is_not_an_edit(recorded) -> None:
     assert tape_edits(repo, "cassettes").edits == []
 
 
+def _restamp(tape: dict[str, Any]) -> None:
+    tape["meta"]["recorded_at"] = "2027-01-02T03:04:05Z"
+
+
+@pytest.mark.parametrize("restamp_edited", [True, False], ids=["edited-tape-restamped", "edited-tape-as-is"])
+def test_restamping_every_tape_does_not_hide_a_hand_edit(recorded, restamp_edited: bool) -> None:
+    # Red-team finding: every tape modified in the edit's commit looked like a re-recording of the set.
+    repo, first = recorded
+    tapes = _tapes(repo)
+    edited = tapes[2]
+    for tape in tapes:
+        if tape != edited or restamp_edited:
+            _edit_kit(tape, _restamp)
+    _edit_kit(edited, _bump_id)
+    commit(repo, "re-record")
+    second = _head(repo)
+
+    found = tape_edits(repo, "cassettes")
+    assert [(e.path, e.before, e.after) for e in found.edits] == [
+        (f"cassettes/{edited.name}", first[:7], second[:7])
+    ]
+
+
+def test_a_re_recording_that_also_restamps_is_still_not_an_edit(recorded) -> None:
+    repo, _ = recorded
+    for tape in _tapes(repo):
+        _edit_kit(tape, _restamp)
+        _edit_kit(tape, _bump_id)
+    commit(repo, "re-record everything")
+    assert tape_edits(repo, "cassettes").edits == []
+
+
+def test_deleting_a_tape_and_putting_it_back_edited_is_an_edit(recorded) -> None:
+    repo, first = recorded
+    tape = _tapes(repo)[4]
+    saved = tape.read_text(encoding="utf-8")
+    tape.unlink()
+    commit(repo, "drop a tape")
+    tape.write_text(saved, encoding="utf-8")
+    _edit_kit(tape, _bump_id)
+    commit(repo, "record it again")
+    third = _head(repo)
+
+    found = tape_edits(repo, "cassettes")
+    assert [(e.path, e.before, e.after) for e in found.edits] == [
+        (f"cassettes/{tape.name}", first[:7], third[:7])
+    ]
+
+
+def test_moving_a_tape_and_editing_it_in_one_commit_is_an_edit(recorded) -> None:
+    repo, first = recorded
+    tape = _tapes(repo)[6]
+    moved = tape.with_name("renamed.json")
+    tape.rename(moved)
+    _edit_kit(moved, _bump_id)
+    commit(repo, "tidy names")
+    second = _head(repo)
+
+    found = tape_edits(repo, "cassettes")
+    assert [(e.path, e.before, e.after) for e in found.edits] == [
+        ("cassettes/renamed.json", first[:7], second[:7])
+    ]
+
+
+def test_deleting_every_tape_and_recording_them_anew_is_not_an_edit(recorded) -> None:
+    repo, _ = recorded
+    saved = {tape: tape.read_text(encoding="utf-8") for tape in _tapes(repo)}
+    for tape in saved:
+        tape.unlink()
+    commit(repo, "drop the tapes")
+    for tape, text in saved.items():
+        tape.write_text(text, encoding="utf-8")
+        _edit_kit(tape, _bump_id)
+    commit(repo, "record everything again")
+    assert tape_edits(repo, "cassettes").edits == []
+
+
+def test_deleting_every_tape_and_putting_them_back_with_one_edited_is_an_edit(recorded) -> None:
+    repo, first = recorded
+    saved = {tape: tape.read_text(encoding="utf-8") for tape in _tapes(repo)}
+    for tape in saved:
+        tape.unlink()
+    commit(repo, "drop the tapes")
+    for tape, text in saved.items():
+        tape.write_text(text, encoding="utf-8")
+    edited = _tapes(repo)[1]
+    _edit_kit(edited, _bump_id)
+    commit(repo, "record everything again")
+    third = _head(repo)
+
+    found = tape_edits(repo, "cassettes")
+    assert [(e.path, e.before, e.after) for e in found.edits] == [
+        (f"cassettes/{edited.name}", first[:7], third[:7])
+    ]
+
+
 def test_deleting_a_tape_or_changing_its_request_is_not_an_edit(recorded) -> None:
     repo, _ = recorded
     first, second, third = _tapes(repo)[:3]
@@ -196,9 +292,14 @@ def test_a_vcr_cassette_edit_is_found_by_request_not_by_position(tmp_path: Path)
 
 
 @pytest.mark.slow
-def test_grading_a_hand_edited_tape_caps_offline_replay_at_2_and_says_why(recorded) -> None:
+@pytest.mark.parametrize("restamp_all", [False, True], ids=["one-tape", "every-tape-restamped"])
+def test_grading_a_hand_edited_tape_caps_offline_replay_at_2_and_says_why(
+    recorded, restamp_all: bool
+) -> None:
     repo, first = recorded
     tape = _tapes(repo)[5]
+    for other in _tapes(repo) if restamp_all else ():
+        _edit_kit(other, _restamp)  # hiding the edit among metadata changes to every tape
     _edit_kit(tape, _bump_id)
     commit(repo, "tidy")
     second = _head(repo)
@@ -219,3 +320,37 @@ def test_grading_a_hand_edited_tape_caps_offline_replay_at_2_and_says_why(record
     assert first[:7] in row["evidence"] and second[:7] in row["evidence"]
     finding = next(f for f in report["findings"] if f["rule"] == "tape-edited")
     assert finding["location"].startswith(f"{second[:7]}:cassettes/{tape.name}:")
+
+
+def test_a_history_padded_with_rewrites_still_shows_the_edit_within_its_cap(
+    recorded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A red-team pass rewrote a 1 MB padding tape in 1,200 commits (then deleted it) to make the history
+    # scan outlast the grade's budget. Reading is capped; tapes still at HEAD are read first, newest first.
+    import grader.tape_history as history
+
+    monkeypatch.setattr(history, "_MAX_HISTORY_BYTES", 200_000)
+    repo, _ = recorded
+    tape = _tapes(repo)[0]
+    _edit_kit(tape, _bump_id)
+    commit(repo, "tidy one answer")
+    edited = _head(repo)
+    padding = repo / "cassettes" / "zz-padding.json"
+    for n in range(12):
+        base = json.loads(_tapes(repo)[1].read_text(encoding="utf-8"))
+        base["request"]["body"]["padding"] = ["x" * 100] * 200 + [str(n)]
+        base["response"]["body"]["id"] = f"pad-{n}"
+        padding.write_text(json.dumps(base, indent=2), encoding="utf-8")
+        commit(repo, f"padding {n}")
+    padding.unlink()
+    commit(repo, "drop the padding")
+    later = _tapes(repo)[2]
+    _edit_kit(later, _bump_id)
+    commit(repo, "tidy another answer")
+
+    found = tape_edits(repo, "cassettes")
+    assert [(e.path, e.after) for e in found.edits] == [
+        (tape.relative_to(repo).as_posix(), edited[:7]),
+        (later.relative_to(repo).as_posix(), _head(repo)[:7]),
+    ]
+    assert any("not compared" in note for note in found.notes), found.notes

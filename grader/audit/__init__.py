@@ -1,7 +1,7 @@
 """The grader's eyes inside a submission's venv: a PEP 578 audit hook and a pytest result log.
 
 ``install_into`` copies the two modules into the venv; the sandbox turns them on through
-``GRADER_AUDIT_LOG``/``GRADER_AUDIT_ROOT`` and ``GRADER_RESULT_LOG``; the readers here parse what they wrote.
+``PY_AUDIT_LOG``/``PY_AUDIT_ROOT`` and ``PYTEST_RESULT_LOG``; the readers here parse what they wrote.
 
 Both logs are written by processes the submission controls, so a hostile submission could write junk or
 forge lines into them; the readers skip malformed lines. The third module here, ``_grader_guard.py``, is not

@@ -1,8 +1,8 @@
 """The grader's PEP 578 audit hook, imported at start-up by ``_grader_audit.pth`` in a submission's venv.
 
-Inert unless ``GRADER_AUDIT_LOG`` is set. Then it appends one JSON line per network attempt (inet socket
+Inert unless ``PY_AUDIT_LOG`` is set. Then it appends one JSON line per network attempt (inet socket
 created, connect, sendto, getaddrinfo, and pytest-socket refusals, which ``_grader_pytest`` announces as the
-``grader.socket_refused`` event) and per file under ``GRADER_AUDIT_ROOT`` opened for reading.
+``grader.socket_refused`` event) and per file under ``PY_AUDIT_ROOT`` opened for reading.
 It must stay cheap: every ``open`` in a test suite passes through it, so events are filtered by name first
 and each path is logged once per process.
 """
@@ -99,8 +99,8 @@ def _install(log_path, root):
     sys.addaudithook(hook)
 
 
-if os.environ.get("GRADER_AUDIT_LOG"):
+if os.environ.get("PY_AUDIT_LOG"):
     try:
-        _install(os.environ["GRADER_AUDIT_LOG"], os.environ.get("GRADER_AUDIT_ROOT") or os.getcwd())
+        _install(os.environ["PY_AUDIT_LOG"], os.environ.get("PY_AUDIT_ROOT") or os.getcwd())
     except OSError:
         pass

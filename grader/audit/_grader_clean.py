@@ -9,7 +9,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the guard plugin's folder
-for _path in os.environ.get("GRADER_SUBMISSION_PATH", "").split(os.pathsep):
+for _path in os.environ.get("PY_SOURCE_PATH", "").split(os.pathsep):
     if _path and _path not in sys.path:
         sys.path.append(_path)
 

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-_FD = os.environ.pop("GRADER_GUARD_FD", None)
-_UNSKIP = os.environ.pop("GRADER_GUARD_UNSKIP", None) == "1"
-_NONCE = os.environ.pop("GRADER_GUARD_NONCE", "")
+_FD = os.environ.pop("PYTEST_REPORT_FD", None)
+_UNSKIP = os.environ.pop("PYTEST_RUN_SKIPPED", None) == "1"
+_NONCE = os.environ.pop("PYTEST_REPORT_NONCE", "")
 _ACTIVE = _FD is not None and _FD.isdigit() and not os.environ.get("PYTEST_XDIST_WORKER")
 _STATE = {"deselected": 0, "depth": 0}
 _SEEN = set()
@@ -47,6 +47,14 @@ def _message(report):
     return _first_line(longrepr)
 
 
+def _raw_exc(exc):
+    if isinstance(exc, pytest.skip.Exception):
+        return "skipped"
+    if isinstance(exc, pytest.xfail.Exception):
+        return "xfail"
+    return "failed"
+
+
 def _raw(call):
     excinfo = call.excinfo
     if excinfo is None:
@@ -62,6 +70,12 @@ def _raw(call):
 def pytest_runtest_makereport(item, call):
     raw = _raw(call)  # read before any other wrapper can change call.excinfo
     raw_message = _first_line(call.excinfo.exconly()) if call.excinfo is not None else ""
+    if call.when == "call":
+        # The test raised inside the runner but the call ended cleanly: an outer pytest_runtest_call
+        # wrapper swallowed it. The runner's view wins.
+        swallowed = _RAISED.pop(item.nodeid, None)
+        if swallowed is not None and raw == "passed" and swallowed[0] != "skipped":
+            raw, raw_message = swallowed[0], swallowed[1] + " (swallowed by a pytest_runtest_call wrapper)"
     outcome = yield
     report = outcome.get_result()
     _SEEN.add((report.nodeid, report.when))
@@ -250,6 +264,14 @@ def _share_full_sources():
 _share_full_sources()
 
 
+def _from_root(path):
+    """``path`` relative to the run's folder when inside it (the grader maps it back), else as it is."""
+    root = os.environ.get("PY_AUDIT_ROOT", "")
+    if root and path.startswith(os.path.join(root, "")):
+        return os.path.relpath(path, root)
+    return path
+
+
 def _watch_vcr():
     """Log which of a vcrpy cassette's interactions were played, each time vcrpy closes a cassette.
 
@@ -266,7 +288,7 @@ def _watch_vcr():
             counts = getattr(self, "play_counts", None) or {}
             _write(
                 {
-                    "vcr": os.path.abspath(str(self._path)),
+                    "vcr": _from_root(os.path.abspath(str(self._path))),
                     "interactions": len(self.data),
                     "played": sorted(i for i, n in counts.items() if isinstance(i, int) and n),
                 }
@@ -287,10 +309,97 @@ def pytest_runtest_setup(item):
         _watch_vcr()
 
 
-@pytest.hookimpl(tryfirst=True)
+# The innermost wrapper around pytest's own call of the test (trylast: every other wrapper of this hook,
+# however and whenever it was registered, runs outside this one). What the test raised is recorded here,
+# before any outer wrapper can swallow it: `call.excinfo`, which makereport reads, is built only after all
+# of them ran.
+_RAISED = {}  # nodeid -> (raw outcome, first line of the exception)
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
 def pytest_runtest_call(item):
     if _ACTIVE:
         _watch_vcr()
+        _check_wrapped(item)
+    _RAISED.pop(item.nodeid, None)
+    try:
+        return (yield)
+    except BaseException as exc:
+        _RAISED[item.nodeid] = (_raw_exc(exc), _first_line(f"{type(exc).__name__}: {exc}"))
+        raise
+
+
+# --- test functions replaced after collection ---------------------------------------------------------------
+# A hook (pytest_itemcollected, pytest_collection_modifyitems, pytest_runtest_setup, an autouse fixture ...)
+# can swap the function pytest will call, or the item's runner, for one that swallows the test's assertion:
+# the runner then sees a pass. Whatever hook did it, the swap is visible just before the call: the function
+# is no longer the one the test module defined when pytest collected it. Replacements whose code lives in the
+# submission (not the venv's libraries: pytest-asyncio wraps coroutines the same way) are logged; the grader
+# then reruns the suite without the submission's hooks and compares outcomes.
+_ORIGIN = {}  # nodeid -> the function the test module defined, as pytest collected it
+_LIBRARY = tuple(
+    os.path.realpath(p) + os.sep
+    for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.dirname(pytest.__file__))}
+)
+
+
+def _plain(obj):
+    """The function object behind a bound method, staticmethod or classmethod."""
+    return getattr(obj, "__func__", obj)
+
+
+def _code_of(obj):
+    """(file, line, name) of the code that runs when ``obj`` is called; None when it has none (a builtin)."""
+    for _ in range(5):
+        obj = _plain(obj)
+        code = getattr(obj, "__code__", None)
+        if code is not None:
+            return code.co_filename, code.co_firstlineno, getattr(obj, "__qualname__", code.co_name)
+        inner = getattr(obj, "func", None)  # functools.partial
+        obj = inner if inner is not None else (type(obj).__call__ if callable(obj) else None)
+        if obj is None:
+            return None
+    return None
+
+
+def _own(code):
+    """Whether the code comes from outside the interpreter's libraries (the submission, or exec'd text)."""
+    if code is None:
+        return False
+    return not os.path.realpath(code[0]).startswith(_LIBRARY)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_pycollect_makeitem(collector, name, obj):
+    outcome = yield
+    try:
+        made = outcome.get_result()
+    except BaseException:
+        return
+    for item in made if isinstance(made, list) else [made]:
+        if isinstance(item, pytest.Function):
+            _ORIGIN.setdefault(item.nodeid, _plain(obj))
+
+
+def _check_wrapped(item):
+    if not isinstance(item, pytest.Function):
+        return
+    found = []
+    origin = _ORIGIN.get(item.nodeid)
+    try:
+        current = _plain(item.obj)
+    except Exception:
+        current = origin
+    if origin is not None and current is not origin and _own(_code_of(current)):
+        found.append(("test function", _code_of(current)))
+    runner = item.__dict__.get("runtest") or getattr(type(item), "runtest", None)
+    if _own(_code_of(runner)):  # pytest's own runner (or a library's subclass) lives in the venv
+        found.append(("runtest", _code_of(runner)))
+    root = str(getattr(item.config, "rootpath", "") or "")
+    for what, (file, line, qualname) in found:
+        if root and file.startswith(root + os.sep):
+            file = file[len(root) + 1 :]
+        _write({"wrapped": item.nodeid, "what": what, "by": f"{file}:{line}", "name": str(qualname)[:120]})
 
 
 @pytest.hookimpl(tryfirst=True)

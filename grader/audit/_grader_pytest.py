@@ -1,6 +1,6 @@
 """A pytest plugin (``-p _grader_pytest``) writing the grader's own record of a test run.
 
-Inert unless ``GRADER_RESULT_LOG`` is set. Writes one JSON line per test report and a final session line,
+Inert unless ``PYTEST_RESULT_LOG`` is set. Writes one JSON line per test report and a final session line,
 flushed as it goes so a run killed at the deadline still leaves what it did. The grader reads this file
 rather than parsing the suite's console output, which the submission controls.
 """
@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-_LOG = os.environ.get("GRADER_RESULT_LOG")
+_LOG = os.environ.get("PYTEST_RESULT_LOG")
 # Under pytest-xdist the controller re-reports every worker's results: only the controller writes.
 _ACTIVE = bool(_LOG) and not os.environ.get("PYTEST_XDIST_WORKER")
 _state = {"file": None, "deselected": 0}
@@ -155,5 +155,5 @@ def _report_refusals():
         cls.__init__ = __init__
 
 
-if os.environ.get("GRADER_AUDIT_LOG"):
+if os.environ.get("PY_AUDIT_LOG"):
     _report_refusals()

@@ -17,7 +17,7 @@ def _extend():
     script = sys.argv[0] if sys.argv else ""
     if getattr(sys.flags, "safe_path", False) and script not in ("", "-c", "-m") and os.path.isfile(script):
         extra.append(os.path.dirname(os.path.abspath(script)))
-    extra += [p for p in os.environ.get("GRADER_SUBMISSION_PATH", "").split(os.pathsep) if p]
+    extra += [p for p in os.environ.get("PY_SOURCE_PATH", "").split(os.pathsep) if p]
     for path in extra:
         if path not in sys.path:
             sys.path.append(path)

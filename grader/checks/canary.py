@@ -24,7 +24,6 @@ library only), so neither the submission's `PYTHONPATH` nor its files can shadow
 from __future__ import annotations
 
 import base64
-import os
 import secrets as _random
 import shlex
 import shutil
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grader.checks import Finding
+from grader.deeptree import walk
 from grader.errors import NotAssessable
 from grader.safeio import read_bytes
 from grader.secrets import redact, scan_text
@@ -60,12 +60,12 @@ _MAX_LISTED = 10
 # Exit code the wrapper script uses when the stand-in never printed its URL.
 _NO_STANDIN = 97
 _WRAPPER = """\
-url_file="$HOME/.canary-standin-url"
-python -E -s "$CANARY_TOOLS/standin.py" --port 0 --quiet --rules "$CANARY_TOOLS/rules/standin.json" \
+url_file="$HOME/.standin-url"
+python -E -s "$STANDIN_TOOLS/standin.py" --port 0 --quiet --rules "$STANDIN_TOOLS/rules/standin.json" \
   >"$url_file" 2>/dev/null &
 i=0
 while [ ! -s "$url_file" ] && [ "$i" -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
-if [ ! -s "$url_file" ]; then echo "canary probe: the stand-in server did not start" >&2; exit {code}; fi
+if [ ! -s "$url_file" ]; then echo "the stand-in server did not start" >&2; exit {code}; fi
 url=$(head -n 1 "$url_file")
 rm -f "$url_file"
 {strip}
@@ -182,7 +182,7 @@ def _wrapper(base_env: str, anthropic: bool) -> str:
 
 def _scan_tree(root: Path, canary: str) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+    for dirpath, dirnames, filenames in walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
         for name in sorted(filenames):
             path = Path(dirpath) / name
@@ -256,10 +256,10 @@ def _plan(ctx: Context) -> CanaryProbe | _Plan:
     if not base_env.replace("_", "").isalnum():
         return CanaryProbe(f"not available: base_url_env {base_env!r} is not a variable name")
 
-    tools = _stage_standin(ctx.workspace.root / "canary-standin")
+    tools = _stage_standin(ctx.workspace.root / "standin")
     scratch = ctx.scratch_copy("canary-record")
     canary = make_canary(key_env)
-    env = {key_env: canary, "CANARY_TOOLS": str(tools), "CASSETTE_MODE": "record"}
+    env = {key_env: canary, "STANDIN_TOOLS": str(tools), "CASSETTE_MODE": "record"}
     trust = _one_certificate(tools / "ca.pem")
     if trust is not None:
         env["SSL_CERT_FILE"] = str(trust)

@@ -205,6 +205,9 @@ def _replayed(
     ran_in = getattr(ctx, "checkout", ctx.repo)  # the suite ran in the working copy, not the pristine one
     roots = {os.path.join(os.path.abspath(ran_in), ""), os.path.join(os.path.realpath(ran_in), "")}
     for path, play in (getattr(guard, "vcr_plays", None) or {}).items():
+        if not os.path.isabs(path):  # the guard logs a cassette inside the run's folder relative to it
+            plays[_norm(path)] = play
+            continue
         for root in roots:
             if path.startswith(root):
                 plays[_norm(path[len(root) :])] = play

@@ -22,6 +22,7 @@ import json
 import os
 import random
 import re
+import secrets
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["keys", "probe_cases"]
 
 MIN_KEY_LEN = 16
-_MARKER = "@@GRADER-KEY-PROBE@@"
+_MARKER = f"@@{secrets.token_hex(6)}@@"  # random, no names: the run sees the script
 _SEEDS = 4
 _MAX_LISTED = 20
 

@@ -195,7 +195,8 @@ def _prepare_unseen(ctx: Context, command: list[str]) -> Callable[[], tuple[RunR
     a correct layer fails it; withholding them would only test that an absent tape folder is noticed.
     """
     copy = ctx.scratch_copy("unseen-message")
-    message = f"Unseen grader probe {_random.token_hex(4)}: my parcel never arrived"
+    # A customer's words with an order number no tape holds; nothing in it says "probe" (docs/security.md).
+    message = f"Hi, my parcel for order #{100000 + _random.randbelow(900000)} never arrived, where is it?"
     env = {"CASSETTE_MODE": "replay", "CASSETTE_MISS_LOG": str(ctx.log_path("unseen", ".misses.jsonl"))}
     return lambda: ctx.run([*command, message], cwd=copy, env=env, label="unseen-message")
 

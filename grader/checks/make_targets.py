@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from grader.checks import CheckResult, register
+from grader.checks.replay import suite_passed
 from grader.context import makefile_targets
 
 if TYPE_CHECKING:
@@ -25,7 +26,8 @@ def make_targets(ctx: Context) -> CheckResult:
         has_record: the Makefile has a `record` target
         has_test: the Makefile has a `test` target
         has_demo: the Makefile has a `demo` target
-        test_passed: `make test` was the replay command and it exited 0 in time
+        test_passed: `make test` was the replay command and it passed by the grader's verdict: exit 0 in
+            time, every test it ran passed, nothing forged, no hidden failure (not merely exit 0)
         demo_passed: `make demo` exited 0 offline with no connection attempt
         record_refuses_without_key: `make record` with no key exited non-zero with a short message, no
             traceback and no connection attempt (run in a scratch copy)
@@ -56,9 +58,19 @@ def make_targets(ctx: Context) -> CheckResult:
     parts = [shape]
     if facts["has_test"]:
         rr = ctx.replay_run()
-        ok = rr.command == ["make", "test"] and rr.run.returncode == 0 and not rr.run.timed_out
+        # The grader's verdict, not the exit status: a forged or hiding run that exits 0 did not pass.
+        ok = rr.command == ["make", "test"] and suite_passed(rr)
         facts["test_passed"] = ok
-        parts.append("test passed" if ok else "test failed")
+        if rr.command != ["make", "test"]:
+            # Its recipe makes an environment over the network (`uv run pytest`): not run offline as is.
+            parts.append(f"test not run as `make test` (the suite ran as `{' '.join(rr.command)}`)")
+            details.append(f"test: {rr.how}")
+        else:
+            parts.append("test passed" if ok else "test failed")
+        if not ok and rr.command == ["make", "test"] and rr.run.returncode == 0 and not rr.run.timed_out:
+            details.append(
+                "make test exited 0, but the grader's verdict on the run is not a pass (see offline-replay)"
+            )
     if facts["has_demo"]:
         run, audit = ctx.run(
             ["make", "demo"],

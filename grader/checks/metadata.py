@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from grader.checks import CheckResult, Finding, register
 from grader.details import counted
+from grader.standin import fingerprints
 from grader.tapes import Tape, tapes_of
 
 if TYPE_CHECKING:
@@ -35,7 +37,9 @@ def metadata(ctx: Context) -> CheckResult:
         models: sorted distinct models the tapes name
         disagreeing: tapes whose model differs from the manifest's default_model (0 when it is unknown)
         loopback_tapes: tapes whose endpoint is a loopback address or localhost (a local stand-in such as the
-            kit's own, never a real model endpoint); the default rubric gives such a recording at most 2
+            kit's own, never a real model endpoint), or that hold answers only the kit's stand-in gives (the
+            response id it derives from the request, its system fingerprint) whatever endpoint they name;
+            the default rubric gives such a recording at most 2
         summary: one line, e.g. "41/41 tapes name a model (gpt-4o-mini), endpoint and recording time"
     """
     all_tapes = tapes_of(ctx)
@@ -71,12 +75,23 @@ def metadata(ctx: Context) -> CheckResult:
     if invalid:
         details.append(f"{invalid} invalid tape(s) not counted (see cassette-hygiene)")
 
-    loopback = [t for t in tapes if _loopback(t.endpoint)]
-    if loopback:
+    local = [t for t in tapes if _loopback(t.endpoint)]
+    # Metadata is what the tape says; the answer is what the server did. The stand-in's response ids are a
+    # hash of the request, so a tape holding one was answered there whatever endpoint it names.
+    disguised = [t for t in tapes if not _loopback(t.endpoint) and _standin_answered(t)]
+    loopback = local + disguised
+    if local:
         details.insert(
             0,
-            f"{counted(len(loopback), 'tape')} recorded against {loopback[0].endpoint} "
-            f"(e.g. {loopback[0].path}): a local stand-in, not a real model endpoint",
+            f"{counted(len(local), 'tape')} recorded against {local[0].endpoint} "
+            f"(e.g. {local[0].path}): a local stand-in, not a real model endpoint",
+        )
+    if disguised:
+        details.insert(
+            0,
+            f"{counted(len(disguised), 'tape')} name {disguised[0].endpoint or 'no endpoint'} but hold the "
+            f"kit stand-in's own answers (e.g. {disguised[0].path}: the response id the stand-in derives "
+            "from that request): not a real model endpoint",
         )
     facts = {
         "tapes": len(tapes),
@@ -87,7 +102,8 @@ def metadata(ctx: Context) -> CheckResult:
         "models": sorted(models),
         "disagreeing": len(disagreeing),
     }
-    facts["summary"] = _summary(facts, sorted(models), invalid, loopback[0].endpoint if loopback else "")
+    # "" when every such tape names a real endpoint: the stand-in is known by its answers, not by a host.
+    facts["summary"] = _summary(facts, sorted(models), invalid, local[0].endpoint if local else "")
     return CheckResult(facts=facts, findings=findings, details=details)
 
 
@@ -143,11 +159,12 @@ def _summary(facts: dict[str, object], models: list[str], invalid: int, loopback
             which = "the only tape was" if total == 1 else f"all {total} tapes were"
         else:
             which = f"{local} of {total} tapes " + ("was" if local == 1 else "were")
-        parts.insert(
-            0,
-            f"{which} recorded against a loopback endpoint ({loopback_host}: a local stand-in such as the "
-            "kit's), not a real model",
+        where = (
+            f"{loopback_host}: a local stand-in such as the kit's"
+            if loopback_host
+            else "the kit's stand-in, by its own answers, whatever endpoint the tapes name"
         )
+        parts.insert(0, f"{which} recorded against a loopback endpoint ({where}), not a real model")
     return "; ".join(parts)
 
 
@@ -156,3 +173,15 @@ def _loopback(endpoint: str | None) -> bool:
     # 0.0.0.0 is what a local server reports it listens on; no real endpoint is reached there.
     unspecified = "0.0.0.0"  # noqa: S104 - compared against, never bound
     return host in ("localhost", "::1", unspecified) or host.startswith("127.") or host.endswith(".localhost")
+
+
+def _standin_answered(tape: Tape) -> bool:
+    if not tape.text:
+        return False
+    for inter in tape.interactions[:3]:
+        if not isinstance(inter.request_body, dict):
+            continue
+        path = inter.path or (urlsplit(inter.url).path if inter.url else "") or "/v1/chat/completions"
+        if any(mark in tape.text for mark in fingerprints(path, inter.request_body)):
+            return True
+    return False

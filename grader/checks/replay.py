@@ -15,7 +15,7 @@ from grader.tapes import tapes_of
 if TYPE_CHECKING:
     from grader.context import Context
 
-__all__ = ["replay"]
+__all__ = ["replay", "suite_passed"]
 
 _MAX_DETAILS = 10
 
@@ -58,12 +58,14 @@ def replay(ctx: Context) -> CheckResult:
         xfailed: tests that failed as expected (xfail)
         deselected: tests deselected by the suite's own options or hooks
         xfail_norun: tests marked xfail(run=False), so never run
-        hidden_failures: tests skipped or xfailed in the run that fail when the grader reruns them with their
-            skip/skipif/xfail marks stripped
+        hidden_failures: tests skipped or xfailed in the run that fail (or never finish) when the grader
+            reruns them with their skip/skipif/xfail marks stripped
         tamper_hooks: places that can change reported outcomes: conftest/plugin hooks, pytest monkeypatches,
-            overrides of the grader's options, start-up files (sitecustomize.py) (see docs/security.md)
+            overrides of the grader's options, start-up files (sitecustomize.py), code that can tell a graded
+            run from an ordinary one (a uid comparison, /proc/self/mountinfo) (see docs/security.md)
         forged: true when a reported outcome differs from what happened: a test raised but was reported
-            passed, the --noconftest rerun or the clean-interpreter rerun fails tests reported passed, the
+            passed, the rerun without the submission's hooks (no conftest files or configured plugins) or the
+            clean-interpreter rerun fails tests reported passed or times out where the run finished, the
             suite-writable result log disagrees with the grader's guard log, or the run replaced one of the
             grader's logs (a link, a FIFO)
         exit_abnormal: true when pytest's session never finished (os._exit, a killed interpreter, the grader's
@@ -74,7 +76,8 @@ def replay(ctx: Context) -> CheckResult:
         duration: seconds the suite ran
         command: the command the grader ran (e.g. "make test")
         tape_edits: recorded responses changed in a later commit while their request (and key) stayed the
-            same, not as part of re-recording the whole set: answers edited by hand (read from git history)
+            same, not as part of re-recording the whole set (every tape given a new answer; restamped
+            metadata is not one): answers edited by hand (read from git history)
         first_tape_edit: commit:file:line of the first such edit, or "" when none
         tapes: readable tapes in the submission (the same count as the other rows): a suite that passes
             with nothing recorded shows no replay, whatever the ratio of its passing tests
@@ -142,9 +145,17 @@ def replay(ctx: Context) -> CheckResult:
     if broken:
         tail = _tail(rr.run.stderr) or _tail(rr.run.stdout)
         details.append(f"no test ran; exit {rr.run.returncode}" + (f": {tail}" if tail else ""))
+    details += _how_run(ctx, rr)
     findings = [Finding(rule="network-attempt", message=what, location=where) for where, what in attempts]
     findings += [Finding(rule=f"tamper-{h.kind}", message=h.why, location=h.location) for h in evidence.hooks]
     return CheckResult(facts=facts, findings=[*edit_findings, *install, *findings], details=details)
+
+
+def _how_run(ctx: Context, rr: ReplayRun) -> list[str]:
+    """What was installed (project, lockfile, Python) and how the suite was run, as the evidence's tail."""
+    described = getattr(ctx.env, "described", None)
+    lines = list(described() if described else [])
+    return [*lines, f"suite: {rr.how}"] if rr.how else lines
 
 
 def _edits_summary(edits: list[TapeEdit]) -> str:
@@ -193,6 +204,7 @@ class _Evidence:
     forged: list[str] = field(default_factory=list)  # what was forged, one line each
     hidden: list[str] = field(default_factory=list)  # skipped/xfailed tests that fail when run
     skips: list[str] = field(default_factory=list)  # "nodeid (reason)" of skipped and not-run tests
+    wrapped: list[str] = field(default_factory=list)  # test functions the submission's code replaced
     abnormal: bool = False
     abnormal_why: str = ""
 
@@ -212,16 +224,30 @@ class _Evidence:
             parts.append(self.abnormal_why)
         if self.hooks and not self.forged:
             parts.append(f"{len(self.hooks)} tamper hooks: {self.hooks[0]}")
+        if self.wrapped and not self.forged:
+            parts.append(f"{len(self.wrapped)} test functions wrapped by the suite's code: {self.wrapped[0]}")
         return "".join(f"; {p}" for p in parts)
 
     def details(self) -> list[str]:
         out = [f"forged: {line}" for line in self.forged[:_MAX_DETAILS]]
         out += [f"hidden failure: {line}" for line in self.hidden[:_MAX_DETAILS]]
         out += [f"skipped: {line}" for line in self.skips[:_MAX_DETAILS]]
+        out += [f"wrapped: {line}" for line in self.wrapped[:_MAX_DETAILS]]
         out += [f"tamper hook: {hook}" for hook in self.hooks[:_MAX_DETAILS]]
         if self.abnormal:
             out.append(self.abnormal_why)
         return out
+
+
+def suite_passed(rr: ReplayRun) -> bool:
+    """The grader's verdict on the replay run, not the suite's exit status: every test it ran passed, none
+    failed when the grader re-ran it (without conftest, unskipped, in a clean interpreter), nothing forged,
+    and the session finished in time. Any row that credits "the tests pass" uses this."""
+    results = rr.results or Results()
+    if rr.run.returncode != 0 or rr.run.timed_out or results.failed or results.errors or not results.passed:
+        return False
+    evidence = _tamper_evidence(rr, results)
+    return not (evidence.forged or evidence.hidden or evidence.abnormal)
 
 
 def _tamper_evidence(rr: ReplayRun, results: Results) -> _Evidence:
@@ -243,11 +269,19 @@ def _tamper_evidence(rr: ReplayRun, results: Results) -> _Evidence:
             ev.forged.append(f"`{' '.join(rr.command)}` exited 0 with {red} {noun} recorded")
         elif guard is not None and guard.exitstatus == 0:
             ev.forged.append(f"pytest's session reported exit status 0 with {red} {noun} recorded")
-    if guard is not None and rr.noconftest is not None and rr.noconftest.guard is not None:
-        again = rr.noconftest.guard.outcomes
+    if guard is not None:
+        ev.wrapped = list(guard.wrapped)
+    for rerun, how in ((rr.noconftest, ""), (rr.hookless, ", nor the Makefile, in a clean interpreter")):
+        if guard is None or rerun is None or rerun.guard is None:
+            continue
+        # Only "failed": a test that needs a conftest fixture errors without it, honestly.
+        again = rerun.guard.outcomes
         for nodeid, outcome in guard.outcomes.items():
             if outcome in ("passed", "skipped", "xfailed") and again.get(nodeid) == "failed":
-                ev.forged.append(f"{nodeid}: {outcome} with the conftest files, failed without them")
+                line = f"{nodeid}: {outcome} with the suite's hooks, failed without them (no conftest files, "
+                line += f"no plugins of its configuration{how})"
+                if line not in ev.forged and not any(x.startswith(f"{nodeid}: ") for x in ev.forged):
+                    ev.forged.append(line)
     if guard is not None and rr.clean is not None and rr.clean.guard is not None:
         # The suite's start-up files (sitecustomize.py) could run before the guard; the clean interpreter
         # never imports them (docs/security.md).
@@ -258,11 +292,28 @@ def _tamper_evidence(rr: ReplayRun, results: Results) -> _Evidence:
                 "error",
             ):
                 ev.forged.append(f"{nodeid}: {outcome} in the suite's run, failed in a clean interpreter")
-    if guard is not None and rr.unskipped is not None and rr.unskipped.guard is not None:
-        again = rr.unskipped.guard
+    # A verifying rerun that cannot finish where the suite's own run did (red-team F15): the suite behaves
+    # differently without its hooks, or outside the Makefile, and the difference is what hides its outcome.
+    reruns = (
+        (rr.noconftest, "without the submission's hooks"),
+        (rr.hookless, "without its hooks, in a clean interpreter"),
+        (rr.clean, "in a clean interpreter"),
+    )
+    for rerun, how in reruns if not rr.run.timed_out else ():
+        if rerun is not None and rerun.run.timed_out:
+            ev.forged.append(f"the suite's run finished, the rerun {how} timed out: it behaves differently")
+    unskipped = rr.unskipped
+    if guard is not None and unskipped is not None:
+        again = unskipped.guard.outcomes if unskipped.guard is not None else {}
+        messages = unskipped.guard.messages if unskipped.guard is not None else {}
         for nodeid, outcome in guard.outcomes.items():
-            if outcome in ("skipped", "xfailed") and again.outcomes.get(nodeid) in ("failed", "error"):
-                ev.hidden.append(f"{nodeid} ({again.messages.get(nodeid, 'fails')})")
+            if outcome not in ("skipped", "xfailed"):
+                continue
+            if again.get(nodeid) in ("failed", "error"):
+                ev.hidden.append(f"{nodeid} ({messages.get(nodeid, 'fails')})")
+            elif unskipped.run.timed_out and nodeid not in again:
+                # Red-team F15b: a skipped test that never finishes when run would have hung the suite.
+                ev.hidden.append(f"{nodeid} (did not finish when run: the rerun timed out)")
     if not rr.run.timed_out:
         if guard is None and results.records:
             ev.abnormal, ev.abnormal_why = (

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 __all__ = ["ServeProbe", "probe_serve"]
 
 _LABEL = "serve probe"
-_MARKER = "@@GRADER-SERVE-PROBE@@"
+# Random per grade, and no names: the run sees this script (docs/security.md, what a run can see).
+_MARKER = f"@@{_random.token_hex(6)}@@"
 _LOOPBACK = ("127.", "::1", "localhost")
 _NO_SERVER = 97
 
@@ -45,10 +46,10 @@ make serve >"$out" 2>"$HOME/.serve-err" </dev/null &
 i=0
 while ! grep -q "http://" "$out" && [ "$i" -lt 400 ]; do sleep 0.05; i=$((i + 1)); done
 if grep -q "http://" "$out"; then
-  python -E -s "$SERVE_PROBE_TOOLS/client.py" "$out" "$SERVE_PROBE_TOOLS/requests.json"
+  python -E -s "$SERVE_TOOLS/client.py" "$out" "$SERVE_TOOLS/requests.json"
   status=$?
 else
-  echo "serve probe: make serve printed no URL" >&2
+  echo "make serve printed no URL" >&2
   status={code}
 fi
 trap 'exit "$status"' TERM
@@ -120,14 +121,15 @@ def _recorded(ctx: Context) -> tuple[Interaction, str] | None:
 
 def _unseen(body: dict[str, Any]) -> dict[str, Any]:
     """The same request with its last message changed (or a field added when it has no messages)."""
-    probe = f" [unseen grader probe {_random.token_hex(4)}]"
+    # Like a customer's own words (no tape holds a random order number); nothing says "probe".
+    probe = f" (order #{100000 + _random.randbelow(900000)})"
     messages = body.get("messages")
     if isinstance(messages, list) and messages and isinstance(messages[-1], dict):
         last = dict(messages[-1])
         if isinstance(last.get("content"), str):
             last["content"] += probe
             return {**body, "messages": [*messages[:-1], last]}
-    return {**body, "grader_probe": probe.strip()}
+    return {**body, "note": probe.strip()}
 
 
 def _stage(dest: Any, plan: dict[str, Any]) -> Any:
@@ -164,12 +166,10 @@ def probe_serve(ctx: Context) -> ServeProbe:
         "recorded": {"method": (inter.method or "POST").upper(), "path": inter.path, "body": body},
         "unseen": {"method": (inter.method or "POST").upper(), "path": inter.path, "body": _unseen(body)},
     }
-    tools = _stage(ctx.workspace.root / "serve-probe-tools", plan)
+    tools = _stage(ctx.workspace.root / "serve-tools", plan)
     scratch = ctx.scratch_copy("serve-probe")
     argv = ["/bin/sh", "-c", _WRAPPER.format(code=_NO_SERVER)]
-    run, audit = ctx.run(
-        argv, cwd=scratch, env={"SERVE_PROBE_TOOLS": str(tools)}, loopback=True, label=_LABEL
-    )
+    run, audit = ctx.run(argv, cwd=scratch, env={"SERVE_TOOLS": str(tools)}, loopback=True, label=_LABEL)
     probe = ServeProbe("ran")
     probe.outbound = [
         f"{e.where} {e.target}"

@@ -337,7 +337,7 @@ import os
 
 
 def test_forge():
-    for name in ("GRADER_RESULT_LOG", "GRADER_GUARD_LOG"):
+    for name in ("PYTEST_RESULT_LOG", "GRADER_GUARD_LOG"):
         path = os.environ.get(name)
         if path:
             with open(path, "w") as log:

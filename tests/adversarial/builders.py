@@ -69,7 +69,9 @@ def tampered(kind: str) -> Callable[[Path], Path]:
     return build
 
 
-_CAPPED = {"offline-replay": (0, 1)}
+# A run the grader does not believe is not "make test passed" either (red-team F11: a detected forgery kept
+# make-targets at 3 and out-scored the honest failing suite).
+_CAPPED = {"offline-replay": (0, 1), "make-targets": (0, 1)}
 
 CASES: dict[str, Case] = {
     c.name: c

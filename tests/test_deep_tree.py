@@ -1,0 +1,81 @@
+"""A checkout with folders nested 1,400 deep (committed, or made by the suite while it runs) is graded, not
+an internal error: Python 3.11's os.walk/shutil.rmtree recurse once per level (a red-team pass crashed the
+grader this way, every row not-assessable)."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from grader.deeptree import MAX_DEPTH, prune_deep, remove_tree
+from tests.adversarial.builders import commit, sample_copy
+
+LEVELS = 1400
+
+
+def _deep(base: Path, levels: int = LEVELS) -> None:
+    """base/d/d/…/d/x.txt without recursion and without a path longer than the kernel takes at once."""
+    base.mkdir(parents=True, exist_ok=True)
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(levels):
+            os.mkdir("d", dir_fd=fd)
+            inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        os.close(os.open("x.txt", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
+    finally:
+        os.close(fd)
+
+
+def test_prune_and_remove_without_recursion(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    _deep(repo / "deep")
+    _deep(repo / "shallow", levels=3)
+    (repo / ".git").mkdir()
+    assert prune_deep(repo) == ["deep/" + "/".join(["d"] * (MAX_DEPTH - 1))]
+    assert (repo / "shallow" / "d" / "d" / "d" / "x.txt").is_file()
+    _deep(tmp_path / "again")
+    remove_tree(tmp_path / "again")
+    assert not (tmp_path / "again").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.index
+def test_a_deep_tree_committed_or_made_by_the_suite_is_graded(tmp_path: Path, grade_cache: Path) -> None:
+    from grader.grading import grade
+    from grader.rubric import load_rubric
+
+    repo = sample_copy(tmp_path / "deep")
+    _deep(repo / "data" / "nest")
+    (repo / "tests" / "test_leaves_a_deep_tree.py").write_text(
+        textwrap.dedent(
+            f"""
+            import os
+
+            def test_makes_a_deep_tree_in_the_checkout():
+                fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+                for _ in range({LEVELS}):
+                    os.mkdir("d", dir_fd=fd)
+                    inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+                    os.close(fd)
+                    fd = inner
+                os.close(fd)
+            """
+        )
+    )
+    try:
+        report = grade(str(commit(repo)), rubric=load_rubric(), timeout=120, cache_root=grade_cache)
+    finally:
+        remove_tree(repo / "data" / "nest")  # pytest's own tmp_path clean-up recurses too
+
+    statuses = {row["id"]: row["status"] for row in report["rows"]}
+    assert all(status == "scored" for status in statuses.values()), statuses
+    assert any("nested deeper than" in note and "data/nest/d/d" in note for note in report["notes"]), report[
+        "notes"
+    ]
+    offline = next(row for row in report["rows"] if row["id"] == "offline-replay")
+    assert offline["score"] == 3, offline
