@@ -266,7 +266,7 @@ class Context:
         # No cwd: a fresh copy of the pristine tree, never the checkout an earlier run may have rewritten.
         cwd = cwd or self.scratch_copy(label)
         with self._in_place(cwd) as cwd:
-            return self._run(argv, cwd, env, label, allowed, clipped, pass_fds, suite_probe, loopback)
+            return self._run(argv, cwd, env, label, allowed, clipped, pass_fds, suite_probe, loopback, network)
 
     @contextlib.contextmanager
     def _in_place(self, cwd: Path) -> Iterator[Path]:
@@ -297,6 +297,7 @@ class Context:
         pass_fds: Sequence[int],
         suite_probe: bool,
         loopback: bool,
+        network: bool = False,
     ) -> tuple[RunResult, AuditLog]:
         from grader import sandbox
 
