@@ -266,7 +266,8 @@ class Context:
         # No cwd: a fresh copy of the pristine tree, never the checkout an earlier run may have rewritten.
         cwd = cwd or self.scratch_copy(label)
         with self._in_place(cwd) as cwd:
-            return self._run(argv, cwd, env, label, allowed, clipped, pass_fds, suite_probe, loopback, network)
+            run = (argv, cwd, env, label, allowed, clipped, pass_fds, suite_probe, loopback, network)
+            return self._run(*run)
 
     @contextlib.contextmanager
     def _in_place(self, cwd: Path) -> Iterator[Path]:
