@@ -18,9 +18,11 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    session.install("ruff")
+    """ruff (lint and format) on everything; mypy --strict on grader/ ([tool.mypy] in pyproject.toml)."""
+    session.install("-e", ".", "ruff", "mypy>=1.10", "types-PyYAML", "types-defusedxml")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("mypy")
 
 
 @nox.session

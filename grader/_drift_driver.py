@@ -19,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Any
 
 MARKER = "@@GRADER-DRIFT-RUN@@"
 _OUTPUT_CAP = 16_000
@@ -31,7 +32,7 @@ def _read(path: str, cap: int) -> str:
         return handle.read(cap).decode("utf-8", "replace")
 
 
-def _start_standin(plan: dict, work: str, truth: str) -> tuple[subprocess.Popen | None, str]:
+def _start_standin(plan: dict[str, Any], work: str, truth: str) -> tuple[subprocess.Popen[bytes] | None, str]:
     url_file = os.path.join(work, "url")
     options = ["--profile", plan["profile"], "--rules", plan["rules"], "--truth-log", truth]
     with open(url_file, "w") as out:
@@ -52,7 +53,7 @@ def _start_standin(plan: dict, work: str, truth: str) -> tuple[subprocess.Popen 
     return None, ""
 
 
-def _environment(plan: dict, base: str, tapes: str) -> dict[str, str]:
+def _environment(plan: dict[str, Any], base: str, tapes: str) -> dict[str, str]:
     env = dict(os.environ)
     root = base[: -len("/v1")] if base.endswith("/v1") else base
     env["OPENAI_BASE_URL"] = base
@@ -64,7 +65,7 @@ def _environment(plan: dict, base: str, tapes: str) -> dict[str, str]:
     return env
 
 
-def _calls(truth: str, start: int, end: int) -> list[dict]:
+def _calls(truth: str, start: int, end: int) -> list[dict[str, Any]]:
     if end <= start:
         return []
     with open(truth, "rb") as handle:
@@ -89,8 +90,14 @@ def _size(path: str) -> int:
 
 
 def _one(
-    plan: dict, ticket: dict, env: dict[str, str], work: str, truth: str, secrets: list[str], timeout: float
-) -> dict:
+    plan: dict[str, Any],
+    ticket: dict[str, Any],
+    env: dict[str, str],
+    work: str,
+    truth: str,
+    secrets: list[str],
+    timeout: float,
+) -> dict[str, Any]:
     out_path, err_path = os.path.join(work, "out"), os.path.join(work, "err")
     start = _size(truth)
     began = time.monotonic()

@@ -30,3 +30,14 @@ def marked_answer(stdout: str, marker: str) -> dict[str, Any] | None:
                 return None
             return answer if isinstance(answer, dict) else None
     return None
+
+
+def optional_text(value: object) -> str | None:
+    """A JSON value read back as text, None staying None."""
+    return None if value is None else str(value)
+
+
+def mapping(value: object) -> dict[str, Any]:
+    """A parsed JSON/TOML/YAML table, or an empty one for anything else (what a submission wrote may have
+    any shape)."""
+    return value if isinstance(value, dict) else {}

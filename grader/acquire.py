@@ -19,6 +19,7 @@ import stat
 import subprocess
 import tarfile
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -118,7 +119,14 @@ def redact(text: str) -> str:
     return re.sub(r"(?<=://)[^/@\s]+@", "***@", text)
 
 
-def _git(args: list[str], *, cwd: Path, home: Path, timeout: float = CLONE_TIMEOUT, extra_env=None):
+def _git(
+    args: list[str],
+    *,
+    cwd: Path,
+    home: Path,
+    timeout: float = CLONE_TIMEOUT,
+    extra_env: Mapping[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         gitsafe.argv(*args, protocols=_PROTOCOLS),
         cwd=cwd,
@@ -450,7 +458,8 @@ def _acquire(target: str, root: Path) -> Workspace:
     root.chmod(0o755)
     source = redact(target)
     where, ref = _split_ref(target)
-    snapshot, uncommitted = False, ()
+    snapshot = False
+    uncommitted: tuple[str, ...] = ()
     if _URL.match(where) or _SCP.match(where):
         repo = _clone(where, ref, root, target)
     else:

@@ -27,10 +27,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from grader.checks import registry
 from grader.errors import BadInput, NotAssessable
+from grader.grading import grade
 from grader.inert import csv_cell, inert, inert_tree
 from grader.progress import Display, QuietDisplay
-from grader.runstore import write_json, write_text
+from grader.runstore import check_store_folder, store_failure, write_json, write_text
 
 if TYPE_CHECKING:
     from grader.rubric import Rubric
@@ -251,8 +253,6 @@ def run_batch(
     for one candidate's failure. ``out`` must be new or empty. With ``shard``, ``entries`` are that slice
     of the ``listed`` candidates in ``source``, and the folder records it (and the rubric) for `grade merge`.
     """
-    from grader.checks import registry
-    from grader.runstore import check_store_folder
 
     check_store_folder(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -323,8 +323,6 @@ def _grade_one(
     steps: int,
     budget: float | None = None,
 ) -> Outcome:
-    from grader.grading import grade
-    from grader.runstore import store_failure
 
     folder = out / entry.folder
     who = entry.candidate

@@ -22,7 +22,7 @@ import json
 import stat
 import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path, PurePath, PurePosixPath
 
 from grader import gitsafe
 from grader.tapes import Tape
@@ -69,7 +69,7 @@ def tape_digest(tape: object) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def read_chain(repo: Path, cassette_dir: str | None, tapes: list[Tape]) -> ChainVerdict | None:
+def read_chain(repo: Path, cassette_dir: str | PurePath | None, tapes: list[Tape]) -> ChainVerdict | None:
     """The chain in ``cassette_dir`` (default ``cassettes``) checked against the kit tapes in it, or None."""
     folder = PurePosixPath(cassette_dir or "cassettes")
     if folder.is_absolute() or ".." in folder.parts:

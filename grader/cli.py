@@ -7,7 +7,9 @@ environment failed before anything could be graded (no space for the workspace; 
 `grade: not assessable: ...`); 130 interrupted. With 1 and 4 a report is still written (every row
 not-assessable with the reason) to --output in any format, or on stdout (1: --format json only).
 
-`checks` as the first argument is always the subcommand; to grade a folder named `checks`, write `./checks`.
+`checks` as the first argument is always the subcommand; to grade a folder named `checks`, write `./checks`
+(and so for `batch`, `merge`, `rescore` and `drift`). `grade drift` exits 0 when the candidate model meets
+the acceptance rule, 3 when it does not, 2, 4, 1 and 130 as above.
 `grade --selftest [--rubric PATH]` grades the calibration corpus instead (grader/selftest): exit 0 when
 every case lands in its bands, 3 naming the cases that do not, 2 on bad input. `batch`, `merge` and `rescore`
 exit 0 or 2 (and 1, 130 as above). docs/reviewer.md has the one table of them all.
@@ -21,14 +23,25 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grader import __version__
 from grader._cliargs import Parser, positive
-from grader.errors import BadInput, NotAssessable
+from grader.acquire import redact
+from grader.batch import default_out, parse_shard, read_batch_file, run_batch
+from grader.checks import catalogue
+from grader.errors import BadInput, NotAssessable, describe
+from grader.grading import grade, unassessed_report
+from grader.inert import inert
+from grader.merge import merge_shards
 from grader.progress import make_display
+from grader.report import FORMATS, render
+from grader.rescore import rescore
+from grader.rubric import load_rubric
+from grader.runstore import check_store_folder, store_failure
+from grader.selftest.command import main as selftest
 
 if TYPE_CHECKING:
     from grader.rubric import Rubric
@@ -60,6 +73,11 @@ COMMANDS = (
     ("grade merge OUT SHARD_DIR...", "gather the folders of `grade batch --shard I/N` into one batch folder"),
     ("grade rescore RUN_DIR", "score stored runs again under a new rubric, from stored facts (runs no code)"),
     ("grade checks", "list the checks and the facts rubric rows may use"),
+    (
+        "grade drift TARGET",
+        "re-record TARGET's inputs against a control and a candidate model; report what changes and "
+        "whether the acceptance rule holds (exit 3 when it does not)",
+    ),
     ("grade --selftest", "grade the calibration corpus with a rubric (exit 3 when a case is out of band)"),
 )
 # Old option spellings still accepted, with a one-line note on stderr: one spelling per meaning everywhere.
@@ -73,14 +91,14 @@ def _commands_epilog() -> str:
     lines.append("")
     lines.append(
         "exit codes: 0 graded, 1 internal error, 2 bad input, 3 below --fail-under (--selftest: a case "
-        "out of band), 4 not assessable (the grader's own environment failed, e.g. no disk space), "
+        "out of band; drift: the acceptance rule does not hold), "
+        "4 not assessable (the grader's own environment failed, e.g. no disk space), "
         "130 interrupted"
     )
     return "\n".join(lines)
 
 
 def _grade_parser() -> Parser:
-    from grader.report import FORMATS
 
     parser = Parser(
         prog="grade",
@@ -149,9 +167,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_rescore(args[1:])
         if args and args[0] == "merge":
             return _cmd_merge(args[1:])
+        if args and args[0] == "drift":
+            return _cmd_drift(args[1:])
         if "--selftest" in args:
-            from grader.selftest.command import main as selftest
-
             return selftest([a for a in args if a != "--selftest"])
         return _cmd_grade(args)
     except BadInput as exc:
@@ -173,14 +191,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _say(line: str) -> None:
-    from grader.inert import inert
 
     # Error lines quote paths and archive member names the submission chose: nothing in them may act.
     print(inert(line), file=sys.stderr, flush=True)
 
 
 def _cmd_checks(args: list[str]) -> int:
-    from grader.checks import catalogue
 
     opts = _checks_parser().parse_args(args)
     if Path("checks").exists():
@@ -190,9 +206,6 @@ def _cmd_checks(args: list[str]) -> int:
 
 
 def _cmd_grade(args: list[str]) -> int:
-    from grader.grading import grade
-    from grader.report import render
-    from grader.rubric import load_rubric
 
     opts = _grade_parser().parse_args(args)
     if opts.output is not None:
@@ -201,8 +214,6 @@ def _cmd_grade(args: list[str]) -> int:
     # Validate the rubric before touching the target: a YAML typo should cost seconds, not a grading run.
     rubric = load_rubric(opts.rubric)
     if opts.store is not None:
-        from grader.runstore import check_store_folder
-
         check_store_folder(opts.store)
     started = time.monotonic()
     display = make_display(quiet=opts.quiet)
@@ -236,7 +247,7 @@ def _cmd_grade(args: list[str]) -> int:
         return EXIT_NOT_ASSESSABLE
     except Exception as exc:
         # main() prints the one line and exits 1; automation still gets a report to read.
-        _fallback_report(opts, rubric, f"internal error in the grader: {_one_line(exc)}", stdout=False)
+        _fallback_report(opts, rubric, f"internal error in the grader: {describe(exc)}", stdout=False)
         raise
     text = render(report, opts.format)
     if opts.output is None:
@@ -257,19 +268,12 @@ def _cmd_grade(args: list[str]) -> int:
     return EXIT_OK
 
 
-def _one_line(exc: BaseException) -> str:
-    detail = " ".join(str(exc).split())[:300]
-    return f"{type(exc).__name__}{': ' + detail if detail else ''}"
-
-
 def _fallback_report(opts: argparse.Namespace, rubric: Rubric, reason: str, *, stdout: bool) -> None:
     """Write a report whose rows are all not-assessable with ``reason`` (and --store's run.json).
 
     To --output in the chosen format; on stdout only when ``stdout`` or the format is json. Never raises:
     this runs while something already went wrong, and the one-line message must still be printed.
     """
-    from grader.grading import unassessed_report
-    from grader.report import render
 
     try:
         text = render(unassessed_report(opts.target, rubric, reason), opts.format)
@@ -279,15 +283,12 @@ def _fallback_report(opts: argparse.Namespace, rubric: Rubric, reason: str, *, s
             sys.stdout.write(text)
             sys.stdout.flush()
     except Exception as exc:  # the caller's message is the one that matters
-        _say(f"grade: note: no report written: {_one_line(exc)}")
+        _say(f"grade: note: no report written: {describe(exc)}")
     if opts.store is not None:
         try:
-            from grader.acquire import redact
-            from grader.runstore import store_failure
-
             store_failure(opts.store, target=redact(opts.target), reason=reason)
         except Exception as exc:
-            _say(f"grade: note: run not stored in {opts.store}: {_one_line(exc)}")
+            _say(f"grade: note: run not stored in {opts.store}: {describe(exc)}")
 
 
 def _check_output(path: Path) -> Path:
@@ -322,7 +323,6 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def _batch_parser() -> Parser:
-    from grader.report import FORMATS
 
     parser = Parser(
         prog="grade batch",
@@ -373,9 +373,6 @@ def _batch_parser() -> Parser:
 
 
 def _cmd_batch(args: list[str]) -> int:
-    from grader.batch import default_out, parse_shard, read_batch_file, run_batch
-    from grader.rubric import load_rubric
-    from grader.runstore import check_store_folder
 
     opts = _batch_parser().parse_args(args)
     shard = parse_shard(opts.shard) if opts.shard is not None else None
@@ -428,7 +425,6 @@ def _merge_parser() -> Parser:
 
 
 def _cmd_merge(args: list[str]) -> int:
-    from grader.merge import merge_shards
 
     opts = _merge_parser().parse_args(args)
     result = merge_shards(opts.output, opts.shards)
@@ -458,7 +454,6 @@ def _rescore_parser() -> Parser:
 
 
 def _cmd_rescore(args: list[str]) -> int:
-    from grader.rescore import rescore
 
     opts = _rescore_parser().parse_args(args)
     result = rescore(opts.run_dir, opts.rubric, dry_run=opts.dry_run)
@@ -484,3 +479,144 @@ def _cmd_rescore(args: list[str]) -> int:
     )
     sys.stdout.write("\n".join(lines) + "\n")
     return EXIT_OK
+
+
+def _drift_parser() -> Parser:
+    from grader.drift_report.render import FORMATS as DRIFT_FORMATS
+
+    parser = Parser(
+        prog="grade drift",
+        deprecated=DEPRECATED,
+        description=(
+            "Re-record the submission's inputs twice, interleaved ticket by ticket, each run into its own "
+            "scratch tape folder: a control arm against the model the tapes came from and a candidate arm "
+            "against the new one. Report, denominator first, every ticket's recorded, control and candidate "
+            "verdicts, contract violations, termination and tool-call differences, tokens and latency, the "
+            "candidate-vs-control difference beside the control's own drift from the recording (the noise "
+            "floor, with 95% Wilson intervals), and whether the acceptance rule holds."
+        ),
+        epilog=(
+            "PROFILE: a stand-in profile (baseline, drifted or a YAML file; docs/standin.md), served on "
+            "loopback inside the sandbox. URL: a live endpoint (https, or http to loopback); its key comes "
+            "from the submission's api_key_env in this environment, and only that arm gets the network. "
+            "Exit codes: 0 the candidate meets the acceptance rule, 2 bad input (target, profile, URL, "
+            "acceptance FILE:LINE), 3 it does not meet it (the report is still written), 4 not assessable "
+            "(the submission could not be installed, or a run could not be made), 1 internal error, "
+            "130 interrupted."
+        ),
+    )
+    parser.add_argument("target", help="git URL, local git repo, folder, or .zip/.tar.gz archive")
+    parser.add_argument(
+        "--control",
+        required=True,
+        metavar="PROFILE|URL",
+        help="the model the tapes came from (e.g. baseline)",
+    )
+    parser.add_argument(
+        "--candidate", required=True, metavar="PROFILE|URL", help="the model to switch to (e.g. drifted)"
+    )
+    parser.add_argument(
+        "--model", metavar="M", help="the model the candidate should be; a note when its answers name another"
+    )
+    parser.add_argument(
+        "--replay-until",
+        type=_whole("--replay-until"),
+        metavar="N",
+        help="serve calls 1..N of each run from the committed tapes and the rest from the arm "
+        "(CASSETTE_REPLAY_UNTIL; template-built agents)",
+    )
+    parser.add_argument(
+        "--trials",
+        type=positive(int, "--trials"),
+        default=1,
+        metavar="K",
+        help="runs of each ticket per arm (1)",
+    )
+    parser.add_argument("--format", choices=DRIFT_FORMATS, default="text", help="report format (text)")
+    parser.add_argument(
+        "--output", "-o", type=Path, metavar="PATH", help="write the report here instead of stdout"
+    )
+    parser.add_argument(
+        "--accept",
+        type=Path,
+        metavar="FILE",
+        help="the acceptance rule (YAML; default: the bundled rubric/drift-acceptance.yaml)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=positive(float, "--timeout"),
+        default=300.0,
+        metavar="SECONDS",
+        help="seconds allowed for the install and for each run (300)",
+    )
+    parser.add_argument(
+        "--cache-dir", type=Path, metavar="PATH", help="where installed environments are cached"
+    )
+    parser.add_argument(
+        "--keep-workspace", action="store_true", help="keep the checkout and the scratch tapes"
+    )
+    parser.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors on stderr")
+    return parser
+
+
+def _whole(what: str) -> Callable[[str], int]:
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be a whole number, got {text!r}") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{what} must be 0 or more, got {text!r}")
+        return value
+
+    return convert
+
+
+def _cmd_drift(args: list[str]) -> int:
+    from grader.drift_report.acceptance import load_acceptance
+    from grader.drift_report.command import drift
+    from grader.drift_report.render import render
+
+    opts = _drift_parser().parse_args(args)
+    if opts.output is not None:
+        _check_output(opts.output)
+    # The rule is validated before anything runs: a typo in it should cost seconds, not two arms.
+    acceptance = load_acceptance(opts.accept)
+    started = time.monotonic()
+    display = make_display(quiet=opts.quiet)
+    display.start("", 0)
+
+    def progress(step: str, seconds: float, message: str) -> None:
+        display.step("", step, seconds, message)
+
+    try:
+        report = drift(
+            opts.target,
+            control=opts.control,
+            candidate=opts.candidate,
+            acceptance=acceptance,
+            trials=opts.trials,
+            replay_until=opts.replay_until,
+            model=opts.model,
+            timeout=opts.timeout,
+            cache_root=opts.cache_dir,
+            keep_workspace=opts.keep_workspace,
+            progress=progress,
+        )
+    except NotAssessable as exc:
+        display.close()  # before the line, so a live display does not draw over it
+        _say(f"grade: not assessable: {' '.join(str(exc.reason).split())}")
+        return EXIT_NOT_ASSESSABLE
+    finally:
+        display.close()
+    text = render(report, opts.format)
+    if opts.output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        _write_atomic(opts.output, text)
+    verdict = report["acceptance"]["verdict"]
+    if not opts.quiet:
+        where = f" -> {opts.output}" if opts.output is not None else ""
+        _say(f"[done] {time.monotonic() - started:.1f}s acceptance: {verdict}{where}")
+    return EXIT_OK if verdict == "accept" else EXIT_BELOW

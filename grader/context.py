@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import configparser
 import contextlib
 import json
 import os
@@ -17,10 +16,14 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar, cast
 
-from grader import tamper
+from defusedxml import DefusedXmlException
+from defusedxml.ElementTree import fromstring as defused_fromstring
+
+from grader import sandbox, tamper
 from grader.acquire import copy_checkout, keep_pristine, no_space, no_space_reason, no_space_text
 from grader.audit import AuditLog, Results, read_audit_log, read_result_log
 from grader.errors import NotAssessable
@@ -34,6 +37,8 @@ if TYPE_CHECKING:
     from grader.requirements import Dependencies
     from grader.sandbox import RunResult
 
+T = TypeVar("T")
+
 __all__ = ["Context", "ReplayRun", "makefile_targets", "pytest_plugin_modules", "read_junit"]
 
 # Loaded explicitly under PYTEST_DISABLE_PLUGIN_AUTOLOAD: pytest-socket blocks sockets inside the test process
@@ -42,6 +47,7 @@ _GRADER_PLUGINS = ("pytest_socket", tamper.RESULTS_MODULE)
 _MAKEFILES = ("GNUmakefile", "makefile", "Makefile")
 _TARGET_LINE = re.compile(r"^([A-Za-z0-9_.\-/ ]+?)\s*::?(?!=)")
 _MAX_FIRST_FAILURES = 5
+_MODULE = re.compile(r"[A-Za-z_][\w.]*")
 # A traceback entry in pytest's long report, e.g. "tests/test_net.py:13: in test_raw"
 _FRAME = re.compile(r"^(?P<file>[^\s:][^:\n]*?\.py):(?P<line>\d+): ", re.MULTILINE)
 _BLOCKED_ARGS = re.compile(r"^_args = \('(?P<host>[^']*)', (?P<port>\d+)", re.MULTILINE)
@@ -137,13 +143,26 @@ class Context:
         self._lock = threading.Lock()
         self._replay_lock = threading.Lock()
         self._probes: dict[str, Future[object]] = {}
+        self._memo: dict[str, object] = {}
+        self._memo_locks: dict[str, threading.Lock] = {}
         # Runs of submission code a check may have going at once (run_checks sets it from --jobs).
         self.jobs = 1
         self._logs = workspace.root / "logs"
         self._logs.mkdir(parents=True, exist_ok=True)
 
-    def start_probe(self, name: str, probe: Callable[[], object]) -> None:
-        """Run ``probe`` once in a background thread, alongside the checks; `probe_result` waits for it."""
+    def memo(self, name: str, make: Callable[[], T]) -> T:
+        """``make()``'s value, made once for this grade however many checks ask at once (e.g. the tapes,
+        which several checks read: held in memory once)."""
+        with self._lock:
+            lock = self._memo_locks.setdefault(name, threading.Lock())
+        with lock:
+            if name not in self._memo:
+                self._memo[name] = make()
+            return cast(T, self._memo[name])
+
+    def start_probe(self, name: str, probe: Callable[[], object], *, background: bool = True) -> None:
+        """Run ``probe`` once, in a background thread alongside the checks (``background=False``: now, in
+        this thread); `probe_result` gives what it returned or raised either way."""
         with self._lock:
             if name in self._probes:
                 return
@@ -156,13 +175,23 @@ class Context:
             except BaseException as exc:  # handed to whoever waits: the check that needs the probe
                 future.set_exception(exc)
 
-        threading.Thread(target=work, name=f"probe-{name}", daemon=True).start()
+        if background:
+            threading.Thread(target=work, name=f"probe-{name}", daemon=True).start()
+        else:
+            work()
 
     def probe_result(self, name: str) -> object | None:
         """What a started probe returned (waits for it, re-raises its error); None if it was never started."""
         with self._lock:
             future = self._probes.get(name)
         return None if future is None else future.result()
+
+    def wait_probe(self, name: str) -> None:
+        """Wait for one started probe to end (its error is left to `probe_result`); no-op if never started."""
+        with self._lock:
+            future = self._probes.get(name)
+        if future is not None:
+            future.exception()
 
     def wait_probes(self) -> None:
         """Wait for every started probe (errors are left to `probe_result`): none outlives the checks."""
@@ -266,8 +295,9 @@ class Context:
         # No cwd: a fresh copy of the pristine tree, never the checkout an earlier run may have rewritten.
         cwd = cwd or self.scratch_copy(label)
         with self._in_place(cwd) as cwd:
-            run = (argv, cwd, env, label, allowed, clipped, pass_fds, suite_probe, loopback, network)
-            return self._run(*run)
+            return self._run(
+                argv, cwd, env, label, allowed, clipped, pass_fds, suite_probe, loopback, network
+            )
 
     @contextlib.contextmanager
     def _in_place(self, cwd: Path) -> Iterator[Path]:
@@ -298,9 +328,8 @@ class Context:
         pass_fds: Sequence[int],
         suite_probe: bool,
         loopback: bool,
-        network: bool = False,
+        network: bool,
     ) -> tuple[RunResult, AuditLog]:
-        from grader import sandbox
 
         venv = self.require_env().venv
         startup, _sealed = self._guard_files()
@@ -702,21 +731,21 @@ def makefile_targets(repo: Path) -> set[str]:
 
 
 def pytest_plugin_modules(venv: Path) -> list[str]:
-    """Modules of every `pytest11` entry point in `venv`, read from dist-info files (no code run)."""
-    modules: list[str] = []
-    for entry_points in sorted(venv.glob("lib/python*/site-packages/*.dist-info/entry_points.txt")):
-        parser = configparser.ConfigParser(interpolation=None, delimiters=("=",))
-        parser.optionxform = str  # type: ignore[assignment,method-assign]
+    """Modules of every `pytest11` entry point in `venv`, read by `importlib.metadata` from the dist-info
+    files of its site-packages (metadata only: nothing of the venv is imported or run)."""
+    paths = [str(p) for p in sorted(venv.glob("lib/python*/site-packages"))]
+    found: list[tuple[str, str]] = []
+    for dist in metadata.distributions(path=paths):
         try:
-            parser.read(entry_points, encoding="utf-8")
-        except (configparser.Error, OSError, UnicodeDecodeError):
+            points = dist.entry_points.select(group="pytest11")
+        except (OSError, UnicodeDecodeError, ValueError):  # an unreadable or malformed entry_points.txt
             continue
-        if not parser.has_section("pytest11"):
-            continue
-        for value in parser["pytest11"].values():
-            module = value.split(":", 1)[0].split("[", 1)[0].strip()
-            if re.fullmatch(r"[A-Za-z_][\w.]*", module) and module not in modules:
-                modules.append(module)
+        found += [(dist.name or "", point.value) for point in points]  # sorted: a stable -p order
+    modules: list[str] = []
+    for _name, value in sorted(found):
+        module = value.split(":", 1)[0].split("[", 1)[0].strip()
+        if _MODULE.fullmatch(module) and module not in modules:
+            modules.append(module)
     return modules
 
 
@@ -776,10 +805,10 @@ def _junit_root(path: Path) -> ET.Element | None:
     if raw is None:
         return None
     try:
-        # pytest wrote it at a path the grader chose; the run could have rewritten it, but expat expands
-        # no external entities and the size is capped.
-        return ET.fromstring(raw)  # noqa: S314
-    except ET.ParseError:
+        # The suite's process wrote it (and could have written anything): entity declarations (a billion
+        # laughs) and external references are refused, and the size is capped.
+        return defused_fromstring(raw)
+    except (ET.ParseError, DefusedXmlException):
         return None
 
 

@@ -52,6 +52,7 @@ __all__ = [
     "TicketOutcome",
     "Verdict",
     "find_tickets",
+    "last_user_message",
     "record_env",
     "run_tickets",
     "stage_profile",
@@ -163,6 +164,12 @@ def _last_user_message(body: object) -> str:
     return ""
 
 
+def last_user_message(body: object) -> str:
+    """The ticket a recorded request body asks about: its last user message (``grade drift`` groups a
+    recording's calls by it, as `find_tickets` does)."""
+    return _last_user_message(body)
+
+
 def find_tickets(ctx: Context, limit: int | None = None) -> list[Ticket]:
     """Each recorded request's last user message: distinct, in tape order, at most ``limit``."""
     seen: dict[str, Ticket] = {}
@@ -180,7 +187,7 @@ def find_tickets(ctx: Context, limit: int | None = None) -> list[Ticket]:
 
 def triage_command(ctx: Context) -> list[str] | None:
     """The command that answers one ticket: the manifest's, or the discovered ``python -m <pkg>``."""
-    command = getattr(getattr(ctx, "manifest", None), "triage_command", None)
+    command = ctx.manifest.triage_command
     return [str(part) for part in command] if command else None
 
 
@@ -200,7 +207,7 @@ def record_env(ctx: Context) -> dict[str, str]:
     holding ``$`` (a make or shell expansion) and credentials, base URLs, ``PATH``, ``HOME`` and ``PYTHON*``
     are never taken.
     """
-    record = getattr(getattr(ctx, "manifest", None), "record_command", None)
+    record = ctx.manifest.record_command
     if record and list(record) != ["make", "record"]:
         return {}
     for name in _MAKEFILES:
@@ -288,14 +295,18 @@ def run_tickets(
     label: str = "drift probe",
     ticket_timeout: float = _TICKET_TIMEOUT,
     lanes: int = 2,
+    keys: Mapping[str, str] | None = None,
 ) -> DriftRun:
     """Run ``command`` (default: the triage command) once per ticket against the stand-in playing ``profile``.
 
     ``lanes``: tickets run that many at a time, each lane against a stand-in of its own (same decisions as
     one stand-in: they depend on the seed and the request only). ``url``: an endpoint to use instead of a
     stand-in (the run then has the network, and no truth: calls are empty and a verdict is ``correct`` for
-    any answer in the agent's schema). ``env``: more variables for
-    the command (e.g. ``CASSETTE_REPLAY_UNTIL``); they win over the probe's own. Raises ``NotAssessable``
+    any answer in the agent's schema). ``env``: more variables for the command (e.g.
+    ``CASSETTE_REPLAY_UNTIL``); they win over the probe's own. ``keys``: real keys for a live ``url``
+    (variable -> key), given in place of the canaries: passed in the sandboxed process's environment only
+    (``env`` is written to the plan file on disk) and redacted from its output like them.
+    Raises ``NotAssessable``
     when the grader could not run it (the budget spent, no room); ``ProfileError`` for a bad profile.
     """
     from grader.checks.canary import make_canary
@@ -305,12 +316,11 @@ def run_tickets(
         return DriftRun("not available: no triage command (declare [tool.takehome] triage_command)")
     if not tickets:
         return DriftRun("not available: no recorded request with a user message to re-run", tuple(argv))
-    if getattr(ctx, "env", None) is None:
-        reason = getattr(ctx, "install_error", None) or "the submission's environment was not installed"
+    if ctx.env is None:
+        reason = ctx.install_error or "the submission's environment was not installed"
         return DriftRun(f"not available: {' '.join(str(reason).split())}", tuple(argv))
-    manifest = getattr(ctx, "manifest", None)
-    key_env = getattr(manifest, "api_key_env", None)
-    base_env = getattr(manifest, "base_url_env", None)
+    key_env = ctx.manifest.api_key_env
+    base_env = ctx.manifest.base_url_env
     # A folder of its own per call: arms of `grade drift` may run at once under the same label.
     tools = Path(tempfile.mkdtemp(prefix=f"{_slug(label)}-tools-", dir=ctx.workspace.root))
     target = url or stage_profile(profile, tools)
@@ -318,9 +328,13 @@ def run_tickets(
         shutil.copyfile(_GRADER / "_drift_driver.py", tools / "driver.py")
         tools.chmod(0o755)
         (tools / "driver.py").chmod(0o644)
-    keys = {"OPENAI_API_KEY": make_canary("OPENAI_API_KEY"), "ANTHROPIC_API_KEY": make_canary("ANTHROPIC")}
-    if key_env and key_env not in keys and key_env.replace("_", "").isalnum():
-        keys[key_env] = make_canary(key_env)
+    canaries = {
+        "OPENAI_API_KEY": make_canary("OPENAI_API_KEY"),
+        "ANTHROPIC_API_KEY": make_canary("ANTHROPIC"),
+    }
+    if key_env and key_env not in canaries and key_env.replace("_", "").isalnum():
+        canaries[key_env] = make_canary(key_env)
+    canaries.update(keys or {})
     base_envs = []
     if base_env and base_env not in _BASE_ENVS and base_env.replace("_", "").isalnum():
         anthropic = "ANTHROPIC" in f"{base_env} {key_env or ''}".upper()
@@ -341,7 +355,7 @@ def run_tickets(
         "tapes": str(tapes),
         "base_envs": base_envs,
         "env": {"CASSETTE_MODE": "record", **dict(env or {})},
-        "secret_envs": sorted(keys),
+        "secret_envs": sorted(canaries),
         "ticket_timeout": ticket_timeout,
         "lanes": max(1, int(lanes)),
         "total_timeout": max(budget - min(5.0, budget / 4), 0.5),
@@ -351,7 +365,7 @@ def run_tickets(
     run, _audit = ctx.run(
         ["python", "-E", "-s", str(tools / "driver.py"), str(tools / "plan.json")],
         cwd=scratch,
-        env={**keys, "DRIFT_TOOLS": str(tools)},  # a path in env is what the sandbox makes visible
+        env={**canaries, "DRIFT_TOOLS": str(tools)},  # a path in env is what the sandbox makes visible
         timeout=budget,
         loopback=url is None,
         network=url is not None,

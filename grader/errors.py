@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["BadInput", "GradeError", "NotAssessable"]
+__all__ = ["BadInput", "GradeError", "NotAssessable", "describe"]
 
 
 class GradeError(Exception):
@@ -36,3 +36,10 @@ class NotAssessable(GradeError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+def describe(exc: BaseException, limit: int | None = 300) -> str:
+    """``Type: message`` of an exception on one line (whitespace folded), at most ``limit`` characters."""
+    text = " ".join(str(exc).split())
+    line = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return line if limit is None else line[:limit]

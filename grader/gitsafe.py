@@ -17,9 +17,13 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["argv", "env"]
+__all__ = ["RAW_LOG", "argv", "env"]
 
 _FALSE = shutil.which("false") or "/bin/false"
+# `git log` options of every walk over a submission's history: raw blob ids in full, and none of the
+# features that run a program the repository's config names (textconv, external diff, signature
+# verification). Each walk adds its own rename detection (--no-renames / --find-renames).
+RAW_LOG = ("--raw", "--no-abbrev", "--no-textconv", "--no-ext-diff", "--no-show-signature")
 _OVERRIDES = (
     "core.hooksPath=/dev/null",
     "core.fsmonitor=false",

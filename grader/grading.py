@@ -12,22 +12,30 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader import __version__
 from grader._json import jsonable
-from grader.checks import PHASES
+from grader.acquire import acquire, no_space, no_space_reason, redact
+from grader.checks import PHASES, CheckResult, registry
+from grader.context import Context
 from grader.deeptree import MAX_DEPTH, remove_tree
 from grader.details import submission_relative
-from grader.errors import BadInput, NotAssessable
+from grader.errors import BadInput, NotAssessable, describe
+from grader.install import Env, InstallFailed, default_cache_root, ensure_env
+from grader.kept import make_inert
+from grader.manifest import not_a_submission, read_manifest
+from grader.requirements import Dependencies, read_dependencies
+from grader.rubric import score, totals
+from grader.runstore import store_run
+from grader.sandbox import host_shortfall, isolation
 
 if TYPE_CHECKING:
     from grader.acquire import Workspace
-    from grader.checks import Check, CheckResult
-    from grader.context import Context
+    from grader.checks import Check
     from grader.rubric import Rubric
 
 __all__ = ["Progress", "grade", "run_checks", "unassessed_report"]
@@ -78,9 +86,6 @@ def grade(
     ``store``: a new folder to keep the run in (grader/runstore.py: report, check results, raw logs,
     rubric copy), so it can be re-scored later without running the submission again.
     """
-    from grader.acquire import no_space, no_space_reason
-    from grader.install import default_cache_root
-    from grader.sandbox import host_shortfall
 
     started = time.monotonic()
     budget = BUDGET_TIMEOUTS * timeout if budget is None else budget
@@ -121,8 +126,6 @@ def grade(
         raise NotAssessable(no_space_reason("workspace", root)) from None
     finally:
         if keep_workspace:
-            from grader.kept import make_inert
-
             # Again on every way out (an error after the runs): idempotent, nothing left to rename.
             make_inert(root, root / "pristine")
             report_progress("workspace", 0.0, f"kept at {root}; {_KEPT_GIT}")
@@ -138,8 +141,6 @@ _KEPT_GIT = (
 
 def _make_kept_inert(root: Path, workspace: Workspace) -> str:
     """Make the kept workspace safe to enter with git (grader/kept.py); the note saying what was done."""
-    from grader.kept import make_inert
-
     renamed = make_inert(root, workspace.pristine)
     shown = ", ".join(renamed[:5]) + (f", … ({len(renamed)} in all)" if len(renamed) > 5 else "")
     return f"kept workspace: {_KEPT_GIT}" + (f" (renamed: {shown})" if renamed else "")
@@ -166,9 +167,6 @@ def _pipeline(
     budget: float,
     started: float,
 ) -> dict[str, Any]:
-    from grader.acquire import acquire
-    from grader.manifest import not_a_submission, read_manifest
-    from grader.sandbox import isolation
 
     timings: dict[str, float] = {}
     notes: list[str] = []
@@ -195,14 +193,10 @@ def _pipeline(
     left = started + budget - time.monotonic()
     if left < 1.0:
         spent = f"not run: the grade's budget of {budget:g} s was spent before the install"
-        from grader.requirements import read_dependencies
-
-        env, install_error, install_failed, dependencies = (
-            None,
-            spent,
-            False,
-            read_dependencies(workspace.repo),
-        )
+        env: Env | None = None
+        install_error: str | None = spent
+        install_failed = False
+        dependencies: Dependencies | None = read_dependencies(workspace.repo)
     else:
         env, install_error, install_failed, dependencies = _install(
             workspace.repo, cache_root=cache_root, timeout=min(timeout, left)
@@ -216,8 +210,6 @@ def _pipeline(
         whose = "the submission's" if install_failed else "not assessable"
         notes.append(f"install failed ({whose}): {' '.join(str(install_error).split())}")
         progress("install", timings["install"], f"failed: {install_error}")
-
-    from grader.context import Context
 
     ctx = Context(
         workspace,
@@ -239,15 +231,14 @@ def _pipeline(
         # "unprivileged" only when every run of submission code dropped privileges (docs/security.md).
         iso["user"] = "unprivileged" if ctx.sandbox_users == {"unprivileged"} else "grader"
     notes.extend(_isolation_notes(iso))
-    report = _report(workspace, rubric, results, timings, notes, iso)
+    graded = _Graded(workspace.source, workspace.commit, workspace.root)
+    report = _report(graded, rubric, results, timings, notes, iso)
     environment = _environment(env)
     if environment:
         report["environment"] = environment
     if keep_workspace:
         report["notes"].extend([f"workspace kept at {root}", _make_kept_inert(root, workspace)])
     if store is not None:
-        from grader.runstore import store_run
-
         # Before the workspace goes: the raw logs (audit, results, JUnit) are part of the stored evidence.
         logs = root / "logs"
         store_run(store, report=report, results=results, rubric=rubric, logs=logs, formats=store_formats)
@@ -285,10 +276,10 @@ def _since(start: float) -> float:
     return round(time.monotonic() - start, 3)
 
 
-def _install(repo: Path, *, cache_root: Path, timeout: float) -> tuple[Any, str | None, bool, Any]:
+def _install(
+    repo: Path, *, cache_root: Path, timeout: float
+) -> tuple[Env | None, str | None, bool, Dependencies | None]:
     """(env, why there is none, whether that is the submission's own failure, the vetted dependencies)."""
-    from grader.install import InstallFailed, ensure_env
-    from grader.requirements import read_dependencies
 
     try:
         env = ensure_env(repo, cache_root=cache_root, timeout=timeout)
@@ -299,7 +290,7 @@ def _install(repo: Path, *, cache_root: Path, timeout: float) -> tuple[Any, str 
         return None, exc.reason, False, read_dependencies(repo)
 
 
-def _environment(env: Any) -> dict[str, Any]:
+def _environment(env: Env | None) -> dict[str, Any]:
     """The report's ``environment``: the installer and the grader's pinned tools as installed."""
     if env is None:
         return {}
@@ -329,7 +320,6 @@ def run_checks(
     jobs: int = 1,
 ) -> dict[str, CheckResult]:
     """Run each referenced check once; a crash or NotAssessable inside a check marks only its rows."""
-    from grader.checks import registry
 
     checks = registry()
     ordered = _ordered(check_ids, checks)
@@ -368,9 +358,7 @@ def run_checks(
         for check_id in tail:
             one(check_id)
     finally:
-        wait = getattr(ctx, "wait_probes", None)
-        if wait is not None:
-            wait()  # nothing may still run in the workspace when it is reported or removed
+        ctx.wait_probes()  # nothing may still run in the workspace when it is reported or removed
     return {c: results[c] for c in ordered}
 
 
@@ -392,22 +380,19 @@ def _start_background(ctx: Context, checks: list[Check]) -> None:
 
 
 def _run_one(check: Check | None, check_id: str, ctx: Context) -> CheckResult:
-    from grader.checks import CheckResult
 
     if check is None:
         reason = f"no check named {check_id!r} is installed"
         return CheckResult(facts={"summary": reason}, not_assessable=reason)
     try:
-        result = check.func(ctx)
+        result: object = check.func(ctx)  # a check module is code of its own: its return is checked below
     except NotAssessable as exc:
         return CheckResult(facts={"summary": f"not assessable: {exc.reason}"}, not_assessable=exc.reason)
     except Exception as exc:  # a bug in one check must cost one row, never the report
-        from grader.acquire import no_space, no_space_reason
-
         if no_space(exc):  # the grader's disk, not the check's bug nor the submission's fault
             reason = f"{no_space_reason('workspace', ctx.workspace.root)} (check {check_id!r})"
             return CheckResult(facts={"summary": f"not assessable: {reason}"}, not_assessable=reason)
-        reason = f"check {check_id!r} crashed: {_one_line(exc)}"
+        reason = f"check {check_id!r} crashed: {describe(exc)}"
         return CheckResult(facts={"summary": reason}, crashed=reason)
     if not isinstance(result, CheckResult):
         reason = f"check {check_id!r} returned {type(result).__name__}, not a CheckResult"
@@ -424,10 +409,6 @@ def unassessed_report(
     What `grade` writes when the grader's own environment failed before anything could be graded, or when
     the grader hit an internal error, so automation always has a report to read.
     """
-    from types import SimpleNamespace
-
-    from grader.acquire import redact
-    from grader.checks import CheckResult
 
     reason = " ".join(str(reason).split())
     results = {
@@ -435,13 +416,11 @@ def unassessed_report(
         for row in rubric.rows
     }
     try:
-        from grader.sandbox import isolation
-
         iso: dict[str, Any] = asdict(isolation())
     except Exception:  # the report must not depend on the probe working
         iso = {"network": "pytest-socket only", "credentials": "scrubbed"}
-    workspace = SimpleNamespace(source=redact(target), commit=None)
-    return _report(workspace, rubric, results, dict(timings or {}), [reason], iso)
+    graded = _Graded(redact(target), None, None)
+    return _report(graded, rubric, results, dict(timings or {}), [reason], iso)
 
 
 def _uncommitted_note(commit: str, lines: tuple[str, ...], shown: int = 20) -> str:
@@ -454,22 +433,25 @@ def _uncommitted_note(commit: str, lines: tuple[str, ...], shown: int = 20) -> s
     )
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
+@dataclass(frozen=True)
+class _Graded:
+    """What a report says about the submission: the target as given, its commit, and the workspace folder
+    whose paths evidence lines are made relative to (None: nothing was acquired)."""
+
+    source: str
+    commit: str | None
+    root: Path | None
 
 
 def _report(
-    workspace: Any,
+    graded: _Graded,
     rubric: Rubric,
     results: dict[str, CheckResult],
     timings: dict[str, float],
     notes: list[str],
-    iso: Any,
+    iso: Mapping[str, Any],
 ) -> dict[str, Any]:
-    from grader.rubric import score, totals
-
-    root = getattr(workspace, "root", None)
+    root = graded.root
 
     def local(text: str) -> str:
         return submission_relative(text, root) if root else text
@@ -485,8 +467,8 @@ def _report(
     ]
     report: dict[str, Any] = {
         "schema": SCHEMA,
-        "target": workspace.source,
-        "commit": workspace.commit or None,
+        "target": graded.source,
+        "commit": graded.commit or None,
         "graded_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "grader_version": __version__,
         "rubric": rubric.reference(),

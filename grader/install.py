@@ -50,6 +50,9 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from packaging.utils import canonicalize_name
 
 from grader import audit, sandbox
 from grader.acquire import copy_checkout, no_space, no_space_reason, no_space_text
@@ -118,6 +121,10 @@ class Env:
         if self.lock_note:
             lines.append(f"lockfile: {self.lock_note}")
         return lines
+
+
+def _listed(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
 
 
 def default_cache_root() -> Path:
@@ -223,7 +230,7 @@ class _Builder:
         trusted: bool,
         timeout: float | None = None,
         writable: tuple[Path, ...] = (),
-        **more: str,
+        **more: Any,
     ) -> sandbox.RunResult:
         home = _fresh_folder(self.cache_root, ".home-")
         try:
@@ -255,10 +262,10 @@ class _Builder:
         finally:
             shutil.rmtree(home, ignore_errors=True)
 
-    def trusted(self, argv: list[str], **more: str) -> sandbox.RunResult:
+    def trusted(self, argv: list[str], **more: Any) -> sandbox.RunResult:
         return self.step(argv, trusted=True, **more)
 
-    def untrusted(self, argv: list[str], **more: str) -> sandbox.RunResult:
+    def untrusted(self, argv: list[str], **more: Any) -> sandbox.RunResult:
         return self.step(argv, trusted=False, **more)
 
     # -- the venv itself --
@@ -449,8 +456,9 @@ def _open_site(venv: Path) -> int | None:
         return None
 
 
-def _read_at(dir_fd: int, name: str, limit: int = 8192) -> str:
-    """The start of a regular file in ``dir_fd``: never through a link, never blocking on a FIFO."""
+def _read_at(dir_fd: int | None, name: str, limit: int = 8192) -> str:
+    """The start of a regular file in ``dir_fd`` (None: ``name`` is a path): never through a link, never
+    blocking on a FIFO."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
     except OSError:
@@ -630,19 +638,11 @@ def _digest(venv: Path) -> dict[str, str]:
 
 def _head(path: Path, limit: int = 8192) -> str:
     """The start of a regular file a build wrote: never through a link, never blocking on a FIFO."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return ""
-    try:
-        return os.read(fd, limit).decode("utf-8", "replace") if stat.S_ISREG(os.fstat(fd).st_mode) else ""
-    finally:
-        os.close(fd)
+    return _read_at(None, str(path), limit)
 
 
 def _tool_versions(venv: Path, names: list[str]) -> dict[str, str]:
     """name -> installed version, read from the venv's ``*.dist-info/METADATA`` (nothing is imported)."""
-    from packaging.utils import canonicalize_name
 
     found: dict[str, str] = {}
     for metadata in sorted(venv.glob("lib/python3*/site-packages/*.dist-info/METADATA")):
@@ -793,5 +793,5 @@ def _ensure_env(repo: Path, *, cache_root: Path, timeout: float) -> Env:
         python_note=str(record.get("python_note") or ""),
         project=str(record.get("project") or ""),
         lock_note=str(record.get("lock_note") or ""),
-        import_roots=tuple(str(r) for r in record.get("import_roots") or ()),  # type: ignore[union-attr]
+        import_roots=tuple(str(r) for r in _listed(record.get("import_roots"))),
     )

@@ -87,7 +87,7 @@ def _uv_listed(uv: str | None) -> tuple[str, ...]:
     return tuple(str(item["path"]) for item in listed if isinstance(item, dict) and item.get("path"))
 
 
-def available(base: Path, uv: str | None) -> list[tuple[Path, str]]:
+def _available(base: Path, uv: str | None) -> list[tuple[Path, str]]:
     """(interpreter, version) the sandbox user can run, the grader's base first, newest after."""
     root = hasattr(os, "geteuid") and os.geteuid() == 0
     seen: set[str] = set()
@@ -139,7 +139,7 @@ def choose(
     if fits(own, pinned=True):
         why = f", satisfies {' and '.join(asked)}" if asked else ""
         return Choice(base, own, True, f"Python {own} ({base}){why}")
-    candidates = available(base, uv) or [(base, own)]
+    candidates = _available(base, uv) or [(base, own)]
     for path, version in candidates:
         if fits(version, pinned=True):
             why = f", satisfies {' and '.join(asked)}" if asked else ""

@@ -17,10 +17,9 @@ compared as sorted JSON.
 from __future__ import annotations
 
 import ast
-import os
 from pathlib import Path
 
-from grader import pysource
+from grader import pysource, walk
 from grader.safeio import read_bytes
 
 __all__ = ["PROBE_SCRIPT", "candidates"]
@@ -29,18 +28,6 @@ _HASHES = {"sha1", "sha224", "sha256", "sha384", "sha512", "md5", "blake2b", "bl
 _REQUEST_PARAMS = {"request", "req", "r", "http_request", "method", "url", "path", "body", "payload", "data"}
 _NAME_HINTS = ("key", "fingerprint", "hash", "digest", "ident")
 _CANONICAL_HINTS = ("canonical", "normaliz", "normalis")
-_SKIP = {
-    ".git",
-    ".venv",
-    "venv",
-    "env",
-    "node_modules",
-    "__pycache__",
-    "site-packages",
-    "tests",
-    "test",
-    "docs",
-}
 _MAX_FILES = 400
 _MAX_BYTES = 512_000
 MAX_CANDIDATES = 5
@@ -49,26 +36,17 @@ MAX_CANDIDATES = 5
 def candidates(repo: Path) -> list[str]:
     """``module:function`` specs, most likely first (a name that says key/fingerprint/hash first)."""
     found: list[tuple[int, str]] = []
-    count = 0
-    for dirpath, dirnames, filenames in os.walk(repo, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP and not d.startswith("."))
-        here = Path(dirpath)
+    for path in walk.own_sources(repo, max_files=_MAX_FILES):
+        here = path.parent
         if here != repo and not (here / "__init__.py").is_file():
             continue  # only importable packages (the grader runs the code from the checkout root)
-        for name in sorted(filenames):
-            if not name.endswith(".py") or name.startswith("test_") or name == "conftest.py":
-                continue
-            path = here / name
-            count += 1
-            if count > _MAX_FILES or path.is_symlink():
-                continue
-            module = _module_name(repo, path)
-            if module is None:
-                continue
-            for func, hashes in _key_functions(path, repo):
-                named = any(h in func.name.lower() for h in _NAME_HINTS)
-                rank = (0 if named else 1) if hashes else 2
-                found.append((rank, f"{module}:{func.name}"))
+        module = _module_name(repo, path)
+        if module is None:
+            continue
+        for func, hashes in _key_functions(path, repo):
+            named = any(h in func.name.lower() for h in _NAME_HINTS)
+            rank = (0 if named else 1) if hashes else 2
+            found.append((rank, f"{module}:{func.name}"))
     return [spec for _, spec in sorted(found)][:MAX_CANDIDATES]
 
 

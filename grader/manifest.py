@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from grader import pysource
+from grader import pysource, walk
 from grader.safeio import read_bytes
 
 if sys.version_info >= (3, 11):
@@ -44,19 +44,8 @@ _CASSETTE_DIR_NAMES = ("cassettes", "vcr_cassettes")
 _LIST_KEYS = ("triage_command", "record_command")
 _STR_KEYS = ("key_function", "api_key_env", "base_url_env", "default_model")
 _KNOWN_KEYS = {"cassette_dir", *_LIST_KEYS, *_STR_KEYS}
-# Folders never searched: they hold installed third-party code or VCS data, not the candidate's work.
-_SKIP_DIRS = {
-    ".git",
-    ".venv",
-    "venv",
-    "env",
-    ".env",
-    ".tox",
-    ".nox",
-    "node_modules",
-    "__pycache__",
-    "site-packages",
-}
+# Folders never searched: VCS data, installed third-party code, and a folder named `env`.
+_SKIP_DIRS = walk.SKIPPED | {"env"}
 _MAX_SCAN_FILES = 400
 _MAX_SCAN_BYTES = 512_000
 _TOML_CAP = 2_000_000
@@ -197,31 +186,11 @@ def _cassette_dir(repo: Path, declared: object, notes: list[str]) -> tuple[Path 
 
 def _holds_files(folder: Path) -> bool:
     """Any regular file below ``folder`` (links are not followed)."""
-    for dirpath, _dirnames, filenames in os.walk(folder, followlinks=False):
-        if any(
-            os.path.isfile(p) and not os.path.islink(p) for p in (os.path.join(dirpath, f) for f in filenames)
-        ):
-            return True
-    return False
+    return any(True for _ in walk.files(folder, skip=(), max_files=1))
 
 
 def _walk_dirs(repo: Path, depth: int) -> list[Path]:
-    out: list[Path] = []
-    frontier = [repo]
-    for _ in range(depth):
-        nxt: list[Path] = []
-        for folder in frontier:
-            try:
-                children = [p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()]
-            except OSError:
-                continue
-            for child in children:
-                if child.name in _SKIP_DIRS or child.name.startswith("."):
-                    continue
-                out.append(child)
-                nxt.append(child)
-        frontier = nxt
-    return out
+    return list(walk.folders(repo, depth=depth, skip=_SKIP_DIRS, hidden=False))
 
 
 def _discover_default_model(repo: Path) -> str | None:
@@ -297,10 +266,7 @@ def not_a_submission(repo: Path, manifest: Manifest) -> str | None:
     if manifest.cassette_dir is not None and _holds_files(repo / manifest.cassette_dir):
         return None
     for folder in [repo, *_walk_dirs(repo, depth=4)]:
-        try:
-            names = [p.name for p in folder.iterdir() if p.is_file() and not p.is_symlink()]
-        except OSError:
-            continue
+        names = [p.name for p in walk.files(folder, skip=(), depth=0)]
         if any(n.endswith(".py") or n in _PROJECT_FILES or n.startswith("requirements") for n in names):
             return None
     return (
@@ -313,13 +279,14 @@ _MAX_SNIFF_FILES = 2000
 _MAX_SNIFF_BYTES = 4 * 1024 * 1024
 
 
-def _holds_tape_files(folder: Path) -> bool:
+def _tape_name(name: str) -> bool:
     from grader.tapes import TAPE_SUFFIXES  # grader.tapes imports this module's folder list
 
-    for _dirpath, _dirnames, filenames in os.walk(folder, followlinks=False):
-        if any(name.lower().endswith(TAPE_SUFFIXES) for name in filenames):
-            return True
-    return False
+    return name.lower().endswith(TAPE_SUFFIXES)
+
+
+def _holds_tape_files(folder: Path) -> bool:
+    return any(True for _ in walk.files(folder, skip=(), include=_tape_name, links=True))
 
 
 def _tape_folder_by_content(repo: Path, notes: list[str]) -> Path | None:
@@ -327,16 +294,12 @@ def _tape_folder_by_content(repo: Path, notes: list[str]) -> Path | None:
 
     Several unrelated folders: the one with the most tapes is graded and a note names the others.
     """
-    from grader.tapes import TAPE_SUFFIXES, sniff_tape  # grader.tapes imports this module's folder list
+    from grader.tapes import sniff_tape  # grader.tapes imports this module's folder list
 
     counts: dict[Path, int] = {}
     seen = 0
     for folder in [repo, *sorted(_walk_dirs(repo, depth=5))]:
-        try:
-            files = sorted(p for p in folder.iterdir() if p.name.lower().endswith(TAPE_SUFFIXES))
-        except OSError:
-            continue
-        for path in files:
+        for path in walk.files(folder, depth=0, include=_tape_name, links=True):
             seen += 1
             if seen > _MAX_SNIFF_FILES:
                 break
@@ -369,13 +332,7 @@ def _discover_triage_command(repo: Path) -> list[str] | None:
     the checkout, where such a package is not importable without installing it.
     """
     found = []
-    try:
-        children = sorted(p for p in repo.iterdir() if p.is_dir() and not p.is_symlink())
-    except OSError:
-        return None
-    for child in children:
-        if child.name in _SKIP_DIRS or child.name.startswith(".") or child.name in {"tests", "test", "docs"}:
-            continue
+    for child in walk.folders(repo, depth=1, skip=walk.NOT_OWN_CODE, hidden=False):
         if not child.name.isidentifier():
             continue
         main = child / "__main__.py"

@@ -19,7 +19,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grader.batch import (
+    BATCH_FILE,
+    BATCH_SCHEMA,
+    NOT_ASSESSABLE,
+    RUBRIC_COPY,
+    Entry,
+    Outcome,
+    run_digests,
+    write_summary,
+)
 from grader.errors import BadInput
+from grader.rubric import load_rubric
+from grader.runstore import check_store_folder, load_run, write_json
 
 __all__ = ["MergeResult", "merge_shards"]
 
@@ -38,13 +50,11 @@ class _Shard:
 
     @property
     def info(self) -> dict[str, Any]:
-        return self.manifest["shard"]
+        return dict(self.manifest["shard"])
 
 
 def merge_shards(out: Path, folders: Sequence[Path]) -> MergeResult:
     """Check the shards, then write the merged batch into ``out`` (new or empty). BadInput on any mismatch."""
-    from grader.batch import RUBRIC_COPY
-    from grader.runstore import check_store_folder
 
     if not folders:
         raise BadInput("give the shard folders to merge: grade merge OUT SHARD_DIR...")
@@ -77,7 +87,6 @@ def merge_shards(out: Path, folders: Sequence[Path]) -> MergeResult:
 
 
 def _read_shard(folder: Path) -> _Shard:
-    from grader.batch import BATCH_FILE, BATCH_SCHEMA, RUBRIC_COPY
 
     path = folder / BATCH_FILE
     if not folder.is_dir() or folder.is_symlink():
@@ -152,7 +161,6 @@ def _check_candidates(items: list[tuple[dict[str, Any], _Shard]], shards: list[_
 
 def _check_digests(source: Path, recorded: object) -> None:
     """The stored run is what the shard's batch.json says it graded: an edited report is refused."""
-    from grader.batch import run_digests
 
     if not isinstance(recorded, dict):
         return  # a shard from before digests were recorded: nothing to compare with
@@ -176,17 +184,6 @@ def _copy_run(source: Path, dest: Path) -> None:
 
 
 def _write_batch(out: Path, shards: list[_Shard], items: list[dict[str, Any]]) -> int:
-    from grader.batch import (
-        BATCH_FILE,
-        BATCH_SCHEMA,
-        NOT_ASSESSABLE,
-        RUBRIC_COPY,
-        Entry,
-        Outcome,
-        write_summary,
-    )
-    from grader.rubric import load_rubric
-    from grader.runstore import load_run, write_json
 
     rubric = load_rubric(out / RUBRIC_COPY)
     outcomes = []

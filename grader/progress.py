@@ -14,6 +14,7 @@ batch, ``done/total``. ~100 lines of our own rather than a dependency: the grade
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
@@ -180,7 +181,6 @@ def make_display(
     stream: TextIO | None = None, *, quiet: bool = False, live: bool | None = None, batch_total: int = 0
 ) -> Display:
     """The display for this stream: quiet, live (a terminal, unless TERM=dumb) or plain lines."""
-    import os
 
     stream = sys.stderr if stream is None else stream
     if quiet:

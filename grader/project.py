@@ -13,9 +13,11 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
+from grader._json import mapping
 from grader.deeptree import walk
 from grader.requirements import Problem, poetry_specifier, vet_requirement
 from grader.safeio import read_bytes
@@ -77,12 +79,13 @@ def read_project(repo: Path) -> Project:
         data = tomllib.loads(text) if text else {}
     except (tomllib.TOMLDecodeError, RecursionError):
         data = {}
-    project = data.get("project") if isinstance(data.get("project"), dict) else {}
-    tool = data.get("tool") if isinstance(data.get("tool"), dict) else {}
-    poetry = tool.get("poetry") if isinstance(tool.get("poetry"), dict) else {}
-    uv = tool.get("uv") if isinstance(tool.get("uv"), dict) else {}
-    name = project.get("name") or poetry.get("name")
-    build = data.get("build-system") if isinstance(data.get("build-system"), dict) else None
+    project = mapping(data.get("project"))
+    tool = mapping(data.get("tool"))
+    poetry = mapping(tool.get("poetry"))
+    uv = mapping(tool.get("uv"))
+    declared = project.get("name") or poetry.get("name")
+    found = data.get("build-system")
+    build = found if isinstance(found, dict) else None
     legacy = raw["setup.py"] is not None or raw["setup.cfg"] is not None
 
     why_not = ""
@@ -117,7 +120,7 @@ def read_project(repo: Path) -> Project:
     where = ""
     if isinstance(requires_python, str):
         where = _where(lines, requires_python)
-    elif isinstance((poetry.get("dependencies") or {}).get("python"), str):
+    elif isinstance(mapping(poetry.get("dependencies")).get("python"), str):
         requires_python = _poetry_python(poetry["dependencies"]["python"])
         where = _where(lines, poetry["dependencies"]["python"])
     else:
@@ -129,7 +132,7 @@ def read_project(repo: Path) -> Project:
             requires_python = None
     pinned = (raw[".python-version"] or b"").decode("utf-8", "replace").strip().splitlines()
     return Project(
-        name=name if isinstance(name, str) else None,
+        name=declared if isinstance(declared, str) else None,
         installable=not why_not,
         why_not=why_not,
         build_requires=requires,
@@ -143,9 +146,10 @@ def read_project(repo: Path) -> Project:
     )
 
 
-def _declares_entry_points(project: dict, poetry: dict) -> bool:
+def _declares_entry_points(project: dict[str, Any], poetry: dict[str, Any]) -> bool:
     """Whether installing adds what the checkout alone lacks: entry points (a plugin) or scripts."""
-    dynamic = project.get("dynamic") if isinstance(project.get("dynamic"), list) else []
+    listed = project.get("dynamic")
+    dynamic = listed if isinstance(listed, list) else []
     return (
         any(project.get(key) for key in ("entry-points", "scripts", "gui-scripts"))
         or any(key in dynamic for key in ("entry-points", "scripts", "gui-scripts"))

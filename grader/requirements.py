@@ -25,10 +25,12 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from grader._json import mapping
 from grader.details import counted
 
 if sys.version_info >= (3, 11):
@@ -269,7 +271,7 @@ def _locate(lines: list[str], text: str) -> int | None:
     return None
 
 
-def _dependency_group(groups: dict, name: str, depth: int = 0) -> Iterator[str]:
+def _dependency_group(groups: dict[str, Any], name: str, depth: int = 0) -> Iterator[str]:
     if depth > _MAX_NESTING:
         return
     for item in groups.get(name) or []:
@@ -320,9 +322,9 @@ def read_dependencies(repo: Path) -> Dependencies:
         data = tomllib.loads(text) if text else {}
     except (tomllib.TOMLDecodeError, RecursionError):  # a nesting bomb is malformed TOML too
         data = {}
-    project = data.get("project") if isinstance(data.get("project"), dict) else {}
-    tool = data.get("tool") if isinstance(data.get("tool"), dict) else {}
-    poetry = tool.get("poetry") if isinstance(tool.get("poetry"), dict) else {}
+    project = mapping(data.get("project"))
+    tool = mapping(data.get("tool"))
+    poetry = mapping(tool.get("poetry"))
     name = project.get("name") or poetry.get("name")
     out = _Collector(canonicalize_name(name) if isinstance(name, str) and name.strip() else None)
     lines = text.splitlines()
@@ -443,7 +445,7 @@ def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name.strip()).lower()
 
 
-def _chosen(table: dict, wanted: list[str]) -> list[str]:
+def _chosen(table: dict[str, Any], wanted: list[str]) -> list[str]:
     """The keys of ``table`` (extras or groups) among ``wanted``, compared as normalized names."""
     by_normal = {_normal(key): key for key in table if isinstance(key, str)}
     return list(dict.fromkeys(by_normal[w] for w in wanted if w in by_normal))
@@ -458,23 +460,23 @@ def _named_where(named: _Named, chosen: list[str]) -> str:
 
 
 def _from_poetry(
-    poetry: dict, lines: list[str], out: _Collector, sources: list[str], wanted: list[str]
+    poetry: dict[str, Any], lines: list[str], out: _Collector, sources: list[str], wanted: list[str]
 ) -> bool:
     """Poetry's own tables: main dependencies, the test/dev groups, and extras of those names.
 
     True when poetry declares dependencies (then no requirements file is read).
     """
-    main = poetry.get("dependencies") if isinstance(poetry.get("dependencies"), dict) else {}
-    tables: list[tuple[str, dict]] = [("[tool.poetry.dependencies]", main)] if main else []
+    main = mapping(poetry.get("dependencies"))
+    tables: list[tuple[str, dict[str, Any]]] = [("[tool.poetry.dependencies]", main)] if main else []
     legacy = poetry.get("dev-dependencies")
     if isinstance(legacy, dict):
         tables.append(("[tool.poetry.dev-dependencies]", legacy))
-    groups = poetry.get("group") if isinstance(poetry.get("group"), dict) else {}
+    groups = mapping(poetry.get("group"))
     for group in _chosen(groups, wanted):
         table = groups.get(group)
         if isinstance(table, dict) and isinstance(table.get("dependencies"), dict):
             tables.append((f"[tool.poetry.group.{group}.dependencies]", table["dependencies"]))
-    extras = poetry.get("extras") if isinstance(poetry.get("extras"), dict) else {}
+    extras = mapping(poetry.get("extras"))
     wanted_optional = {
         canonicalize_name(n)
         for group in _chosen(extras, wanted)
@@ -594,7 +596,7 @@ def _lock_pins(repo: Path, out: _Collector) -> tuple[list[str], str | None]:
     return [], None
 
 
-def _from_index(package: dict) -> bool:
+def _from_index(package: dict[str, Any]) -> bool:
     source = package.get("source")
     if source is None:  # poetry: no source table means the default index
         return True

@@ -22,11 +22,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from grader.batch import BATCH_FILE, BATCH_SCHEMA, NOT_ASSESSABLE, Entry, Outcome, write_summary
+from grader.checks import Check
 from grader.errors import BadInput
+from grader.rubric import load_rubric, score, totals
 from grader.runstore import MANIFEST, StoredRun, load_run, write_json, write_reports
 
 if TYPE_CHECKING:
-    from grader.checks import Check, CheckResult
+    from grader.checks import CheckResult
     from grader.rubric import Rubric
 
 __all__ = ["Change", "RescoreResult", "Rescored", "rescore"]
@@ -115,7 +118,6 @@ def rescore(run_dir: Path, rubric_path: Path, *, dry_run: bool = False) -> Resco
 
 
 def _read_batch(run_dir: Path) -> dict[str, Any] | None:
-    from grader.batch import BATCH_FILE, BATCH_SCHEMA
 
     path = run_dir / BATCH_FILE
     if not path.is_file():
@@ -157,7 +159,6 @@ def _load_runs(run_dir: Path, batch: dict[str, Any] | None) -> list[tuple[str, S
 def _load_rubric(path: Path, runs: list[StoredRun], run_dir: Path) -> Rubric:
     """The new rubric, checked twice so the two problems read apart: first on its own (a typo is "your
     rubric is invalid", as `grade` would say), then against what the stored runs hold."""
-    from grader.rubric import load_rubric
 
     load_rubric(path)  # BadInput as-is: the rubric is wrong whatever it is used on
     try:
@@ -182,7 +183,6 @@ _UNKNOWN_CHECK = re.compile(r"unknown check ('[^']*'); known checks: (.*)$")
 
 def _stored_checks(runs: list[StoredRun]) -> dict[str, Check]:
     """Check id -> a Check whose facts are those every stored run that ran the check documented."""
-    from grader.checks import Check
 
     facts: dict[str, set[str]] = {}
     for run in runs:
@@ -206,7 +206,6 @@ def _never_run(ctx: Any) -> CheckResult:
 
 
 def _rescored_report(run: StoredRun, rubric: Rubric) -> dict[str, Any]:
-    from grader.rubric import score, totals
 
     assert run.report is not None
     rows = score(rubric, run.results)
@@ -299,7 +298,6 @@ def _rewrite_run(run: StoredRun, report: dict[str, Any], rubric: Rubric, stamp: 
 def _rewrite_batch(
     run_dir: Path, batch: dict[str, Any], runs: list[tuple[str, StoredRun]], rubric: Rubric, stamp: str
 ) -> Path:
-    from grader.batch import BATCH_FILE, NOT_ASSESSABLE, Entry, Outcome, write_summary
 
     keep = _history_dir(run_dir, stamp)
     for name in ("summary.csv", "summary.md", BATCH_FILE):

@@ -27,9 +27,18 @@ from jinja2.sandbox import SandboxedEnvironment
 
 from grader.checks import Check, CheckResult, registry
 from grader.details import row_details
-from grader.errors import BadInput
+from grader.errors import BadInput, describe
 
-__all__ = ["Row", "RowScore", "Rubric", "default_rubric_path", "load_rubric", "score", "totals"]
+__all__ = [
+    "Row",
+    "RowScore",
+    "Rubric",
+    "default_rubric_path",
+    "load_rubric",
+    "plain_number",
+    "score",
+    "totals",
+]
 
 _EXTENDS = "extends"
 _TOP_KEYS = {"version", "name", "scale", "thresholds", "rows", _EXTENDS}
@@ -167,7 +176,7 @@ class RowScore:
         return {
             "id": self.id,
             "title": self.title,
-            "weight": _plain_number(self.weight),
+            "weight": plain_number(self.weight),
             "score": self.score,
             "max": self.max,
             "auto": self.auto,
@@ -252,7 +261,7 @@ class _Loader:
 
     def _compose(self, text: str, path: Path) -> yaml.Node:
         stream = io.StringIO(text)
-        stream.name = str(path)  # type: ignore[misc]  # every node's mark then names its file
+        stream.name = str(path)  # every node's mark then names its file
         try:
             node = yaml.compose(stream, Loader=yaml.SafeLoader)
         except yaml.MarkedYAMLError as exc:
@@ -785,7 +794,7 @@ def _score_row(rubric: Rubric, row: Row, result: CheckResult | None) -> RowScore
                 break
         except Exception as exc:  # any evaluation failure is this row's, never the run's
             where = row.where(level)
-            reason = f"row {row.id!r} ({where}) level {level}: {_one_line(exc)}"
+            reason = f"row {row.id!r} ({where}) level {level}: {describe(exc, limit=None)}"
             return make("not-assessable", None, f"not assessable: {reason}", details)
     if chosen is None:
         reason = f"no level of row {row.id!r} ({where}) is true for these facts"
@@ -793,14 +802,9 @@ def _score_row(rubric: Rubric, row: Row, result: CheckResult | None) -> RowScore
     try:
         evidence = _ENV.from_string(row.evidence).render(**context)
     except Exception as exc:  # a template problem marks the row, not the run
-        reason = f"row {row.id!r} ({where}) evidence: {_one_line(exc)}"
+        reason = f"row {row.id!r} ({where}) evidence: {describe(exc, limit=None)}"
         return make("not-assessable", None, f"not assessable: {reason}", details)
     return make("scored", chosen, " ".join(evidence.split()), details)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def totals(rows: list[RowScore]) -> dict[str, float | int]:
@@ -808,9 +812,9 @@ def totals(rows: list[RowScore]) -> dict[str, float | int]:
     points = sum(r.score * r.weight for r in rows if r.status == "scored" and r.score is not None)
     maximum = sum(r.max * r.weight for r in rows if r.status == "scored")
     percent = round(100 * points / maximum, 1) if maximum else 0
-    return {"points": _plain_number(points), "max": _plain_number(maximum), "percent": percent}
+    return {"points": plain_number(points), "max": plain_number(maximum), "percent": percent}
 
 
-def _plain_number(value: float) -> int | float:
+def plain_number(value: float) -> int | float:
     # Weights are usually whole numbers; keep the report free of "3.0".
     return int(value) if float(value).is_integer() else value

@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader import __version__
-from grader._json import jsonable
+from grader._json import jsonable, optional_text
+from grader.checks import CheckResult, Finding, registry
 from grader.errors import BadInput
+from grader.report import render
 
 if TYPE_CHECKING:
-    from grader.checks import CheckResult
     from grader.rubric import Rubric
 
 __all__ = [
@@ -116,7 +117,6 @@ def store_run(
     formats: Iterable[str] = ("json", "markdown"),
 ) -> Path:
     """Write a graded run into ``folder`` (created; must be new or empty). Returns the folder."""
-    from grader.checks import registry
 
     folder.mkdir(parents=True, exist_ok=True)
     checks = registry()
@@ -167,7 +167,6 @@ def store_failure(folder: Path, *, target: str, reason: str) -> Path:
 
 def write_reports(folder: Path, report: Mapping[str, Any], formats: Iterable[str]) -> dict[str, str]:
     """Render ``report`` in each format into ``folder``; returns {format: file name}."""
-    from grader.report import render
 
     written: dict[str, str] = {}
     for fmt in dict.fromkeys(["json", *formats]):
@@ -183,7 +182,6 @@ def is_run(folder: Path) -> bool:
 
 def load_run(folder: Path) -> StoredRun:
     """Read a stored run back; a missing or malformed file is BadInput naming the file."""
-    from grader.checks import CheckResult, Finding
 
     manifest = _read_json(folder / MANIFEST)
     if manifest.get("schema") != RUN_SCHEMA:
@@ -214,9 +212,9 @@ def load_run(folder: Path) -> StoredRun:
             facts=dict(item["facts"]),
             findings=findings,
             details=[str(d) for d in item.get("details") or []],
-            manual=_optional_text(item.get("manual")),
-            not_assessable=_optional_text(item.get("not_assessable")),
-            crashed=_optional_text(item.get("crashed")),
+            manual=optional_text(item.get("manual")),
+            not_assessable=optional_text(item.get("not_assessable")),
+            crashed=optional_text(item.get("crashed")),
         )
     return StoredRun(folder, manifest, report, results)
 
@@ -253,10 +251,6 @@ def write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def _optional_text(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -329,7 +323,7 @@ class _Capped:
         if self._left <= 0:
             return b""
         size = self._left if size < 0 else min(size, self._left)
-        data = self._handle.read(size)
+        data: bytes = self._handle.read(size)
         self._left -= len(data)
         return data
 

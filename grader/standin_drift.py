@@ -205,7 +205,7 @@ def _tool_name(body: dict[str, Any], provider: str, default: str) -> str:
 
 
 def _send_error(
-    handler: _Handler, provider: str, status: int, retry_after: int | None, headers: dict
+    handler: _Handler, provider: str, status: int, retry_after: int | None, headers: dict[str, str]
 ) -> None:
     message, kind, code = _ERRORS[(provider, status)]
     if retry_after is not None:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from grader.standin import Rules, RulesError, load_rules
 
 __all__ = [
@@ -132,7 +134,6 @@ def resolve_profile(spec: str) -> Path:
 
 def _line_map(root: Any) -> dict[tuple[str, ...], tuple[int, int]]:
     """(key path) -> (line of the key, line of its value), 1-based, from a composed YAML node tree."""
-    import yaml
 
     lines: dict[tuple[str, ...], tuple[int, int]] = {}
 

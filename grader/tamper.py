@@ -25,15 +25,16 @@ from __future__ import annotations
 import ast
 import configparser
 import errno
-import os
+import json
 import re
 import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from grader import pysource
+from grader import pysource, walk
 from grader.safeio import UnsafeFile, read_bytes
 
 if sys.version_info >= (3, 11):
@@ -66,7 +67,6 @@ CLEAN_LAUNCHER = "_pytest_main.py"
 _MAX_FILES = 5000
 _MAX_BYTES = 1_000_000
 _GUARD_CAP = 64 * 1024**2
-_SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", ".nox", "site-packages"}
 _ALWAYS = {
     "pytest_runtest_makereport": "rewrites or replaces test reports",
     "pytest_report_teststatus": "changes how outcomes are counted and shown",
@@ -141,19 +141,9 @@ class TamperScan:
 
 
 def _python_files(repo: Path) -> Iterator[Path]:
-    count = 0
-    for dirpath, dirnames, filenames in os.walk(repo, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-        for name in sorted(filenames):
-            if not name.endswith(".py"):
-                continue
-            path = Path(dirpath) / name
-            if path.is_symlink() or not path.is_file():
-                continue  # never follow a link, in or out of the repo
-            count += 1
-            if count > _MAX_FILES:
-                return
-            yield path
+    # Hidden folders are read too (as before): only VCS data, installed third-party code and caches are
+    # skipped (grader/walk.py's SKIPPED).
+    return walk.files(repo, include=lambda name: name.endswith(".py"), max_files=_MAX_FILES)
 
 
 def _read(path: Path) -> str | None:
@@ -295,7 +285,7 @@ def _assigns_attr(func: ast.AST, attrs: set[str]) -> int | None:
         elif isinstance(sub, (ast.AugAssign, ast.AnnAssign)):
             targets = [sub.target]
         for target in targets:
-            if isinstance(target, ast.Attribute) and target.attr in attrs:
+            if isinstance(target, ast.Attribute) and target.attr in attrs and isinstance(sub, ast.stmt):
                 return sub.lineno
         if isinstance(sub, ast.Call) and _dotted(sub.func) == "setattr" and len(sub.args) >= 2:
             name = sub.args[1]
@@ -389,7 +379,8 @@ def _monkeypatch_rules(rel: str, tree: ast.AST) -> Iterator[Hook]:
             if parts[0] in aliases or any(
                 p in ("TestReport", "CallInfo", "CollectReport") for p in parts[:-1]
             ):
-                yield Hook("monkeypatch", f"{rel}:{node.lineno}", f"patches pytest internals ({chain})")
+                line = node.lineno if isinstance(node, (ast.stmt, ast.expr)) else 0
+                yield Hook("monkeypatch", f"{rel}:{line}", f"patches pytest internals ({chain})")
                 break
 
 
@@ -540,7 +531,6 @@ def read_guard(path: Path, nonce: str = "") -> GuardLog:
     Malformed lines are skipped; lines without this run's ``nonce`` were not written by the guard (something
     in the suite wrote to the inherited descriptor) and are listed in ``foreign``.
     """
-    import json
 
     log = GuardLog()
     try:
@@ -576,7 +566,8 @@ def read_guard(path: Path, nonce: str = "") -> GuardLog:
         if rec.get("session") is True:
             status = rec.get("exitstatus")
             log.exitstatus = status if isinstance(status, int) else None
-            log.deselected = rec.get("deselected") if isinstance(rec.get("deselected"), int) else 0
+            deselected = rec.get("deselected")
+            log.deselected = deselected if isinstance(deselected, int) else 0
             continue
         nodeid, when = str(rec.get("nodeid", "?")), rec.get("when")
         outcome, raw_outcome = rec.get("outcome"), rec.get("raw")
@@ -605,7 +596,7 @@ def read_guard(path: Path, nonce: str = "") -> GuardLog:
     return log
 
 
-def _add_vcr_play(log: GuardLog, rec: dict) -> None:
+def _add_vcr_play(log: GuardLog, rec: dict[str, Any]) -> None:
     """One closing of a cassette; a cassette used by several tests is loaded afresh each time (same file)."""
     path, total, played = rec.get("vcr"), rec.get("interactions"), rec.get("played")
     if not isinstance(path, str) or not isinstance(total, int) or not isinstance(played, list):

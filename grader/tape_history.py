@@ -25,7 +25,7 @@ import re
 import subprocess
 import tempfile
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,12 +81,8 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
             "--reverse",
             "--first-parent",
             "--diff-merges=first-parent",
-            "--raw",
-            "--no-abbrev",
+            *gitsafe.RAW_LOG,
             "--find-renames",  # a tape moved and edited in one commit is compared with what it was
-            "--no-textconv",
-            "--no-ext-diff",
-            "--no-show-signature",
             "--format=@%H",
             "HEAD",
             "--",
@@ -159,20 +155,21 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
             change = _compare(path, old_data, new_data, before[:_SHORT], after[:_SHORT])
             found[after].append((order[id(pair)], change))
     edits: list[tuple[int, TapeEdit]] = []
-    for commit, changes in found.items():
+    for commit, commit_changes in found.items():
         # A re-recording asks every question again: every tape of the set gets new answers (ids, bodies).
         # A commit that touched every tape but left some answers as they were (only `recorded_at` or other
         # metadata restamped) re-recorded nothing: its changed answers are edits.
-        if sets.get(commit) and all(change.rerecorded for _, change in changes):
+        if sets.get(commit) and all(change.rerecorded for _, change in commit_changes):
             continue
-        edits += [(n, edit) for n, change in changes for edit in change.edits]
+        edits += [(n, edit) for n, change in commit_changes for edit in change.edits]
     return TapeHistory([edit for _, edit in sorted(edits, key=lambda e: e[0])], notes)
 
 
 def _commits(log: str) -> Iterator[tuple[str, dict[str, tuple[str, str, str, str]]]]:
     """(commit, {path: (status letter, old blob, new blob, path before a move)}) from
     ``git log --raw --format=@%H``; a move (``R``) is listed under its new path."""
-    commit, changes = "", {}
+    commit = ""
+    changes: dict[str, tuple[str, str, str, str]] = {}
     for line in log.splitlines():
         if line.startswith("@"):
             if commit:
@@ -283,7 +280,7 @@ def _git(repo: Path, *args: str, stdin: Any = None, popen: bool = False) -> Any:
     return proc.stdout
 
 
-def _cat(repo: Path, shas: Sequence[str]) -> Iterator[bytes | None]:
+def _cat(repo: Path, shas: Sequence[str]) -> Generator[bytes | None, None, None]:
     """Each blob's content in order (None when missing or over the parse cap), one ``cat-file`` stream."""
     if not shas:
         return

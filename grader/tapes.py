@@ -14,22 +14,25 @@ from __future__ import annotations
 import email.utils
 import hashlib
 import json
-import os
 import re
 import stat
-import threading
 import zlib
 from dataclasses import dataclass, field
 from datetime import timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import yaml
 
+from grader import walk
+from grader._json import mapping
 from grader.manifest import CASSETTE_DIR_CANDIDATES
 from grader.recordings import Found, RecordParts, find_metadata, is_record, split_record
 from grader.safeio import read_bytes
+
+if TYPE_CHECKING:
+    from grader.context import Context
 
 __all__ = [
     "DISCOVERY_DIRS",
@@ -52,7 +55,6 @@ TAPE_SUFFIXES = (".json", ".yaml", ".yml", ".jsonl", ".ndjson")
 # Where tapes are looked for when no cassette_dir is known: the manifest's discovery list, one source.
 DISCOVERY_DIRS = CASSETTE_DIR_CANDIDATES
 _OUTSIDE = "outside the repository"
-_SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", ".nox"}
 
 _GEMINI_MODEL = re.compile(r"/models/([^/:?]+)(?::|$|/|\?)")
 _SSE_MODEL = re.compile(r'"model"\s*:\s*"([^"\\]{1,200})"')
@@ -79,7 +81,7 @@ class Interaction:
     def model(self) -> str | None:
         """The model the request asked for: body ``model``, else the Gemini-style URL path."""
         if isinstance(self.request_body, dict) and isinstance(self.request_body.get("model"), str):
-            return self.request_body["model"]
+            return str(self.request_body["model"])
         match = _GEMINI_MODEL.search(self.path or "")
         return match.group(1) if match else None
 
@@ -87,9 +89,9 @@ class Interaction:
     def served_model(self) -> str | None:
         """The model the response says answered (JSON body, or the first ``"model"`` in a stream)."""
         if isinstance(self.response_body, dict) and isinstance(self.response_body.get("model"), str):
-            return self.response_body["model"]
+            return str(self.response_body["model"])
         if isinstance(self.response_body, dict) and isinstance(self.response_body.get("modelVersion"), str):
-            return self.response_body["modelVersion"]  # Gemini names the served model here
+            return str(self.response_body["modelVersion"])  # Gemini names the served model here
         if self.response_text:
             match = _SSE_MODEL.search(self.response_text[:200_000])
             if match:
@@ -211,20 +213,13 @@ def _linked_component(repo: Path, rel: Path) -> Path | None:
 
 
 def _walk(base: Path) -> list[Path]:
-    found: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
-        here = Path(dirpath)
-        kept = []
-        for name in dirnames:
-            if name in _SKIP_DIRS:
-                continue
-            if (here / name).is_symlink():
-                found.append(here / name)  # reported as an invalid "symlink" tape, never entered
-            else:
-                kept.append(name)
-        dirnames[:] = sorted(kept)
-        found.extend(here / name for name in sorted(filenames) if name.lower().endswith(TAPE_SUFFIXES))
-    return found
+    """Tape files below ``base``, and links where a tape or a folder of tapes could be (each reported as an
+    invalid "symlink" tape, never followed)."""
+    return [
+        path
+        for path in walk.files(base, links=True)
+        if path.name.lower().endswith(TAPE_SUFFIXES) or (path.is_symlink() and path.is_dir())
+    ]
 
 
 def _load_one(repo: Path, path: Path) -> Tape:
@@ -306,7 +301,7 @@ def _parse(rel: str, text: str) -> Tape:
 _SafeBase: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class _Loader(_SafeBase):
+class _Loader(_SafeBase):  # type: ignore[misc]  # the base is chosen at import time (C or Python)
     """The safe loader (which already decodes ``!!binary``) without timestamp magic: dates stay strings."""
 
 
@@ -317,9 +312,9 @@ _Loader.yaml_implicit_resolvers = {
 
 
 def _kit(rel: str, data: dict[str, Any]) -> Tape:
-    req = data.get("request") or {}
-    resp = data.get("response") if isinstance(data.get("response"), dict) else {}
-    meta = data.get("meta") if isinstance(data.get("meta"), dict) else {}
+    req = mapping(data.get("request"))
+    resp = mapping(data.get("response"))
+    meta = mapping(data.get("meta"))
     inter = Interaction(
         method=_str(req.get("method")),
         path=_str(req.get("path")),
@@ -350,8 +345,8 @@ def _vcr(rel: str, items: list[Any], text: str) -> Tape:
     for index, item in enumerate(items):
         if not isinstance(item, dict):
             continue
-        req = item.get("request") if isinstance(item.get("request"), dict) else {}
-        resp = item.get("response") if isinstance(item.get("response"), dict) else {}
+        req = mapping(item.get("request"))
+        resp = mapping(item.get("response"))
         uri = _str(req.get("uri")) or _str(req.get("url"))
         status = resp.get("status")
         code = status.get("code") if isinstance(status, dict) else status
@@ -411,8 +406,8 @@ def _generic_records(data: Any) -> list[Interaction] | None:
         return [_from_parts(item, outer) for item in data]
     out = []
     for item in data:
-        req = item.get("request") if isinstance(item.get("request"), dict) else {}
-        resp = item.get("response") if isinstance(item.get("response"), dict) else {}
+        req = mapping(item.get("request"))
+        resp = mapping(item.get("response"))
         uri = _str(req.get("url")) or _str(req.get("uri"))
         path = _str(req.get("path")) or (urlsplit(uri).path if uri else None)
         req_body = req.get("body", req.get("json"))
@@ -578,33 +573,10 @@ def _int(value: Any) -> int | None:
         return None
 
 
-_LOCKS_LOCK = threading.Lock()
-
-
-def tapes_of(ctx: Any) -> list[Tape]:
+def tapes_of(ctx: Context) -> list[Tape]:
     """The context's tapes, loaded once per context (four checks read them; big YAML is slow to parse).
 
-    Checks run in parallel (``--jobs``): the first caller loads while the others wait for it, so 10,000
-    tapes are held in memory once, not once per check that asked at the same moment.
+    Checks run in parallel (``--jobs``): the first caller loads while the others wait for it
+    (`Context.memo`), so 10,000 tapes are held in memory once, not once per check that asked at once.
     """
-    cached = getattr(ctx, "_grader_tapes", None)
-    if cached is not None:
-        return cached
-    with _LOCKS_LOCK:
-        lock = getattr(ctx, "_grader_tapes_lock", None)
-        if lock is None:
-            lock = threading.Lock()
-            try:
-                ctx._grader_tapes_lock = lock
-            except AttributeError:  # a context with __slots__: no sharing, each caller loads its own
-                pass
-    with lock:
-        cached = getattr(ctx, "_grader_tapes", None)
-        if cached is not None:
-            return cached
-        tapes = load_tapes(ctx.repo, getattr(ctx.manifest, "cassette_dir", None))
-        try:
-            ctx._grader_tapes = tapes
-        except AttributeError:  # a context with __slots__: just reload next time
-            pass
-        return tapes
+    return ctx.memo("tapes", lambda: load_tapes(ctx.repo, ctx.manifest.cassette_dir))

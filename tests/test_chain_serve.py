@@ -15,13 +15,13 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from urllib.parse import quote
 
 import pytest
 
 from grader.checks.keys import keys
 from tests.helpers.bake import bake, baked_venv, run, standin, unshare_works
+from tests.helpers.context import folder_context
 from tests.helpers.git import GIT_ENV
 
 pytestmark = [pytest.mark.slow, pytest.mark.index]
@@ -87,10 +87,7 @@ def _verify(repo: Path) -> subprocess.CompletedProcess[str]:
 
 
 def _keys_check(repo: Path):
-    ctx = SimpleNamespace(
-        repo=repo, manifest=SimpleNamespace(cassette_dir=Path("cassettes"), key_function=None)
-    )
-    return keys(ctx)
+    return keys(folder_context(repo, cassette_dir=Path("cassettes"), key_function=None))
 
 
 # ------------------------------------------------------------------------------------------------ chain

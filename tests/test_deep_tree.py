@@ -5,7 +5,9 @@ grader this way, every row not-assessable)."""
 from __future__ import annotations
 
 import os
+import tempfile
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,7 +33,19 @@ def _deep(base: Path, levels: int = LEVELS) -> None:
         os.close(fd)
 
 
-def test_prune_and_remove_without_recursion(tmp_path: Path) -> None:
+@pytest.fixture
+def outside_pytest_tmp() -> Iterator[Path]:
+    """A folder outside pytest's own temporary root: pytest removes its old folders recursively, so a deep
+    tree left there by an interrupted run would crash every later pytest session on this machine."""
+    folder = Path(tempfile.mkdtemp(prefix="deep-tree-"))
+    try:
+        yield folder
+    finally:
+        remove_tree(folder)
+
+
+def test_prune_and_remove_without_recursion(outside_pytest_tmp: Path) -> None:
+    tmp_path = outside_pytest_tmp
     repo = tmp_path / "repo"
     _deep(repo / "deep")
     _deep(repo / "shallow", levels=3)
@@ -45,7 +59,10 @@ def test_prune_and_remove_without_recursion(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.index
-def test_a_deep_tree_committed_or_made_by_the_suite_is_graded(tmp_path: Path, grade_cache: Path) -> None:
+def test_a_deep_tree_committed_or_made_by_the_suite_is_graded(
+    outside_pytest_tmp: Path, grade_cache: Path
+) -> None:
+    tmp_path = outside_pytest_tmp
     from grader.grading import grade
     from grader.rubric import load_rubric
 
@@ -67,10 +84,7 @@ def test_a_deep_tree_committed_or_made_by_the_suite_is_graded(tmp_path: Path, gr
             """
         )
     )
-    try:
-        report = grade(str(commit(repo)), rubric=load_rubric(), timeout=120, cache_root=grade_cache)
-    finally:
-        remove_tree(repo / "data" / "nest")  # pytest's own tmp_path clean-up recurses too
+    report = grade(str(commit(repo)), rubric=load_rubric(), timeout=120, cache_root=grade_cache)
 
     statuses = {row["id"]: row["status"] for row in report["rows"]}
     assert all(status == "scored" for status in statuses.values()), statuses

@@ -1,6 +1,6 @@
 """The static detectors (metadata, hygiene, keys, replay-doc, boundary) on small fixture repositories.
 
-Contexts are SimpleNamespaces holding only what these checks read; the key probe runs a real subprocess.
+Contexts are real ones over a folder (tests/helpers/context.py); the key probe runs a real subprocess.
 """
 
 from __future__ import annotations
@@ -12,11 +12,9 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
-from grader.audit import AuditLog
 from grader.checks import registry
 from grader.checks.boundary import boundary
 from grader.checks.hygiene import hygiene
@@ -24,6 +22,7 @@ from grader.checks.keys import keys
 from grader.checks.metadata import metadata
 from grader.checks.replay_doc import replay_doc
 from grader.rubric import load_rubric, score
+from tests.helpers.context import FakeContext, folder_context, replay_run, run_result
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TAPES = FIXTURES / "tapes"
@@ -34,26 +33,23 @@ SECRET = "sk-proj-" + "Q7fT2kLm9XzA4bNc8RdE1vWy5UhJ3pGs6"
 
 
 def _ctx(repo, *, cassette_dir="cassettes", opened=None, key_function=None, default_model=None, run=None):
-    """A context with what the static checks use; `opened` None means the replay run is not available."""
-    manifest = SimpleNamespace(
+    """A context over ``repo``; `opened` None means the replay run is not available (nothing installed)."""
+    installed = opened is not None or run is not None
+    replay = (
+        replay_run(opened=opened)
+        if opened is not None
+        else RuntimeError("install failed: no matching distribution for numpy==0.0")
+    )
+    return FakeContext(
+        repo,
+        replay=replay,
+        runner=run,
+        installed=installed,
+        install_error="install failed",
+        thresholds=dict(THRESHOLDS),
         cassette_dir=Path(cassette_dir) if cassette_dir else None,
         key_function=key_function,
         default_model=default_model,
-    )
-
-    def replay_run():
-        if opened is None:
-            raise RuntimeError("install failed: no matching distribution for numpy==0.0")
-        return SimpleNamespace(audit=AuditLog(opened=set(opened)))
-
-    return SimpleNamespace(
-        repo=repo,
-        manifest=manifest,
-        thresholds=dict(THRESHOLDS),
-        env=object() if opened is not None or run is not None else None,
-        install_error=None if opened is not None or run is not None else "install failed",
-        replay_run=replay_run,
-        run=run,
     )
 
 
@@ -253,12 +249,11 @@ def test_hygiene_without_a_replay_run_goes_to_a_reviewer(tmp_path):
 def _sandbox_run(repo: Path):
     """A ctx.run stand-in: a real subprocess with the submission importable, as the sandbox would run it."""
 
-    def run(argv, *, label="", **_kw):
+    def run(argv):
         argv = [sys.executable if argv[0] == "python" else argv[0], *argv[1:]]
         env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(repo)}
         proc = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, timeout=60)
-        return SimpleNamespace(stdout=proc.stdout, stderr=proc.stderr, returncode=proc.returncode,
-                               timed_out=False), None  # fmt: skip
+        return run_result(argv, proc.returncode, proc.stdout, proc.stderr)
 
     return run
 
@@ -498,7 +493,7 @@ def test_boundary_one_client_module_clean_agent(tmp_path):
         "tests/test_agent.py": "import httpx\nfrom triage import cassette\nhttpx.Client()\n",
         "triage/broken.py": "def (:\n",
     })  # fmt: skip
-    result = boundary(SimpleNamespace(repo=repo))
+    result = boundary(folder_context(repo))
     assert result.facts["client_modules"] == 1
     assert result.facts["client_module_list"] == ["triage/client.py:5"]
     assert result.facts["agent_imports_cassette"] == 0
@@ -514,7 +509,7 @@ def test_boundary_two_client_modules_and_agent_importing_the_cassette(tmp_path):
         "src/bot/agent.py": "from . import cassette\n\ndef triage(m):\n    return cassette\n",
         "src/bot/router.py": "from bot.cassette import Thing\n",
     })  # fmt: skip
-    result = boundary(SimpleNamespace(repo=repo))
+    result = boundary(folder_context(repo))
     facts = result.facts
     assert facts["client_modules"] == 2
     assert facts["client_module_list"] == ["src/bot/fetch.py:4", "src/bot/llm.py:2"]
@@ -532,7 +527,7 @@ def test_boundary_two_client_modules_and_agent_importing_the_cassette(tmp_path):
 )  # fmt: skip
 def test_boundary_recognises_other_clients(tmp_path, source):
     repo = _package(tmp_path, {"app.py": source})
-    assert boundary(SimpleNamespace(repo=repo)).facts["client_modules"] == 1
+    assert boundary(folder_context(repo)).facts["client_modules"] == 1
 
 
 def test_unplayed_counts_only_cassettes_vcrpy_loaded_alone() -> None:

@@ -28,6 +28,7 @@ PARSERS: dict[str, Parser] = {
     "grade merge": cli._merge_parser(),
     "grade rescore": cli._rescore_parser(),
     "grade --selftest": selftest._parser(),
+    "grade drift": cli._drift_parser(),
 }
 _HIDDEN = {"--help"}  # argparse's own
 
@@ -118,7 +119,8 @@ def _doc_commands() -> list[tuple[Path, str, str]]:
         text = path.read_text(encoding="utf-8")
         pieces = re.findall(r"`([^`\n]*)`", text) + [line for line in text.splitlines() if "grade " in line]
         for piece in pieces:
-            for match in re.finditer(r"\bgrade((?: (?:batch|merge|rescore|checks))?)\b([^`#|;&]*)", piece):
+            commands = r"\bgrade((?: (?:batch|merge|rescore|checks|drift))?)\b([^`#|;&]*)"
+            for match in re.finditer(commands, piece):
                 sub = match.group(1).strip()
                 rest = match.group(2)
                 command = f"grade {sub}" if sub else ("grade --selftest" if "--selftest" in rest else "grade")
@@ -170,7 +172,8 @@ def test_help_lists_every_command_one_line_each(tmp_path: Path) -> None:
         assert sum(1 for line in listed.splitlines() if line.strip().startswith(command + " ")) == 1, command
     assert re.search(r"^  grade checks +\S", listed, flags=re.M)
     assert re.search(r"^  grade --selftest +\S", listed, flags=re.M)
-    for sub in ("batch", "merge", "rescore", "checks"):
+    assert re.search(r"^  grade drift TARGET +\S", listed, flags=re.M)
+    for sub in ("batch", "merge", "rescore", "checks", "drift"):
         assert run_grade([sub, "--help"], cwd=tmp_path).returncode == 0, sub
 
 
@@ -189,10 +192,20 @@ def test_old_batch_out_spelling_still_works_with_one_note(tmp_path: Path, spelli
 
 def test_the_same_option_has_the_same_spelling_in_every_command() -> None:
     meanings = {
-        "--output": {"grade", "grade batch"},
-        "--cache-dir": {"grade", "grade batch", "grade --selftest"},
+        "--output": {"grade", "grade batch", "grade drift"},
+        "--cache-dir": {"grade", "grade batch", "grade --selftest", "grade drift"},
     }
     for option, commands in meanings.items():
         assert {c for c, p in PARSERS.items() if option in options(p)} == commands
     for parser in PARSERS.values():
         assert not options(parser) & set(cli.DEPRECATED)
+
+
+def test_every_option_and_format_of_grade_drift_is_in_the_hiring_team_guide() -> None:
+    from grader.drift_report.render import FORMATS as DRIFT_FORMATS
+
+    guide = (DOCS / "hiring-team.md").read_text(encoding="utf-8")
+    table = guide[guide.index("| option | meaning |") : guide.index("### Where the arms run")]
+    assert set(re.findall(r"^\| `(--[a-z-]+)", table, flags=re.M)) == options(PARSERS["grade drift"])
+    row = next(line for line in table.splitlines() if line.startswith("| `--format` |"))
+    assert set(re.findall(r"`([a-z]+)` \(", row)) == set(DRIFT_FORMATS)

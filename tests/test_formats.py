@@ -114,6 +114,7 @@ def test_every_format_is_offered_by_the_cli(tmp_path: Path) -> None:
     assert bad.stderr.count("\n") == 1 and "invalid choice: 'pdf'" in bad.stderr
 
 
+@pytest.mark.index
 def test_the_leaky_submission_has_the_findings_the_formats_need(leaky_report) -> None:
     rules = {(f["check"], f["rule"]) for f in leaky_report["findings"]}
     assert ("secrets", "openai-project-key") in rules
@@ -132,6 +133,7 @@ def _sarif_validator() -> jsonschema.Draft4Validator:
     return jsonschema.Draft4Validator(schema)
 
 
+@pytest.mark.index
 def test_sarif_validates_and_maps_findings_to_locations(leaky_report) -> None:
     text = render(leaky_report, "sarif")
     log = json.loads(text)
@@ -163,6 +165,7 @@ def test_sarif_validates_and_maps_findings_to_locations(leaky_report) -> None:
     _no_key_anywhere(text)
 
 
+@pytest.mark.index
 def test_sarif_fingerprints_are_stable_and_distinct(leaky_report) -> None:
     first = json.loads(render(leaky_report, "sarif"))["runs"][0]["results"]
     again = json.loads(render(json.loads(json.dumps(leaky_report)), "sarif"))["runs"][0]["results"]
@@ -175,6 +178,7 @@ def test_sarif_fingerprints_are_stable_and_distinct(leaky_report) -> None:
     assert changed != prints[0]
 
 
+@pytest.mark.index
 def test_sarif_of_the_sample_is_valid_and_has_no_error(sample_report) -> None:
     log = json.loads(render(sample_report, "sarif"))
     _sarif_validator().validate(log)
@@ -183,6 +187,7 @@ def test_sarif_of_the_sample_is_valid_and_has_no_error(sample_report) -> None:
     assert log["runs"][0]["properties"]["total"]["points"] == sample_report["total"]["points"]
 
 
+@pytest.mark.index
 def test_the_vendored_schema_rejects_what_it_should(leaky_report) -> None:
     # A validator that accepts anything would make the tests above meaningless.
     log = json.loads(render(leaky_report, "sarif"))
@@ -194,6 +199,7 @@ def test_the_vendored_schema_rejects_what_it_should(leaky_report) -> None:
 # ------------------------------------------------------------------------------------------------ junit
 
 
+@pytest.mark.index
 def test_junit_has_one_case_per_row_read_by_junitparser(leaky_report, tmp_path: Path) -> None:
     junitparser = pytest.importorskip("junitparser", reason="junitparser is a test dependency")
     path = tmp_path / "rubric.xml"
@@ -225,6 +231,7 @@ def test_junit_has_one_case_per_row_read_by_junitparser(leaky_report, tmp_path: 
     _no_key_anywhere(path.read_text(encoding="utf-8"))
 
 
+@pytest.mark.index
 def test_junit_skips_manual_and_not_assessable_rows_and_survives_control_characters(
     sample_report, tmp_path: Path
 ) -> None:
@@ -260,6 +267,7 @@ _VISIBILITY = {"hidden", "after_due_date", "after_published", "visible"}
 _OUTPUT_FORMATS = {"text", "html", "simple_format", "md", "ansi"}
 
 
+@pytest.mark.index
 def test_gradescope_results_use_documented_keys(leaky_report) -> None:
     results = json.loads(render(leaky_report, "gradescope"))
     assert set(results) <= _TOP_KEYS
@@ -288,6 +296,7 @@ def test_gradescope_results_use_documented_keys(leaky_report) -> None:
     _no_key_anywhere(json.dumps(results))
 
 
+@pytest.mark.index
 def test_gradescope_gives_unscored_rows_zero_with_the_reason(sample_report) -> None:
     report = json.loads(json.dumps(sample_report))
     report["rows"][2].update(status="manual", score=None, auto=False, evidence="REPLAY.md says nothing")
@@ -331,6 +340,7 @@ def _page(html: str) -> _Page:
     return page
 
 
+@pytest.mark.index
 def test_html_is_self_contained_escaped_and_links_evidence(leaky_report) -> None:
     html = render(leaky_report, "html")
     page = _page(html)
@@ -345,6 +355,7 @@ def test_html_is_self_contained_escaped_and_links_evidence(leaky_report) -> None
     _no_key_anywhere(html)
 
 
+@pytest.mark.index
 def test_html_links_details_of_a_clean_report_and_refuses_unsafe_paths(sample_report) -> None:
     report = json.loads(json.dumps(sample_report))
     report["rows"][0]["details"] = [

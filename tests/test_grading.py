@@ -153,6 +153,27 @@ def test_junit_fallback_counts_outcomes(tmp_path: Path) -> None:
     assert read_junit(tmp_path / "absent.xml") is None
 
 
+def test_a_junit_file_with_entity_declarations_is_not_read(tmp_path: Path) -> None:
+    # The suite's process can rewrite the JUnit file: a billion-laughs bomb (or an external entity) must
+    # neither expand nor count, while the same results without the declarations do.
+    lol = "&lol1;" * 10
+    bomb = (
+        '<?xml version="1.0"?><!DOCTYPE s [<!ENTITY lol "lol"><!ENTITY lol1 "&lol;&lol;&lol;&lol;">'
+        f'<!ENTITY lol2 "{lol}">]><testsuite><testcase classname="t" name="&lol2;"/></testsuite>'
+    )
+    (tmp_path / "bomb.xml").write_text(bomb, encoding="utf-8")
+    external = (
+        '<!DOCTYPE s [<!ENTITY x SYSTEM "file:///etc/passwd">]><testsuite><testcase name="&x;"/></testsuite>'
+    )
+    (tmp_path / "external.xml").write_text(external, encoding="utf-8")
+    (tmp_path / "plain.xml").write_text('<testsuite><testcase classname="t" name="ok"/></testsuite>')
+
+    assert read_junit(tmp_path / "bomb.xml") is None
+    assert read_junit(tmp_path / "external.xml") is None
+    plain = read_junit(tmp_path / "plain.xml")
+    assert plain is not None and plain.passed == 1
+
+
 def test_a_crashing_check_costs_only_its_row() -> None:
     def crashes(ctx: object) -> CheckResult:
         """Always crashes."""

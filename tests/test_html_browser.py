@@ -91,6 +91,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return grade_json(make_leaky_submission(root), "--rubric", str(rubric))
 
 
+@pytest.mark.index
 def test_the_page_renders_the_row_table_and_evidence_links_in_chromium(report, tmp_path: Path) -> None:
     browser = _browser()
     page = tmp_path / "report.html"
@@ -111,6 +112,7 @@ def test_the_page_renders_the_row_table_and_evidence_links_in_chromium(report, t
     assert report["rows"][0]["evidence"].split(";")[0] in text
 
 
+@pytest.mark.index
 def test_the_page_paints_offline(report, tmp_path: Path) -> None:
     """Painted inside an empty network namespace: nothing the page needs comes from anywhere else."""
     browser = _browser()

@@ -50,6 +50,7 @@ def _hostile_submission(dest: Path) -> Path:
     return commit(repo, "one more test")
 
 
+@pytest.mark.index
 @pytest.mark.slow
 def test_a_skip_reason_of_terminal_escapes_cannot_fake_the_text_or_markdown_report(tmp_path: Path) -> None:
     repo = _hostile_submission(tmp_path / "hostile")

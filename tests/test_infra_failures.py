@@ -16,7 +16,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from grader import cli, manifest
+from grader import cli, grading
 from grader.rubric import load_rubric
 from grader.schemas import load_schema
 from tests.conftest import REPO_ROOT, MakeSubmission
@@ -208,7 +208,7 @@ def _explode(repo: Path) -> None:
 @pytest.fixture
 def broken_pipeline(monkeypatch: pytest.MonkeyPatch) -> None:
     """A bug inside the pipeline (after acquire, before any check): the kind `grade` did not expect."""
-    monkeypatch.setattr(manifest, "read_manifest", _explode)
+    monkeypatch.setattr(grading, "read_manifest", _explode)  # the name the pipeline calls
     monkeypatch.delenv("GRADE_DEBUG", raising=False)
 
 

@@ -237,6 +237,7 @@ def _needs_privilege_drop() -> None:
         pytest.skip("no privilege drop on this machine: builds run as the grader's own user")
 
 
+@pytest.mark.index
 def test_find_links_sdist_is_refused_and_its_setup_py_never_runs(area, grade_cli):
     from tests.helpers.pkgindex import make_sdist
 

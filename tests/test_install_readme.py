@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from grader import install
-from grader.interpreters import available
+from grader.interpreters import _available as available
 
 pytestmark = [pytest.mark.slow, pytest.mark.index]  # installs from the package index
 

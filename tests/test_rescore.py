@@ -163,6 +163,7 @@ def test_rescore_with_the_rehearsal_rubric_lifts_only_the_standin_cap(
     assert load_rubric(alone).sha256 == report["rubric"]["sha256"]
 
 
+@pytest.mark.index
 def test_rescore_never_reaches_the_sandbox(
     stored: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

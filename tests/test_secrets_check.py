@@ -6,11 +6,12 @@ import json
 import subprocess
 from dataclasses import asdict
 from pathlib import Path
-from types import SimpleNamespace
 
 from grader.checks import Check
 from grader.checks.secrets import secrets
+from grader.context import Context
 from grader.secrets.samples import expand
+from tests.helpers.context import folder_context
 
 TAPE_KEY = expand("sk-proj-{{b64url:74}}T3BlbkFJ{{b64url:74}}", "check:tape")
 OLD_KEY = expand("AKIA{{upper32:16}}", "check:aws")
@@ -31,9 +32,10 @@ def _git(repo: Path, *args: str) -> None:
     subprocess.run(["git", "-C", str(repo), *args], env=env, check=True, capture_output=True)
 
 
-def _ctx(repo: Path, outputs: list[tuple[str, str]] | None = None) -> SimpleNamespace:
-    manifest = SimpleNamespace(cassette_dir=Path("cassettes"))
-    return SimpleNamespace(repo=repo, manifest=manifest, outputs=outputs or [])
+def _ctx(repo: Path, outputs: list[tuple[str, str]] | None = None) -> Context:
+    ctx = folder_context(repo, cassette_dir=Path("cassettes"))
+    ctx.outputs.extend(outputs or [])
+    return ctx
 
 
 def _clean_repo(tmp_path: Path) -> Path:

@@ -179,6 +179,7 @@ def _refused(args: list[str], cwd: Path, words: str) -> None:
     assert done.stderr.count("\n") == 1
 
 
+@pytest.mark.index
 def test_merge_refuses_a_missing_duplicate_or_foreign_shard(round_: dict[str, Path], tmp_path: Path) -> None:
     work = round_["shards"]
     shard = [str(work / f"shard-{i}") for i in (1, 2, 3)]

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grader.tapes import MAX_PARSE_BYTES, canonical_key, load_tapes
+from tests.helpers.context import folder_context
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TAPES = FIXTURES / "tapes"
@@ -200,7 +201,6 @@ def test_canonical_key_changes_with_the_request(change):
 def test_checks_asking_for_the_tapes_at_once_share_one_load(tmp_path: Path) -> None:
     # --jobs 2 runs metadata and hygiene side by side: the tapes must be parsed and held once, not twice.
     import threading
-    from types import SimpleNamespace
 
     from grader.tapes import tapes_of
 
@@ -208,7 +208,7 @@ def test_checks_asking_for_the_tapes_at_once_share_one_load(tmp_path: Path) -> N
     folder.mkdir()
     for i in range(300):
         (folder / f"{i:04d}.json").write_text('{"version": 1, "key": "k", "request": {}}\n', encoding="utf-8")
-    ctx = SimpleNamespace(repo=tmp_path, manifest=SimpleNamespace(cassette_dir=Path("cassettes")))
+    ctx = folder_context(tmp_path, cassette_dir=Path("cassettes"))
     start = threading.Barrier(4)
     got: list[object] = []
 

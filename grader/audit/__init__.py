@@ -17,7 +17,9 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from grader._json import optional_text
 from grader.safeio import UnsafeFile, read_bytes
 
 __all__ = [
@@ -109,7 +111,7 @@ def install_into(venv: Path) -> list[Path]:
     return written
 
 
-def _records(path: Path | None, problems: list[str] | None = None) -> Iterator[dict]:
+def _records(path: Path | None, problems: list[str] | None = None) -> Iterator[dict[str, Any]]:
     # The sandboxed run owned the log's folder: the file may now be a link (to /dev/zero), a FIFO or huge.
     if path is None:
         return
@@ -130,10 +132,6 @@ def _records(path: Path | None, problems: list[str] | None = None) -> Iterator[d
             yield record
 
 
-def _opt_str(value: object) -> str | None:
-    return None if value is None else str(value)
-
-
 def _opt_int(value: object) -> int | None:
     try:
         return None if value is None else int(value)  # type: ignore[call-overload]
@@ -152,9 +150,9 @@ def read_audit_log(path: Path | None) -> AuditLog:
         event = Event(
             event=kind,
             where=str(rec.get("where", "?")),
-            host=_opt_str(rec.get("host")),
+            host=optional_text(rec.get("host")),
             port=_opt_int(rec.get("port")),
-            path=_opt_str(rec.get("path")),
+            path=optional_text(rec.get("path")),
             pid=_opt_int(rec.get("pid")),
         )
         if kind in _NETWORK_EVENTS:

@@ -25,7 +25,9 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 
 
 def _install(log_path, root):
-    import json  # only paid for when auditing is on
+    # Local: this module is imported by a .pth file at every start-up of the submission's interpreter;
+    # json and threading are only paid for when auditing is on.
+    import json
     import threading
 
     # Opened before the hook exists, so writing the log never re-enters the hook.

@@ -195,7 +195,7 @@ def _share_source_trees():
     withheld), each failure parses and walks them all again (~25 ms a failure through httpx's client).
     The reports come out identical. Any pytest without that formatter field is left as it is.
     """
-    try:
+    try:  # pytest's internals, present or not in the submission's pytest: only tried when this runs
         import dataclasses
 
         from _pytest._code import code
@@ -234,7 +234,7 @@ def _share_full_sources():
     pytest made from that very list is reused, with the line number of the object asked about. A pytest
     whose ``findsource`` is not built that way (no ``raw_lines`` holding linecache's list) is left as it is.
     """
-    try:
+    try:  # pytest's internals, present or not in the submission's pytest: only tried when this runs
         import inspect
 
         from _pytest._code import code, source

@@ -134,7 +134,7 @@ def _report_refusals():
     refusal (``try: httpx.get(...) except Exception: pass``) would leave no trace at all. The audit hook
     (``_grader_audit``) records the event with the submission's file:line.
     """
-    try:
+    try:  # optional in the submission's venv
         import pytest_socket
     except Exception:  # no pytest-socket: nothing refuses, nothing to report
         return

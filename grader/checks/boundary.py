@@ -16,12 +16,11 @@ and it must not import a cassette module.
 from __future__ import annotations
 
 import ast
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grader import pysource
+from grader import pysource, walk
 from grader.checks import CheckResult, Finding, register
 from grader.safeio import read_bytes
 
@@ -49,22 +48,6 @@ _CLIENT_CALLS = {
     "aiohttp.ClientSession",
     "http.client.HTTPSConnection",
     "http.client.HTTPConnection",
-}
-_SKIP_DIRS = {
-    ".git",
-    ".venv",
-    "venv",
-    "env",
-    ".tox",
-    ".nox",
-    "node_modules",
-    "__pycache__",
-    "site-packages",
-    "build",
-    "dist",
-    "tests",
-    "test",
-    "docs",
 }
 # Entry points wire the layers (the CLI turns a miss into exit 2; `make demo` and `make record` pick the
 # mode; a replay server such as the template's serve.py turns it into HTTP 422): they may import the cassette
@@ -139,36 +122,22 @@ def boundary(ctx: Context) -> CheckResult:
 def _scan(repo: Path) -> tuple[list[_Module], list[tuple[str, str]]]:
     modules: list[_Module] = []
     unparsable: list[tuple[str, str]] = []
-    count = 0
-    for dirpath, dirnames, filenames in os.walk(repo, followlinks=False):
-        here = Path(dirpath)
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
-        for name in sorted(filenames):
-            if not name.endswith(".py") or _is_test_file(name):
+    for path in walk.own_sources(repo, max_files=_MAX_FILES):
+        if path.name == "noxfile.py":  # the project's tooling, not its modules
+            continue
+        rel = path.relative_to(repo).as_posix()
+        try:
+            # No link, FIFO or device (a FIFO named like a module would block a plain open).
+            source = read_bytes(path, cap=_MAX_BYTES + 1, root=repo, truncate=True)
+            if len(source) > _MAX_BYTES:
+                unparsable.append((rel, "larger than 1 MB"))
                 continue
-            path = here / name
-            if path.is_symlink():
-                continue
-            count += 1
-            if count > _MAX_FILES:
-                return modules, unparsable
-            rel = path.relative_to(repo).as_posix()
-            try:
-                # No link, FIFO or device (a FIFO named like a module would block a plain open).
-                source = read_bytes(path, cap=_MAX_BYTES + 1, root=repo, truncate=True)
-                if len(source) > _MAX_BYTES:
-                    unparsable.append((rel, "larger than 1 MB"))
-                    continue
-                tree = pysource.parse(source, filename=rel)
-            except (SyntaxError, ValueError, OSError) as exc:
-                unparsable.append((rel, f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"))
-                continue
-            modules.append(_analyse(rel, _module_name(repo, path), tree))
+            tree = pysource.parse(source, filename=rel)
+        except (SyntaxError, ValueError, OSError) as exc:
+            unparsable.append((rel, f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"))
+            continue
+        modules.append(_analyse(rel, _module_name(repo, path), tree))
     return modules, unparsable
-
-
-def _is_test_file(name: str) -> bool:
-    return name.startswith("test_") or name.endswith("_test.py") or name in {"conftest.py", "noxfile.py"}
 
 
 def _module_name(repo: Path, path: Path) -> str:
@@ -226,7 +195,7 @@ def _absolute(module: str | None, level: int, package: str) -> str:
 
 
 def _dotted(node: ast.AST) -> str | None:
-    names = []
+    names: list[str] = []
     while isinstance(node, ast.Attribute):
         names.insert(0, node.attr)
         node = node.value

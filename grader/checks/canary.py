@@ -24,6 +24,7 @@ library only), so neither the submission's `PYTHONPATH` nor its files can shadow
 from __future__ import annotations
 
 import base64
+import json
 import secrets as _random
 import shlex
 import shutil
@@ -32,8 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import yaml
+
+from grader import walk
 from grader.checks import Finding
-from grader.deeptree import walk
 from grader.errors import NotAssessable
 from grader.safeio import read_bytes
 from grader.secrets import redact, scan_text
@@ -55,7 +58,6 @@ __all__ = [
 _LABEL = "canary record"
 _ALNUM = string.ascii_letters + string.digits
 _MAX_FILE_BYTES = 64 * 1024 * 1024
-_SKIP_DIRS = {".git"}
 _MAX_LISTED = 10
 # Exit code the wrapper script uses when the stand-in never printed its URL.
 _NO_STANDIN = 97
@@ -139,9 +141,6 @@ def find_canary(data: bytes, canary: str) -> list[tuple[int, str]]:
 
 def _stage_standin(dest: Path) -> Path:
     """Copy the stand-in and its rules (as JSON: no PyYAML needed) where the sandbox user can read them."""
-    import json
-
-    import yaml
 
     here = Path(__file__).resolve().parent.parent
     rules = yaml.safe_load((here / "rules" / "standin.yaml").read_text(encoding="utf-8"))
@@ -158,7 +157,7 @@ def _stage_standin(dest: Path) -> Path:
 
 def _one_certificate(dest: Path) -> Path | None:
     """A trust store of one CA certificate (the first in certifi's bundle) for the probe's TLS libraries."""
-    try:
+    try:  # optional: certifi comes with httpx/requests, not with the grader
         import certifi
 
         bundle = Path(certifi.where()).read_text(encoding="ascii", errors="replace")
@@ -182,17 +181,16 @@ def _wrapper(base_env: str, anthropic: bool) -> str:
 
 def _scan_tree(root: Path, canary: str) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
-    for dirpath, dirnames, filenames in walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-        for name in sorted(filenames):
-            path = Path(dirpath) / name
-            try:
-                if path.is_symlink() or not path.is_file() or path.stat().st_size > _MAX_FILE_BYTES:
-                    continue
-                data = read_bytes(path, cap=_MAX_FILE_BYTES)  # the probe's run owned this copy
-            except OSError:
+    # Everything the run could have written to, whatever the folder (a key in .venv/ or node_modules/ is
+    # a leak too); only git's own data is left out.
+    for path in walk.files(root, skip={".git"}):
+        try:
+            if path.stat().st_size > _MAX_FILE_BYTES:
                 continue
-            found.extend(_first(path.relative_to(root).as_posix(), find_canary(data, canary)))
+            data = read_bytes(path, cap=_MAX_FILE_BYTES)  # the probe's run owned this copy
+        except OSError:
+            continue
+        found.extend(_first(path.relative_to(root).as_posix(), find_canary(data, canary)))
     return found
 
 
@@ -212,9 +210,6 @@ def start_canary(ctx: Context) -> None:
     Its scratch copy comes from the checkout's pristine copy (`Context.keep_pristine`), so it is made in
     the background too, while the replay suite runs in the checkout.
     """
-    start = getattr(ctx, "start_probe", None)
-    if start is None:
-        return
 
     def probe() -> CanaryProbe | None:
         try:
@@ -223,12 +218,12 @@ def start_canary(ctx: Context) -> None:
             return None
         return plan if isinstance(plan, CanaryProbe) else _execute(ctx, plan)
 
-    start(_LABEL, probe)
+    ctx.start_probe(_LABEL, probe)
 
 
 def canary_result(ctx: Context) -> CanaryProbe:
     """The probe's outcome: the one `start_canary` started (waits for it), else the probe run now."""
-    result = getattr(ctx, "probe_result", lambda name: None)(_LABEL)
+    result = ctx.probe_result(_LABEL)
     return result if isinstance(result, CanaryProbe) else probe_canary(ctx)
 
 
@@ -239,20 +234,18 @@ def probe_canary(ctx: Context) -> CanaryProbe:
 
 
 def _plan(ctx: Context) -> CanaryProbe | _Plan:
-    manifest = getattr(ctx, "manifest", None)
-    record = list(getattr(manifest, "record_command", None) or [])
-    key_env = getattr(manifest, "api_key_env", None) or ""
+    manifest = ctx.manifest
+    record = list(manifest.record_command or [])
+    key_env = manifest.api_key_env or ""
     if not record:
         return CanaryProbe("not available: no record_command in [tool.takehome]")
     if not key_env:
         return CanaryProbe("not available: no api_key_env in [tool.takehome]")
-    if getattr(ctx, "env", None) is None:
-        reason = getattr(ctx, "install_error", None) or "the submission's environment was not installed"
+    if ctx.env is None:
+        reason = ctx.install_error or "the submission's environment was not installed"
         return CanaryProbe(f"not available: {' '.join(str(reason).split())}")
     anthropic = "ANTHROPIC" in key_env.upper()
-    base_env = getattr(manifest, "base_url_env", None) or (
-        "ANTHROPIC_BASE_URL" if anthropic else "OPENAI_BASE_URL"
-    )
+    base_env = manifest.base_url_env or ("ANTHROPIC_BASE_URL" if anthropic else "OPENAI_BASE_URL")
     if not base_env.replace("_", "").isalnum():
         return CanaryProbe(f"not available: base_url_env {base_env!r} is not a variable name")
 
@@ -282,9 +275,13 @@ def _execute(ctx: Context, plan: _Plan) -> CanaryProbe:
         run, _audit = ctx.run(argv, cwd=scratch, env=plan.env, loopback=True, label=_LABEL, suite_probe=True)
     except NotAssessable as exc:  # skipped, or the grade's budget is spent: the static scan still counts
         return CanaryProbe(f"not available: {exc.reason}")
-    ran = {"fingerprint": fingerprint(canary), "output_label": _LABEL}
+    print_ = fingerprint(canary)
     if run.returncode == _NO_STANDIN and "stand-in server did not start" in run.stderr:
-        return CanaryProbe("not available: the stand-in server did not start in the sandbox", **ran)
+        return CanaryProbe(
+            "not available: the stand-in server did not start in the sandbox",
+            fingerprint=print_,
+            output_label=_LABEL,
+        )
 
     places = _scan_tree(scratch, canary)
     for stream, text in (("stdout", run.stdout), ("stderr", run.stderr)):
@@ -307,7 +304,7 @@ def _execute(ctx: Context, plan: _Plan) -> CanaryProbe:
     details += [f"canary leak: {f.location} {f.message}" for f in leaks[:_MAX_LISTED]]
     if len(leaks) > _MAX_LISTED:
         details.append(f"... and {len(leaks) - _MAX_LISTED} more canary leaks")
-    return CanaryProbe("ran", leaks, details, **ran)
+    return CanaryProbe("ran", leaks, details, fingerprint=print_, output_label=_LABEL)
 
 
 def summarize(summary: str, probe: CanaryProbe, other_findings: int) -> str:

@@ -35,8 +35,7 @@ _SHOWN = 3
 
 
 def _limit(ctx: Context) -> int:
-    thresholds = getattr(ctx, "thresholds", {}) or {}
-    return max(1, int(thresholds.get("drift_tickets", _DEFAULT_TICKETS)))
+    return max(1, int(ctx.thresholds.get("drift_tickets", _DEFAULT_TICKETS)))
 
 
 def _probe(ctx: Context) -> DriftRun:
@@ -46,8 +45,7 @@ def _probe(ctx: Context) -> DriftRun:
 
 def start_drift(ctx: Context) -> None:
     """Start the probe in the background (``--jobs`` above 1), alongside the replay suite and other checks."""
-    start = getattr(ctx, "start_probe", None)
-    if start is None or getattr(ctx, "env", None) is None:
+    if ctx.env is None:
         return
 
     def probe() -> DriftRun | NotAssessable | None:
@@ -58,7 +56,7 @@ def start_drift(ctx: Context) -> None:
         except Exception:  # e.g. no room for the scratch copy: the check runs it itself and says why
             return None
 
-    start(_LABEL, probe)
+    ctx.start_probe(_LABEL, probe)
 
 
 @register("drift", probes=start_drift)
@@ -82,9 +80,9 @@ def drift(ctx: Context) -> CheckResult:
         violation_kinds: drift kinds with at least one violation, sorted
         summary: e.g. "5 drifted answers of 8 tickets: 2 handled, 3 failed loudly, no violation"
     """
-    if getattr(ctx, "env", None) is None and not getattr(ctx, "install_failed", False):
-        raise NotAssessable(getattr(ctx, "install_error", None) or "the environment was not built")
-    started = getattr(ctx, "probe_result", lambda name: None)(_LABEL)
+    if ctx.env is None and not ctx.install_failed:
+        raise NotAssessable(ctx.install_error or "the environment was not built")
+    started = ctx.probe_result(_LABEL)
     if isinstance(started, NotAssessable):
         raise started
     run = started if isinstance(started, DriftRun) else _probe(ctx)
@@ -94,7 +92,15 @@ def drift(ctx: Context) -> CheckResult:
 
 
 def _empty(status: str) -> dict[str, Any]:
-    counts = ("tickets", "drifted", "handled", "loud", "violations", "undrifted_violations", "unreached")
+    counts: tuple[str, ...] = (
+        "tickets",
+        "drifted",
+        "handled",
+        "loud",
+        "violations",
+        "undrifted_violations",
+        "unreached",
+    )
     counts += ("not_run",)
     return {"probe": status, **dict.fromkeys(counts, 0), "kinds": {}, "violation_kinds": []}
 

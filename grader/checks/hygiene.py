@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from grader.checks import CheckResult, Finding, register
+from grader.secrets import Scanner
 from grader.tapes import Interaction, Tape, canonical_key, tapes_of
 
 if TYPE_CHECKING:
@@ -20,25 +21,6 @@ __all__ = ["hygiene"]
 _MB = 1_000_000
 _DEFAULT_MAX_INTERACTIONS = 20
 _MAX_LISTED = 20
-# Request headers that carry a credential when recorded as sent.
-_CREDENTIAL_HEADERS = (
-    "authorization",
-    "proxy-authorization",
-    "x-api-key",
-    "api-key",
-    "x-goog-api-key",
-    "openai-api-key",
-    "anthropic-api-key",
-)
-# What recorders' filters and hand redaction leave behind instead of a key.
-_PLACEHOLDER = re.compile(
-    r"redact|filter|dummy|placeholder|fake|masked|hidden|removed|example|changeme|your[-_ ]?(api[-_ ]?)?key"
-    r"|<[^>]*>|\$\{?[A-Z_]+\}?|^(none|null|test|testing|xxx+|\*+|-+|\.+|sk-x+|sk-\.\.\.)$",
-    re.IGNORECASE,
-)
-_SCHEME = re.compile(r"^(bearer|basic|token)\s+", re.IGNORECASE)
-# Real keys are long; a short value is a label, not a credential.
-_MIN_SECRET_LEN = 16
 
 
 @register("hygiene")
@@ -57,7 +39,8 @@ def hygiene(ctx: Context) -> CheckResult:
     format is one file per request); vcrpy/JSON interactions with the same method, URI and body inside one
     file (vcrpy keeps one cassette per test, so the same request in two tests' cassettes is by design).
     A conversation blob is a file holding more interactions than ``thresholds.cassette_max_interactions``
-    (default 20). Credential headers are reported by name and location, never by value.
+    (default 20). Credential headers are reported by name and location, never by value; a header holds a
+    credential when the no-credentials row's rules find one in its ``name: value`` line, so the rows agree.
 
     Facts:
         tapes: tape files found, invalid ones included
@@ -65,20 +48,47 @@ def hygiene(ctx: Context) -> CheckResult:
         unplayed: interactions in opened vcrpy cassettes that no test of the replay run played
         duplicates: extra copies of an already stored request
         conversation_blobs: files holding too many interactions to review as one tape
-        credential_headers: stored credential headers (Authorization, x-api-key, api-key...) with a real value
+        credential_headers: request headers stored with a credential in them, as the secret rules judge it
+            (grader/rules/secrets.toml: Authorization, x-api-key, api-key... or any provider key format)
         invalid: tapes that could not be parsed (bad JSON/YAML, symlink, too large, unknown shape)
         total_mb: size of all tapes in MB (10^6 bytes), 2 decimals
         largest_mb: size of the largest tape in MB, 2 decimals
         summary: one line with the counts and sizes
     """
     tapes = tapes_of(ctx)
-    thresholds = getattr(ctx, "thresholds", {}) or {}
     findings: list[Finding] = []
     details: list[str] = []
+    unused, unplayed, why_unknown = _use(ctx, tapes, findings, details)
+    invalid, duplicates, blobs, credentials = _contents(tapes, ctx.thresholds, findings, details)
+    total_mb, largest_mb = _sizes(tapes, ctx.thresholds, details)
+    facts: dict[str, Any] = {
+        "tapes": len(tapes),
+        "unused": unused,
+        "unplayed": unplayed,
+        "duplicates": duplicates,
+        "conversation_blobs": blobs,
+        "credential_headers": credentials,
+        "invalid": invalid,
+        "total_mb": total_mb,
+        "largest_mb": largest_mb,
+    }
+    facts["summary"] = _summary(facts, unknown=bool(why_unknown))
+    details = [f"{f.location} {f.message}" for f in findings] + details
+    manual = None
+    if why_unknown and tapes:
+        manual = f"{facts['summary']}. Unused tapes could not be decided ({why_unknown}): check by hand."
+    return CheckResult(facts=facts, findings=findings, details=details, manual=manual)
 
-    opened, plays, why_unknown = _replayed(ctx)
-    if opened is not None:
-        opened, inventory = _replay_opens(opened, tapes)
+
+def _use(
+    ctx: Context, tapes: list[Tape], findings: list[Finding], details: list[str]
+) -> tuple[int, int, str | None]:
+    """Tapes the replay run never opened and vcrpy interactions it never played, as findings and details:
+    (unused tapes, unplayed interactions, why use could not be decided or None)."""
+    opened_at, plays, why_unknown = _replayed(ctx)
+    opened: set[str] | None = None
+    if opened_at is not None:
+        opened, inventory = _replay_opens(opened_at, tapes)
         for site in inventory[:_MAX_LISTED]:
             details.append(
                 f"opens at {site} not counted as use: that test reads every tape (a check of the "
@@ -99,7 +109,14 @@ def hygiene(ctx: Context) -> CheckResult:
         message = f"{missing} of {total} recorded interactions never played by the replay run"
         findings.append(Finding("cassette-hygiene", message, f"{tape.path}:{line}"))
     _more(details, unplayed, "cassettes", "with unplayed interactions")
+    return len(unused), sum(missing for _, missing, _, _ in unplayed), why_unknown
 
+
+def _contents(
+    tapes: list[Tape], thresholds: Mapping[str, float], findings: list[Finding], details: list[str]
+) -> tuple[int, int, int, int]:
+    """What the tapes hold, as findings: (invalid tapes, duplicate requests, conversation blobs,
+    credential headers)."""
     invalid = [t for t in tapes if t.format == "invalid"]
     for tape in invalid:
         line = _error_line(tape.error or "")
@@ -120,7 +137,11 @@ def hygiene(ctx: Context) -> CheckResult:
     credentials = list(_credential_headers(tapes))
     for name, where in credentials:
         findings.append(Finding("cassette-hygiene", f"credential header {name!r} stored with a value", where))
+    return len(invalid), len(duplicates), len(blobs), len(credentials)
 
+
+def _sizes(tapes: list[Tape], thresholds: Mapping[str, float], details: list[str]) -> tuple[float, float]:
+    """(total MB, largest MB), with a detail line for each size above its threshold."""
     sizes = [t.size for t in tapes]
     total_mb = round(sum(sizes) / _MB, 2)
     largest_mb = round(max(sizes, default=0) / _MB, 2)
@@ -131,24 +152,7 @@ def hygiene(ctx: Context) -> CheckResult:
         details.append(f"tapes total {total_mb} MB, above the {total_cap} MB threshold")
     if largest is not None and largest_cap is not None and largest_mb > float(largest_cap):
         details.append(f"{largest.path} is {largest_mb} MB, above the {largest_cap} MB threshold")
-
-    facts: dict[str, Any] = {
-        "tapes": len(tapes),
-        "unused": len(unused),
-        "unplayed": sum(missing for _, missing, _, _ in unplayed),
-        "duplicates": len(duplicates),
-        "conversation_blobs": len(blobs),
-        "credential_headers": len(credentials),
-        "invalid": len(invalid),
-        "total_mb": total_mb,
-        "largest_mb": largest_mb,
-    }
-    facts["summary"] = _summary(facts, unknown=bool(why_unknown))
-    details = [f"{f.location} {f.message}" for f in findings] + details
-    manual = None
-    if why_unknown and tapes:
-        manual = f"{facts['summary']}. Unused tapes could not be decided ({why_unknown}): check by hand."
-    return CheckResult(facts=facts, findings=findings, details=details, manual=manual)
+    return total_mb, largest_mb
 
 
 def _replay_opens(opened_at: dict[str, set[str]], tapes: list[Tape]) -> tuple[set[str], list[str]]:
@@ -190,21 +194,20 @@ def _replayed(
 ) -> tuple[dict[str, set[str]] | None, dict[str, tuple[int, set[int]]], str | None]:
     """(repo-relative paths the replay run opened, each with its call sites; vcrpy plays by repo-relative
     path; None), or (None, {}, reason) when there was no run."""
-    if getattr(ctx, "env", None) is None:
-        if getattr(ctx, "install_failed", False):
+    if ctx.env is None:
+        if ctx.install_failed:
             # The submission's own dependencies cannot be installed: no run opened any tape, and that is
             # the evidence (every tape unused), not a reason to leave the row to a reviewer.
             return {}, {}, None
-        return None, {}, getattr(ctx, "install_error", None) or "no installed environment"
+        return None, {}, ctx.install_error or "no installed environment"
     try:
         run = ctx.replay_run()
     except Exception as exc:  # NotAssessable and anything else: the static facts still stand
         return None, {}, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     plays: dict[str, tuple[int, set[int]]] = {}
-    guard = getattr(run, "guard", None)
-    ran_in = getattr(ctx, "checkout", ctx.repo)  # the suite ran in the working copy, not the pristine one
+    ran_in = ctx.checkout  # the suite ran in the working copy, not the pristine one
     roots = {os.path.join(os.path.abspath(ran_in), ""), os.path.join(os.path.realpath(ran_in), "")}
-    for path, play in (getattr(guard, "vcr_plays", None) or {}).items():
+    for path, play in (run.guard.vcr_plays if run.guard is not None else {}).items():
         if not os.path.isabs(path):  # the guard logs a cassette inside the run's folder relative to it
             plays[_norm(path)] = play
             continue
@@ -272,21 +275,15 @@ def _duplicates(tapes: list[Tape]) -> list[tuple[Tape, Interaction, str]]:
 
 
 def _credential_headers(tapes: list[Tape]) -> Iterator[tuple[str, str]]:
-    """(header name, "file:line") for each credential header stored with a real-looking value."""
+    """(header name, "file:line") for each request header stored with a credential, as the secret rules
+    define it (`Scanner.header_holds_credential`: the same verdict as the no-credentials row's)."""
+    scanner = Scanner()
     for tape in tapes:
         for inter in tape.interactions:
-            for name in _CREDENTIAL_HEADERS:
-                values = inter.request_headers.get(name, [])
-                if any(_looks_real(v) for v in values):
+            for name, values in inter.request_headers.items():
+                if any(scanner.header_holds_credential(name, value) for value in values):
                     line = tape.find_line(name, start=inter.line or 1) or inter.line or 1
                     yield name, f"{tape.path}:{line}"
-
-
-def _looks_real(value: str) -> bool:
-    token = _SCHEME.sub("", value.strip()).strip()
-    if len(token) < _MIN_SECRET_LEN or _PLACEHOLDER.search(token):
-        return False
-    return len(set(token)) > 4  # "aaaaaaaaaaaaaaaaaaaa" is a placeholder too
 
 
 def _more(details: list[str], items: list[Any], label: str, what: str) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import random
 import re
 import secrets
@@ -27,7 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from grader import keyprobe
+from grader import keyprobe, walk
 from grader._json import marked_answer
 from grader.chain import chain_rewrites, read_chain
 from grader.checks import CheckResult, Finding, register
@@ -114,7 +113,7 @@ def keys(ctx: Context) -> CheckResult:
             findings.append(Finding("canonical-keys", problem, f"{tape.path}:{line}"))
 
     rewrites: list[tuple[str, int]] = []
-    chain = read_chain(ctx.repo, getattr(ctx.manifest, "cassette_dir", None), tapes)
+    chain = read_chain(ctx.repo, ctx.manifest.cassette_dir, tapes)
     if chain is not None:
         if chain.error:
             findings.append(Finding("tape-chain", f"tape chain {chain.error}", f"{chain.path}:1"))
@@ -124,11 +123,11 @@ def keys(ctx: Context) -> CheckResult:
             message = "tape chain rewritten in this commit: lines changed or removed, not only appended"
             findings.append(Finding("tape-chain", message, f"{sha}:{chain.path}:{line}"))
 
-    declared = getattr(ctx.manifest, "key_function", None) or ""
+    declared = ctx.manifest.key_function or ""
     first = next((i for tape in tapes for i in tape.interactions if i.path or i.url), None)
     endpoint = next((tape.endpoint for tape in tapes if tape.endpoint), None)
     path = (first.path or urlsplit(first.url or "").path) if first else ""
-    provider = _provider(path or "", endpoint, getattr(ctx.manifest, "api_key_env", None))
+    provider = _provider(path or "", endpoint, ctx.manifest.api_key_env)
     volatile_set, optional_set = _volatile_and_optional(provider)
     if declared:
         key_function = declared
@@ -255,9 +254,9 @@ def _probe(
     ctx: Context, key_function: str, findings: list[Finding], optional: set[str]
 ) -> tuple[int, list[str], str]:
     """(probes run, what each failed probe varied, a note for the reviewer) for a declared key_function."""
-    if getattr(ctx, "env", None) is None:
-        reason = getattr(ctx, "install_error", None) or "no installed environment"
-        if getattr(ctx, "install_failed", False):
+    if ctx.env is None:
+        reason = ctx.install_error or "no installed environment"
+        if ctx.install_failed:
             # The submission's own dependencies cannot be installed: its key function cannot be imported.
             why = str(reason).splitlines()[0]
             return 0, ["the key function itself"], f"key_function not importable: {why}"
@@ -276,7 +275,7 @@ def _probe_found(
     ctx: Context, tapes: list[Any], findings: list[Finding], optional: set[str]
 ) -> tuple[str, int, list[str], str]:
     """(key function found, probes run, failed whats, note) for a submission with no declared key_function."""
-    if getattr(ctx, "env", None) is None:
+    if ctx.env is None:
         return "", 0, [], "no installed environment: the submission's key function was not probed"
     specs = keyprobe.candidates(Path(ctx.repo))
     if not specs:
@@ -350,28 +349,30 @@ def _judge(
     return len(cases), failed, ""
 
 
+_MAX_CONFIG_FILES = 5000  # sources and config files read for a vcrpy `match_on`
 _MATCH_ON = re.compile(r"match_on[\"']?\s*[=:]\s*[\[(]([^\])]*)[\])]", re.S)
 
 
 def _vcr_ignores_body(ctx: Context) -> bool:
     """No ``match_on`` anywhere names the body or a matcher of the suite's own: vcrpy's default applies."""
     repo = Path(ctx.repo)
-    for dirpath, dirnames, filenames in os.walk(repo, followlinks=False):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d not in {"venv", "node_modules"}]
-        for name in filenames:
-            if not name.endswith((".py", ".cfg", ".toml", ".ini")):
-                continue
-            try:  # never through a link, never a FIFO (grader/safeio.py)
-                text = read_text(Path(dirpath, name), cap=512_000, root=repo, truncate=True)
-            except OSError:
-                continue
-            if "match_on" in text and not _MATCH_ON.search(text):
-                return False  # configured, not as a literal list (a constant, a call): not shown to ignore
-            for match in _MATCH_ON.finditer(text):
-                names = set(re.findall(r"[\"']([\w-]+)[\"']", match.group(1)))
-                if "body" in names or names - _VCR_DEFAULT_MATCHERS:
-                    return False
+    configs = walk.files(repo, hidden=False, include=_config_or_source, max_files=_MAX_CONFIG_FILES)
+    for path in configs:
+        try:  # never through a link, never a FIFO (grader/safeio.py)
+            text = read_text(path, cap=512_000, root=repo, truncate=True)
+        except OSError:
+            continue
+        if "match_on" in text and not _MATCH_ON.search(text):
+            return False  # configured, not as a literal list (a constant, a call): not shown to ignore
+        for match in _MATCH_ON.finditer(text):
+            names = set(re.findall(r"[\"']([\w-]+)[\"']", match.group(1)))
+            if "body" in names or names - _VCR_DEFAULT_MATCHERS:
+                return False
     return True
+
+
+def _config_or_source(name: str) -> bool:
+    return name.endswith((".py", ".cfg", ".toml", ".ini"))
 
 
 _VCR_DEFAULT_MATCHERS = {"method", "scheme", "host", "port", "path", "query", "uri", "headers", "raw_body"}

@@ -5,16 +5,14 @@ from __future__ import annotations
 import ast
 import re
 import secrets as _random
-import threading
 from collections.abc import Callable
-from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
-from grader import pysource
+from grader import pysource, walk
 from grader.checks import CheckResult, Finding, register
-from grader.checks.serve_probe import probe_serve
+from grader.checks.serve_probe import ServeProbe, probe_serve
 from grader.details import counted
 from grader.safeio import read_text
 from grader.tapes import TAPE_SUFFIXES
@@ -29,6 +27,7 @@ __all__ = ["loud_miss", "scan_fallbacks", "start_loud_miss"]
 # Names of the two probes when `start_loud_miss` runs them in the background (Context.start_probe).
 _RERUN = "loud-miss withheld-tapes"
 _UNSEEN = "loud-miss unseen-message"
+_UNSEEN_NOW = "loud-miss unseen-message (in the check)"
 
 # A failure or a stderr line "names the missing tape" when it says one of these: the kit's CassetteMiss,
 # vcrpy's CannotOverwriteExistingCassetteException, or any wording about a cassette/tape that is missing.
@@ -55,18 +54,8 @@ _NETWORK_CALLS = {
     "AsyncHTTPTransport",
 }
 _SOURCE_CAP = 2_000_000  # a source file bigger than this is not the submission's own code
-_SKIP_DIRS = {
-    ".git",
-    ".venv",
-    "venv",
-    "env",
-    "node_modules",
-    "tests",
-    "test",
-    "build",
-    "dist",
-    "site-packages",
-}
+_MAX_SOURCES = 2000  # files, and bytes below: a checkout with more is not read further
+_MAX_SOURCE_BYTES = 64_000_000
 
 
 @dataclass(frozen=True)
@@ -154,12 +143,8 @@ def _fallbacks_in(source: str, rel: str) -> list[_Fallback]:
 def scan_fallbacks(repo: Path) -> list[_Fallback]:
     """Exception handlers in the submission's own code (not its tests) that hide a cassette miss."""
     found: list[_Fallback] = []
-    for path in sorted(repo.rglob("*.py")):
+    for path in sorted(walk.own_sources(repo, max_files=_MAX_SOURCES, max_bytes=_MAX_SOURCE_BYTES)):
         rel_parts = path.relative_to(repo).parts
-        if path.is_symlink() or any(part in _SKIP_DIRS or part.startswith(".") for part in rel_parts[:-1]):
-            continue
-        if rel_parts[-1].startswith("test_") or rel_parts[-1] == "conftest.py":
-            continue
         try:  # no link (here or in a parent), no FIFO, capped (grader/safeio.py)
             source = read_text(path, cap=_SOURCE_CAP, root=repo)
         except OSError:
@@ -214,9 +199,8 @@ def start_loud_miss(ctx: Context) -> None:
     runs alongside the replay suite and the other checks. The check takes their results; a probe that
     could not make its copy (e.g. no room) returns None and the check runs it itself and says why.
     """
-    start = getattr(ctx, "start_probe", None)
     cassette_dir = ctx.manifest.cassette_dir
-    if start is None or cassette_dir is None or ctx.env is None:
+    if cassette_dir is None or ctx.env is None:
         return
     command = ctx.manifest.triage_command
 
@@ -227,35 +211,16 @@ def start_loud_miss(ctx: Context) -> None:
             return None
         return withheld, run()
 
-    def unseen() -> tuple[RunResult, AuditLog] | None:
+    def unseen(command: list[str]) -> tuple[RunResult, AuditLog] | None:
         try:
             run = _prepare_unseen(ctx, command)
         except Exception:
             return None
         return run()
 
-    start(_RERUN, rerun)
+    ctx.start_probe(_RERUN, rerun)
     if command:
-        start(_UNSEEN, unseen)
-
-
-def _start_unseen(ctx: Context, command: list[str], background: bool) -> Future[tuple[RunResult, AuditLog]]:
-    """The unseen-message probe; in the background (``--jobs`` above 1) it runs while the withheld-tape
-    suite does, else it runs now."""
-    probe = _prepare_unseen(ctx, command)
-    future: Future[tuple[RunResult, AuditLog]] = Future()
-
-    def work() -> None:
-        try:
-            future.set_result(probe())
-        except BaseException as exc:  # re-raised in the check, as if it had run there
-            future.set_exception(exc)
-
-    if background:
-        threading.Thread(target=work, name="loud-miss-unseen", daemon=True).start()
-    else:
-        work()
-    return future
+        ctx.start_probe(_UNSEEN, lambda: unseen(command))
 
 
 def _probes(
@@ -263,28 +228,26 @@ def _probes(
 ) -> tuple[ReplayRun, tuple[RunResult, AuditLog] | None]:
     """The withheld-tape rerun and the unseen-message run (None without a triage_command): the ones
     `start_loud_miss` started (waits for them), else (never started, or its copy could not be made in the
-    background) each runs now."""
-    result = getattr(ctx, "probe_result", lambda name: None)
-    started = result(_RERUN)
-    background_unseen = result(_UNSEEN) if command else None
+    background) each runs now; with ``--jobs`` above 1 the unseen message runs alongside the rerun."""
+    started = cast("tuple[int, ReplayRun] | None", ctx.probe_result(_RERUN))
+    unseen = cast("tuple[RunResult, AuditLog] | None", ctx.probe_result(_UNSEEN) if command else None)
     if started is not None:
         facts["withheld"], rerun = started
     else:
-        withheld, run_rerun = _prepare_rerun(ctx, cassette_dir)
-        facts["withheld"] = withheld
-    unseen = None
-    if command and background_unseen is None:
-        parallel = started is None and getattr(ctx, "jobs", 1) > 1
-        unseen = _start_unseen(ctx, command, parallel)
+        facts["withheld"], run_rerun = _prepare_rerun(ctx, cassette_dir)
+    if command and unseen is None:
+        # Its own probe name: the background one may have run and returned None (no copy).
+        ctx.start_probe(
+            _UNSEEN_NOW, _prepare_unseen(ctx, command), background=started is None and ctx.jobs > 1
+        )
     if started is None:
         try:
             rerun = run_rerun()
         finally:
-            if unseen is not None:
-                unseen.exception()  # the unseen run never outlives the check, whatever the rerun did
-    if unseen is not None:
-        background_unseen = unseen.result()
-    return rerun, background_unseen
+            ctx.wait_probe(_UNSEEN_NOW)  # the unseen run never outlives the check, whatever the rerun did
+    if command and unseen is None:
+        unseen = cast("tuple[RunResult, AuditLog]", ctx.probe_result(_UNSEEN_NOW))
+    return rerun, unseen
 
 
 @register("loud-miss", probes=start_loud_miss)
@@ -314,44 +277,71 @@ def loud_miss(ctx: Context) -> CheckResult:
         summary: one line
     """
     fallbacks = scan_fallbacks(ctx.repo)
-    findings = [Finding("silent-fallback", f.what, f.location) for f in fallbacks]
-    details = [f"{f.location}: {f.what}" for f in fallbacks]
-    facts: dict[str, object] = {
-        "silent_fallbacks": len(fallbacks),
-        "network_attempts": 0,
-        "withheld": 0,
-        "withheld_failed": 0,
-        "withheld_passed": 0,
-        "named_miss": False,
-        "unseen_exit": -1,
-        "loud": False,
-        "serve_probed": False,
-        "serve_replayed": False,
-        "serve_unseen_status": -1,
-        "serve_names_key": False,
-    }
-    if ctx.env is None and getattr(ctx, "install_failed", False):
+    found = _Found(
+        facts={
+            "silent_fallbacks": len(fallbacks),
+            "network_attempts": 0,
+            "withheld": 0,
+            "withheld_failed": 0,
+            "withheld_passed": 0,
+            "named_miss": False,
+            "unseen_exit": -1,
+            "loud": False,
+            "serve_probed": False,
+            "serve_replayed": False,
+            "serve_unseen_status": -1,
+            "serve_names_key": False,
+        },
+        findings=[Finding("silent-fallback", f.what, f.location) for f in fallbacks],
+        details=[f"{f.location}: {f.what}" for f in fallbacks],
+    )
+    if ctx.env is None and ctx.install_failed:
         # The submission's own dependencies cannot be installed: no miss could be provoked, scored so.
-        facts["summary"] = f"not run: {str(ctx.install_error).splitlines()[0]}"
-        return CheckResult(facts, findings, details)
+        found.facts["summary"] = f"not run: {str(ctx.install_error).splitlines()[0]}"
+        return found.result()
     ctx.require_env()
     cassette_dir = ctx.manifest.cassette_dir
     if cassette_dir is None:
-        facts["summary"] = "no cassette folder found: nothing to withhold, a miss cannot be provoked"
-        return CheckResult(facts, findings, details)
-
+        found.facts["summary"] = "no cassette folder found: nothing to withhold, a miss cannot be provoked"
+        return found.result()
     command = ctx.manifest.triage_command
-    rerun, unseen_run = _probes(ctx, command, cassette_dir, facts)
+    rerun, unseen_run = _probes(ctx, command, cassette_dir, found.facts)
+    failed, named = _rerun_facts(found, rerun)
+    unseen_ok = _unseen_facts(found, unseen_run, command)
+    serve = _serve_facts(found, probe_serve(ctx), len(fallbacks))
+    _attempt_findings(found, rerun)
+    found.facts["loud"] = failed > 0 and named and not found.attempts and unseen_ok
+    found.facts["summary"] = _summary(found, failed, bool(command), fallbacks, serve)
+    return found.result()
+
+
+@dataclass
+class _Found:
+    """What the loud-miss probes found so far: the check's facts, findings, details and the connection
+    attempts (where, what) of every probe."""
+
+    facts: dict[str, object]
+    findings: list[Finding]
+    details: list[str]
+    attempts: list[tuple[str, str]] = field(default_factory=list)
+
+    def result(self) -> CheckResult:
+        return CheckResult(self.facts, self.findings, self.details)
+
+
+def _rerun_facts(found: _Found, rerun: ReplayRun) -> tuple[int, bool]:
+    """The withheld-tape rerun: how many failed and passed, whether a failure named the missing tape, and
+    its connection attempts. Returns (tests failed, the miss was named)."""
     res = rerun.results
     failed = (res.failed + res.errors) if res else 0
-    facts["withheld_failed"] = failed
-    facts["withheld_passed"] = res.passed if res else 0
-    attempts = [(e.where, e.target) for e in rerun.audit.network_attempts]
+    found.facts["withheld_failed"] = failed
+    found.facts["withheld_passed"] = res.passed if res else 0
+    found.attempts += [(e.where, e.target) for e in rerun.audit.network_attempts]
     # pytest-socket refuses getaddrinfo/connect before any socket exists, so the audit hook never sees
     # those: a recorder that falls through to the network (pytest-vcr's default `once`) shows up here.
-    attempts += [(where, what) for where, what in rerun.blocked]
+    found.attempts += [(where, what) for where, what in rerun.blocked]
     if not rerun.blocked and res:
-        attempts += [
+        found.attempts += [
             (line.split(" (", 1)[0], "socket refused by pytest-socket")
             for line in res.first_failures
             if "SocketBlockedError" in line
@@ -360,68 +350,88 @@ def loud_miss(ctx: Context) -> CheckResult:
         [*(res.first_failures if res else []), rerun.run.stdout[-20000:], rerun.run.stderr[-20000:]]
     )
     named = bool(rerun.misses) or bool(_NAMES_TAPE.search(failure_text))
+    found.facts["named_miss"] = named
+    return failed, named
 
-    unseen_ok = True
-    if unseen_run is not None:
-        run, audit = unseen_run
-        facts["unseen_exit"] = run.returncode if run.returncode is not None else -1
-        attempts.extend((e.where, e.target) for e in audit.network_attempts)
-        unseen_ok = run.returncode == 2 and not audit.network_attempts
-        if run.returncode != 2:
-            shown = " ".join(command or [])
-            answered = run.returncode == 0 and run.stdout.strip()
-            what = f"exited {run.returncode}"
-            if answered:
-                what = f"answered {run.stdout.strip()[:120]!r} and exited 0"
-            details.append(f"`{shown} <unseen message>` {what}; a miss must exit 2")
-    serve = probe_serve(ctx)
-    facts["serve_probed"], facts["serve_replayed"] = serve.ran, serve.replayed
-    facts["serve_unseen_status"], facts["serve_names_key"] = serve.unseen_status, serve.names_key
-    details += serve.details if serve.ran else [f"serve probe {serve.status}"]
-    attempts += [
+
+def _unseen_facts(
+    found: _Found, unseen_run: tuple[RunResult, AuditLog] | None, command: list[str] | None
+) -> bool:
+    """The unseen-message run's exit and attempts; whether it was loud (True when it was not probed)."""
+    if unseen_run is None:
+        return True
+    run, audit = unseen_run
+    found.facts["unseen_exit"] = run.returncode if run.returncode is not None else -1
+    found.attempts.extend((e.where, e.target) for e in audit.network_attempts)
+    if run.returncode != 2:
+        shown = " ".join(command or [])
+        answered = run.returncode == 0 and run.stdout.strip()
+        what = f"exited {run.returncode}"
+        if answered:
+            what = f"answered {run.stdout.strip()[:120]!r} and exited 0"
+        found.details.append(f"`{shown} <unseen message>` {what}; a miss must exit 2")
+    return run.returncode == 2 and not audit.network_attempts
+
+
+def _serve_facts(found: _Found, serve: ServeProbe, fallbacks: int) -> ServeProbe:
+    """The `make serve` probe's facts, details, outbound attempts and fallback finding."""
+    found.facts["serve_probed"], found.facts["serve_replayed"] = serve.ran, serve.replayed
+    found.facts["serve_unseen_status"], found.facts["serve_names_key"] = serve.unseen_status, serve.names_key
+    found.details += serve.details if serve.ran else [f"serve probe {serve.status}"]
+    found.attempts += [
         (where.split(" ", 1)[0], "from `make serve`: " + where.split(" ", 1)[-1]) for where in serve.outbound
     ]
     if serve.fallback is not None:
-        findings.append(serve.fallback)
-        facts["silent_fallbacks"] = len(fallbacks) + 1
-    facts["network_attempts"] = len(attempts)
-    facts["named_miss"] = named
+        found.findings.append(serve.fallback)
+        found.facts["silent_fallbacks"] = fallbacks + 1
+    return serve
+
+
+def _attempt_findings(found: _Found, rerun: ReplayRun) -> None:
+    """Every connection attempt counted, the first five shown as details and findings."""
+    attempts = found.attempts
+    found.facts["network_attempts"] = len(attempts)
     for where, what in list(dict.fromkeys(attempts))[:5]:
-        details.append(f"{where}: connection attempt with the tapes withheld ({what})")
-        findings.append(Finding("network-fallback", "connection attempt on a cassette miss", where))
+        found.details.append(f"{where}: connection attempt with the tapes withheld ({what})")
+        found.findings.append(Finding("network-fallback", "connection attempt on a cassette miss", where))
     if attempts and _VCR_FRAME.search(rerun.run.stdout[-200000:]):
-        details.append(
+        found.details.append(
             "vcrpy passed the miss through to the network: its `once`, `new_episodes` and `all` record modes "
             "record on a miss (pytest-vcr's default is `once`); replay with record_mode='none' "
             "(pytest-recording's default) so a missing cassette fails"
         )
 
-    facts["loud"] = failed > 0 and named and not attempts and unseen_ok
+
+def _summary(
+    found: _Found, failed: int, probed_unseen: bool, fallbacks: list[_Fallback], serve: ServeProbe
+) -> str:
+    """The check's one line, from the facts gathered."""
+    facts, attempts = found.facts, found.attempts
     if facts["loud"]:
-        facts["summary"] = (
+        summary = (
             f"with {counted(facts['withheld'], 'tape')} withheld, {counted(failed, 'test')} failed "
             "naming the missing tape and nothing connected"
-            + ("; an unseen message exits 2" if command else "")
+            + ("; an unseen message exits 2" if probed_unseen else "")
         )
     elif attempts:
-        facts["summary"] = (
+        summary = (
             f"silent fallback: {len(attempts)} connection attempts on a cassette miss "
             f"(first: {attempts[0][0]})"
         )
     elif failed == 0:
-        facts["summary"] = (
+        summary = (
             f"with {counted(facts['withheld'], 'tape')} withheld, the suite still passed: misses go unnoticed"
         )
-    elif not named:
-        facts["summary"] = (
+    elif not facts["named_miss"]:
+        summary = (
             f"with the tapes withheld {counted(failed, 'test')} failed, but no failure names a missing tape"
         )
     else:
-        facts["summary"] = f"an unseen message exited {facts['unseen_exit']} instead of 2"
+        summary = f"an unseen message exited {facts['unseen_exit']} instead of 2"
     if fallbacks:
-        facts["summary"] += f"; {len(fallbacks)} handlers hide a miss (first: {fallbacks[0].location})"
+        summary += f"; {len(fallbacks)} handlers hide a miss (first: {fallbacks[0].location})"
     if serve.fallback is not None:
-        facts["summary"] += f"; `make serve` answers an unseen request with HTTP {serve.unseen_status}"
+        summary += f"; `make serve` answers an unseen request with HTTP {serve.unseen_status}"
     elif serve.ran and serve.names_key:
-        facts["summary"] += "; `make serve` replays and answers an unseen request with 422 naming its key"
-    return CheckResult(facts, findings, details)
+        summary += "; `make serve` replays and answers an unseen request with 422 naming its key"
+    return summary

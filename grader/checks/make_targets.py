@@ -50,7 +50,7 @@ def make_targets(ctx: Context) -> CheckResult:
     )
     if ctx.env is None:
         facts["summary"] = f"{shape}; not run: {str(ctx.install_error).splitlines()[0]}"
-        if getattr(ctx, "install_failed", False):  # the submission's own dependencies: scored as not run
+        if ctx.install_failed:  # the submission's own dependencies: scored as not run
             return CheckResult(facts=facts)
         return CheckResult(facts=facts, not_assessable=ctx.install_error)
 

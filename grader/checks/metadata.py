@@ -45,7 +45,7 @@ def metadata(ctx: Context) -> CheckResult:
     all_tapes = tapes_of(ctx)
     tapes = [t for t in all_tapes if t.format != "invalid"]
     invalid = len(all_tapes) - len(tapes)
-    default_model = getattr(ctx.manifest, "default_model", None)
+    default_model = ctx.manifest.default_model
 
     lacking: dict[str, list[Tape]] = {"model": [], "endpoint": [], "recording time": []}
     models: set[str] = set()
@@ -103,7 +103,7 @@ def metadata(ctx: Context) -> CheckResult:
         "disagreeing": len(disagreeing),
     }
     # "" when every such tape names a real endpoint: the stand-in is known by its answers, not by a host.
-    facts["summary"] = _summary(facts, sorted(models), invalid, local[0].endpoint if local else "")
+    facts["summary"] = _summary(facts, sorted(models), invalid, (local[0].endpoint or "") if local else "")
     return CheckResult(facts=facts, findings=findings, details=details)
 
 

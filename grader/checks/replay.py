@@ -95,7 +95,7 @@ def replay(ctx: Context) -> CheckResult:
     install = _install_findings(ctx)
     if ctx.env is None:
         facts["summary"] = f"not run: {_first_line(ctx.install_error)}" + _edits_summary(edits) + no_tapes
-        if getattr(ctx, "install_failed", False):
+        if ctx.install_failed:
             # The submission's own dependencies (an invalid line, a package that does not exist or does
             # not build): nothing ran, scored as such, the installer's words as evidence.
             details = [f"install: {line}" for line in str(ctx.install_error).splitlines()[1:]]
@@ -153,8 +153,7 @@ def replay(ctx: Context) -> CheckResult:
 
 def _how_run(ctx: Context, rr: ReplayRun) -> list[str]:
     """What was installed (project, lockfile, Python) and how the suite was run, as the evidence's tail."""
-    described = getattr(ctx.env, "described", None)
-    lines = list(described() if described else [])
+    lines = ctx.env.described() if ctx.env is not None else []
     return [*lines, f"suite: {rr.how}"] if rr.how else lines
 
 
@@ -181,7 +180,7 @@ def _install_findings(ctx: Context) -> list[Finding]:
     URLs (rule ``refused-requirement``), lines that are not requirements (``invalid-requirement``) and a
     grader tool whose pin replaced the submission's specifier (``pinned-tool``).
     """
-    deps = getattr(ctx, "dependencies", None)
+    deps = ctx.dependencies
     if deps is None:
         return []
     return [

@@ -62,14 +62,14 @@ def secrets(ctx: Context) -> CheckResult:
         scanner = Scanner()
     except RuleError as exc:
         return CheckResult(facts={"summary": f"not run: {exc}"}, not_assessable=str(exc))
-    cassette_dir = getattr(ctx.manifest, "cassette_dir", None)
+    cassette_dir = ctx.manifest.cassette_dir
     tape_dirs = (cassette_dir.as_posix(),) if cassette_dir is not None else ()
     details: list[str] = []
 
     # Before any scan: the probe's own output is one of those scanned.
     canary = canary_result(ctx)
     found = scan_tree_with(scanner, ctx.repo, tape_dirs=tape_dirs)
-    submitted_history = getattr(getattr(ctx, "workspace", None), "commit", "") is not None
+    submitted_history = ctx.workspace.commit is not None
     if is_git_repo(ctx.repo) and submitted_history:
         try:
             found += scan_history_with(scanner, ctx.repo, tape_dirs=tape_dirs)

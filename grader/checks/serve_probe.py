@@ -145,7 +145,7 @@ def _stage(dest: Any, plan: dict[str, Any]) -> Any:
 def _same_answer(inter: Interaction, body: str) -> bool:
     if inter.response_body is not None:
         try:
-            return json.loads(body) == inter.response_body
+            return bool(json.loads(body) == inter.response_body)
         except ValueError:
             return False
     return body.replace("\r\n", "\n").strip() == (inter.response_text or "").replace("\r\n", "\n").strip()
@@ -155,7 +155,7 @@ def probe_serve(ctx: Context) -> ServeProbe:
     """Start ``make serve`` in the sandbox (loopback only) and replay a recorded and an unseen request."""
     if "serve" not in makefile_targets(ctx.repo):
         return ServeProbe("not available: no serve target in the Makefile")
-    if getattr(ctx, "env", None) is None:
+    if ctx.env is None:
         return ServeProbe("not available: the submission's environment was not installed")
     found = _recorded(ctx)
     if found is None:

@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from grader.report._common import number, score_cell, total_line
+from grader.rubric import plain_number
 
 __all__ = ["render", "to_results"]
 
@@ -33,8 +34,8 @@ def _test(index: int, row: dict[str, Any]) -> dict[str, Any]:
     test: dict[str, Any] = {
         "name": str(row.get("title") or row["id"]),
         "number": str(index),
-        "score": _plain(row["score"] * weight) if scored else 0,
-        "max_score": _plain(row.get("max", 3) * weight) if scored else 0,
+        "score": plain_number(row["score"] * weight) if scored else 0,
+        "max_score": plain_number(row.get("max", 3) * weight) if scored else 0,
         "output": "\n".join(lines),
         "output_format": "text",
         "tags": [str(row["id"])],
@@ -44,10 +45,6 @@ def _test(index: int, row: dict[str, Any]) -> dict[str, Any]:
     if scored:
         test["status"] = "passed" if row["score"] >= row.get("max", 3) else "failed"
     return test
-
-
-def _plain(value: float) -> int | float:
-    return int(value) if float(value).is_integer() else value
 
 
 def to_results(report: dict[str, Any]) -> dict[str, Any]:

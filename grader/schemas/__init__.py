@@ -1,4 +1,5 @@
-"""JSON Schemas shipped with the grader: the report (grade-report/1) and the rubric YAML (version 1)."""
+"""JSON Schemas shipped with the grader: the report (grade-report/1), the rubric YAML (version 1) and the
+drift report (grade-drift/1)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 __all__ = ["SCHEMAS", "load_schema"]
 
-SCHEMAS = ("grade-report", "rubric")
+SCHEMAS = ("grade-report", "rubric", "grade-drift")
 
 
 def load_schema(name: str) -> dict[str, Any]:
@@ -17,4 +18,5 @@ def load_schema(name: str) -> dict[str, Any]:
     if stem not in SCHEMAS:
         raise ValueError(f"unknown schema {name!r}; known: {', '.join(SCHEMAS)}")
     text = resources.files(__name__).joinpath(f"{stem}.schema.json").read_text(encoding="utf-8")
-    return json.loads(text)
+    schema: dict[str, Any] = json.loads(text)
+    return schema

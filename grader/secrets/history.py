@@ -151,7 +151,7 @@ def _cat_blobs(repo: Path, shas: list[str]) -> Iterator[tuple[str, bytes]]:
 
 
 def _widen(fd: int) -> None:
-    try:
+    try:  # POSIX only
         import fcntl
     except ImportError:  # pragma: no cover - Windows: the default pipe
         return
@@ -169,12 +169,8 @@ def _introductions(repo: Path, wanted: set[str]) -> dict[str, tuple[int, str, st
         "log",
         "--all",
         "--reverse",
-        "--raw",
-        "--no-abbrev",
+        *gitsafe.RAW_LOG,
         "--no-renames",
-        "--no-textconv",
-        "--no-ext-diff",
-        "--no-show-signature",
         "-m",
         "--format=@%H",
     ).decode("utf-8", "surrogateescape")

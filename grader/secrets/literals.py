@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from typing import cast
 
 if sys.version_info >= (3, 11):
     from re import _constants as _sre
@@ -42,7 +43,7 @@ def match_prefixes(regex: bytes, limit: int = 256) -> frozenset[bytes]:
     None contains another. Empty when no non-empty literal can be derived (the regex may match anywhere).
     """
     try:
-        parsed = _sre_parse.parse(regex)
+        parsed = _sre_parse.parse(regex)  # type: ignore[arg-type]  # sre parses bytes patterns too
     except _sre.error:  # no prefixes; compiling the rule says what is wrong
         return frozenset()
     if parsed.state.flags & (_sre.SRE_FLAG_IGNORECASE | _sre.SRE_FLAG_LOCALE):
@@ -82,7 +83,7 @@ def _charset(av: list[tuple[object, object]]) -> bytes | None:
         if kind is _sre.LITERAL:
             values.add(value)  # type: ignore[arg-type]
         elif kind is _sre.RANGE:
-            low, high = value  # type: ignore[misc]
+            low, high = cast("tuple[int, int]", value)
             values.update(range(low, high + 1))
         else:  # NEGATE, CATEGORY (\d, \w, \s): not expanded
             return None
@@ -116,7 +117,7 @@ def _firsts(seq: _Seq) -> list[tuple[bytes | None, _Seq]]:
         out = _firsts(rest) if low == 0 else []
         if high != 0:
             again = high if high == _sre.MAXREPEAT else high - 1  # type: ignore[operator]
-            out += _firsts((*body, ("rep", max(low - 1, 0), again, body), *rest))  # type: ignore[operator]
+            out += _firsts((*body, ("rep", max(low - 1, 0), again, body), *rest))  # type: ignore[operator,misc]
         return out
     return [(None, ())]
 

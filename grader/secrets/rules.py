@@ -111,7 +111,7 @@ def _literal_prefix(regex: str) -> str:
     return "".join(out)
 
 
-_FIELDS = {
+_FIELDS: dict[str, type | tuple[type, ...]] = {
     "id": str,
     "description": str,
     "regex": str,
@@ -171,7 +171,7 @@ def _build(entry: dict[str, object], where: str) -> Rule:
         if expected is None:
             raise RuleError(f"{where}: unknown field {name!r}; allowed: {', '.join(_FIELDS)}")
         if not isinstance(value, expected) or (
-            expected is list and not all(isinstance(v, str) for v in value)
+            isinstance(value, list) and not all(isinstance(v, str) for v in value)
         ):
             raise RuleError(f"{where}: {name!r} has the wrong type")
     regex = str(entry["regex"])
@@ -191,7 +191,7 @@ def _build(entry: dict[str, object], where: str) -> Rule:
             regex=regex,
             keywords=tuple(entry.get("keywords", ())),  # type: ignore[arg-type]
             entropy=float(entry.get("entropy", 3.0)),  # type: ignore[arg-type]
-            validator=validator,  # type: ignore[arg-type]
+            validator=validator,
             generic=bool(entry.get("generic", False)),
             ignore_case=bool(entry.get("ignore_case", False)),
             require_digit=bool(entry.get("require_digit", False)),

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 try:
     import ahocorasick_rs
 except ImportError:  # pragma: no cover - a core dependency; the slower exact search below stands in
-    ahocorasick_rs = None
+    ahocorasick_rs = None  # type: ignore[assignment]
 
 from grader.secrets.decode import MARKERS, embedded_bodies, json_unescaped
 from grader.secrets.filters import is_placeholder, left_boundary_ok
@@ -84,6 +84,16 @@ class Scanner:
         if commit is None and kind in ("tree", "tape"):
             self.tree_blobs[git_blob_id(data)] = findings
         return findings
+
+    def header_holds_credential(self, name: str, value: str) -> bool:
+        """Whether the rules find a credential in a request header stored as ``name: value``.
+
+        The one definition of "a credential header in a tape": the cassette-hygiene row counts the headers
+        this accepts, and the no-credentials row finds the same text in the tape (grader/rules/secrets.toml,
+        the header rules and every provider's key format).
+        """
+        line = f"{name}: {value}".encode("utf-8", "replace")
+        return bool(self.scan_bytes(line, source="header", kind="header"))
 
     def _scan(
         self,

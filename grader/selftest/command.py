@@ -17,6 +17,7 @@ from pathlib import Path
 
 from grader._cliargs import Parser, positive
 from grader.errors import BadInput
+from grader.rubric import load_rubric
 from grader.selftest.corpus import default_corpus_paths, load_corpus
 from grader.selftest.runner import CaseResult, run_selftest
 
@@ -60,7 +61,6 @@ def _parser() -> Parser:
 
 def main(args: Sequence[str]) -> int:
     """Run the selftest; raises BadInput for bad input (the caller prints it and exits 2)."""
-    from grader.rubric import load_rubric
 
     opts = _parser().parse_args(list(args))
     if opts.json is not None and not (opts.json.parent if str(opts.json.parent) else Path(".")).is_dir():

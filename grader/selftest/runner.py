@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader.errors import BadInput
+from grader.grading import grade
 from grader.selftest.corpus import INDEPENDENT, Case
 from grader.selftest.mutations import git, mutations
 
@@ -127,7 +128,7 @@ def build_case(case: Case, dest: Path) -> tuple[str, dict[str, str]]:
 def _row(report: dict[str, Any] | None, row_id: str) -> dict[str, Any]:
     for row in (report or {}).get("rows", []):
         if row.get("id") == row_id:
-            return row
+            return dict(row)
     return {}
 
 
@@ -171,7 +172,6 @@ def run_case(
     case: Case, rubric: Rubric, *, timeout: float = 120.0, cache_root: Path | None = None
 ) -> CaseResult:
     """Build, grade and judge one case; a failure to build or grade is the case's error, never a raise."""
-    from grader.grading import grade
 
     result = CaseResult(case)
     with tempfile.TemporaryDirectory(prefix=f"selftest-{case.id}-") as tmp:
