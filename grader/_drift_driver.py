@@ -135,7 +135,14 @@ def _one(
     }
 
 
-def _lane(plan: dict, tickets: list[dict], work: str, secrets: list[str], deadline: float, out: dict) -> None:
+def _lane(
+    plan: dict[str, Any],
+    tickets: list[dict[str, Any]],
+    work: str,
+    secrets: list[str],
+    deadline: float,
+    out: dict[str, Any],
+) -> None:
     """One lane: its own stand-in, truth log and tape folder, its tickets one after another."""
     os.makedirs(work, exist_ok=True)
     truth = os.path.join(work, "truth.jsonl")
@@ -177,8 +184,8 @@ def main() -> int:
     # depend only on the seed and each request, so lanes decide exactly as one stand-in would, and each
     # lane's truth log is sliced ticket by ticket as before.
     count = max(1, min(int(plan.get("lanes", 1)), len(plan["tickets"])))
-    outs = [{"results": [], "skipped": []} for _ in range(count)]
-    threads = []
+    outs: list[dict[str, Any]] = [{"results": [], "skipped": []} for _ in range(count)]
+    threads: list[threading.Thread] = []
     for n in range(count):
         folder = os.path.join(work, f"lane-{n + 1}")
         lane = (plan, plan["tickets"][n::count], folder, secrets, deadline, outs[n])
