@@ -33,13 +33,13 @@ def _read(path: str, cap: int) -> str:
 
 
 def _start_standin(plan: dict[str, Any], work: str, truth: str) -> tuple[subprocess.Popen[bytes] | None, str]:
-    url_file = os.path.join(work, "url")
+    url_file, err_file = os.path.join(work, "url"), os.path.join(work, "standin.err")
     options = ["--profile", plan["profile"], "--rules", plan["rules"], "--truth-log", truth]
-    with open(url_file, "w") as out:
+    with open(url_file, "w") as out, open(err_file, "w") as err:
         proc = subprocess.Popen(
             [sys.executable, "-E", "-s", "-c", _BOOT, plan["tools"], "--port", "0", "--quiet", *options],
             stdout=out,
-            stderr=subprocess.DEVNULL,
+            stderr=err,
             stdin=subprocess.DEVNULL,
         )
     for _ in range(400):
@@ -50,7 +50,8 @@ def _start_standin(plan: dict[str, Any], work: str, truth: str) -> tuple[subproc
             break
         time.sleep(0.025)
     proc.kill()
-    return None, ""
+    lines = [line for line in _read(err_file, 64_000).splitlines() if line.strip()]
+    return None, lines[-1][:300] if lines else ""
 
 
 def _environment(plan: dict[str, Any], base: str, tapes: str) -> dict[str, str]:
@@ -151,7 +152,7 @@ def _lane(
     if not base:
         standin, base = _start_standin(plan, work, truth)
         if standin is None:
-            out["error"] = "the stand-in server did not start in the sandbox"
+            out["error"] = "the stand-in server did not start in the sandbox" + (f": {base}" if base else "")
             return
     tapes = os.path.join(plan["tapes"], os.path.basename(work))
     os.makedirs(tapes, exist_ok=True)

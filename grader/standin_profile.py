@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from grader.standin import Rules, RulesError, load_rules
 
 __all__ = [
@@ -134,6 +132,9 @@ def resolve_profile(spec: str) -> Path:
 
 def _line_map(root: Any) -> dict[tuple[str, ...], tuple[int, int]]:
     """(key path) -> (line of the key, line of its value), 1-based, from a composed YAML node tree."""
+    # PyYAML is imported where YAML is read, never at import time: the drift probe runs this module under a
+    # submission's interpreter (a .json profile), which need not have it.
+    import yaml
 
     lines: dict[tuple[str, ...], tuple[int, int]] = {}
 
