@@ -265,7 +265,8 @@ def run(quick: bool = False, runs: int = 5) -> Section:
             "warm grade ≤ 1.25× the floor of the sessions the design runs (bare pytest × sessions ÷ cores)",
             f"{r:.2f}× with the drift probe ({ratio(nodrift, floor):.2f}× without it; the probe adds "
             f"{added.median:.2f} s; at --jobs 1: {ratio(warm1, floor):.2f}×; "
-            f"{ratio(warm, bare):.1f}× one bare pytest)",
+            f"{ratio(warm, bare):.1f}× one bare pytest; sessions {', '.join(map(str, sorted(sessions)))}, "
+            f"cores {cores})",
             r <= 1.25,
         )
     )
