@@ -322,7 +322,8 @@ def run_tickets(
     key_env = ctx.manifest.api_key_env
     base_env = ctx.manifest.base_url_env
     # A folder of its own per call: arms of `grade drift` may run at once under the same label.
-    tools = Path(tempfile.mkdtemp(prefix=f"{_slug(label)}-tools-", dir=ctx.workspace.root))
+    # No label in the name: the run sees the path (docs/security.md, guarantee 11).
+    tools = Path(tempfile.mkdtemp(prefix="tools-", dir=ctx.workspace.root))
     target = url or stage_profile(profile, tools)
     if url:
         shutil.copyfile(_GRADER / "_drift_driver.py", tools / "driver.py")
@@ -340,7 +341,7 @@ def run_tickets(
         anthropic = "ANTHROPIC" in f"{base_env} {key_env or ''}".upper()
         base_envs.append([base_env, anthropic])
     scratch = ctx.scratch_copy(_slug(label))
-    tapes = scratch / ".grader-drift-tapes"
+    tapes = scratch / ".recorded-tapes"
     # One command as far as --timeout goes: a ticket gets at most that long, and the driver stops starting
     # tickets early enough to report the ones it ran before the run itself is stopped.
     budget = float(ctx.timeout)

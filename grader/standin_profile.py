@@ -132,9 +132,7 @@ def resolve_profile(spec: str) -> Path:
 
 def _line_map(root: Any) -> dict[tuple[str, ...], tuple[int, int]]:
     """(key path) -> (line of the key, line of its value), 1-based, from a composed YAML node tree."""
-    # PyYAML is imported where YAML is read, never at import time: the drift probe runs this module under a
-    # submission's interpreter (a .json profile), which need not have it.
-    import yaml
+    import yaml  # local: the drift probe runs this module under a submission's interpreter, maybe no PyYAML
 
     lines: dict[tuple[str, ...], tuple[int, int]] = {}
 
@@ -174,7 +172,7 @@ def load_profile(path: Path) -> Profile:
         except ValueError as exc:
             raise ProfileError(f"{path}: invalid JSON in the stand-in profile ({exc}); fix it") from None
         return _Validator(path, {}).profile(data)
-    import yaml
+    import yaml  # local: a .json profile needs no PyYAML (the drift probe's stand-in runs without it)
 
     try:
         data = yaml.safe_load(text)

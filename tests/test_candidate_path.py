@@ -149,6 +149,7 @@ def test_baked_metadata_matches_the_guide(tmp_path: Path, provider: str) -> None
     assert "Python ≥ 3.10" in DOCS and '`requires-python = ">=3.10"`' in DOCS
 
 
+@pytest.mark.index
 @pytest.mark.parametrize("provider", ["openai-compatible", "anthropic"])
 def test_the_baked_readme_alone_says_where_the_standin_runs_and_how_to_record(
     tmp_path: Path, provider: str

@@ -148,6 +148,10 @@ def test_fail_under_exit_codes_and_atomic_output(
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""
     report = json.loads(out.read_text(encoding="utf-8"))
+    # Written like any file the user writes (the umask applies): shareable, not mkstemp's 0600.
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask
     assert report["schema"] == "grade-report/1"
     # Progress: one line per step with its elapsed time.
     for step in ("acquire", "install", "replay"):

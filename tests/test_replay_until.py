@@ -126,8 +126,9 @@ def test_replay_until_counts_match_what_the_standin_received(baked: Baked, tmp_p
         assert _counts(result.stderr) == (tickets, 0, tickets, 0, "1")
         assert _answers(truth) == 2 * tickets - n
 
-    # N beyond the last call: nothing goes live, so it works with no network at all.
+    # N beyond the last call: nothing goes live, so it works with no network and no key at all.
     env = baked.env(CASSETTE_DIR=str(tmp_path / "unused"), CASSETTE_REPLAY_UNTIL=str(tickets + 5))
+    del env[ENV_NAMES[baked.provider][0]]
     result = run(["make", "demo"], baked.project, env, offline=True)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert f"{tickets}/{tickets} agree with their labels" in result.stdout

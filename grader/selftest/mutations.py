@@ -354,7 +354,7 @@ def test_forge():
 """
 _MAKE_TEST = "CASSETTE_MODE=replay $(PYTHON) -m pytest\n"
 _MAKE_TEST_WITHOUT_GRADER = (
-    "CASSETTE_MODE=replay PYTEST_ADDOPTS= $(PYTHON) -m pytest -p no:_grader_pytest -p no:_grader_guard"
+    "CASSETTE_MODE=replay PYTEST_ADDOPTS= $(PYTHON) -m pytest -p no:_pytest_results -p no:_pytest_outcomes"
     " || true\n"
 )
 TAMPER_KINDS = (
