@@ -10,7 +10,7 @@
   sample_solution, no credentials in the environment: what the suite costs with no grader around it; three
   runs per round (before, between and after the two warm grades), the round's value their median;
 - floor: what the design cannot go below: bare × the pytest sessions the grade runs ÷ the cores. The
-  sessions are counted in the same round, from the ``--jobs 1`` run's stored audit logs (``--store``): each
+  sessions are counted in the same round, from the ``--jobs 1`` run's audit logs (``--keep-workspace``): each
   sandboxed process in which pytest's own code opened a file is one session (the replay suite, the
   tapes-withheld rerun, the canary's ``make record``);
 - without the drift probe: the warm grade again with the default rubric less its ``model-drift`` row (the
@@ -131,10 +131,19 @@ def _timings(report: Path) -> dict[str, Any]:
     return json.loads(report.read_text()).get("timings", {})
 
 
-def _pytest_sessions(logs: Path) -> int:
+def _kept_workspace(report: Path) -> Path:
+    """The folder a ``--keep-workspace`` grade left, from its report's notes."""
+    prefix = "workspace kept at "
+    for note in json.loads(report.read_text()).get("notes", []):
+        if note.startswith(prefix):
+            return Path(note[len(prefix) :].strip())
+    raise RuntimeError(f"{report}: no 'workspace kept at' note")
+
+
+def _pytest_sessions(workspace: Path) -> int:
     """Sandboxed processes in which pytest's own code opened a file: one per pytest session the grade ran."""
     sessions: set[tuple[str, object]] = set()
-    for log in sorted(logs.glob("*.audit.jsonl")):
+    for log in sorted((workspace / "logs").rglob("*.audit.jsonl")):
         for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 event = json.loads(line)
@@ -202,15 +211,16 @@ def run(quick: bool = False, runs: int = 5) -> Section:
                 if jobs == "no-drift":
                     argv += ["--rubric", str(no_drift)]
                 if jobs == "1":
-                    argv += ["--store", str(tmp / f"store-{round_}")]
+                    argv += ["--keep-workspace"]
                 seconds, _ = _grade(argv, tmp)
                 series.values.append(seconds)
                 data = json.loads(report.read_text())
                 scores.add(f"{data['total']['points']}/{data['total']['max']}")
                 if jobs == "1":
-                    round_sessions = _pytest_sessions(tmp / f"store-{round_}" / "logs")
+                    kept = _kept_workspace(report)
+                    round_sessions = _pytest_sessions(kept)
                     sessions.add(round_sessions)
-                    shutil.rmtree(tmp / f"store-{round_}", ignore_errors=True)
+                    shutil.rmtree(kept, ignore_errors=True)
                     for stage, value in _timings(report).items():
                         label = f"  warm grade stage, --jobs 1: {stage}"
                         stages.setdefault(stage, Series(label, "s", note="breakdown"))
@@ -237,8 +247,8 @@ def run(quick: bool = False, runs: int = 5) -> Section:
         "warm: the default `--jobs` (2), `--jobs 1`, and the default `--jobs` with the default rubric less "
         "its model-drift row (no drift probe), in alternating order; stages: the `timings` of the "
         "`--jobs 1` run's JSON report (checks one after another, so they add up)",
-        f"floor: bare × pytest sessions ÷ cores; sessions counted per round in the `--jobs 1` run's stored "
-        f"audit logs (a sandboxed process where pytest's own code opened a file): "
+        f"floor: bare × pytest sessions ÷ cores; sessions counted per round in the `--jobs 1` run's kept "
+        f"workspace's audit logs (a sandboxed process where pytest's own code opened a file): "
         f"{', '.join(map(str, sorted(sessions))) or 'none'}; cores (this process's CPU affinity): {cores}",
         "batch: the 12 submissions `tests/test_batch.py` builds (10 local copies, good and mutated, in "
         "folder/git/archive form; 2 unreachable URLs), `grade batch FILE --jobs J --timeout 120`; "
@@ -255,7 +265,8 @@ def run(quick: bool = False, runs: int = 5) -> Section:
             "warm grade ≤ 1.25× the floor of the sessions the design runs (bare pytest × sessions ÷ cores)",
             f"{r:.2f}× with the drift probe ({ratio(nodrift, floor):.2f}× without it; the probe adds "
             f"{added.median:.2f} s; at --jobs 1: {ratio(warm1, floor):.2f}×; "
-            f"{ratio(warm, bare):.1f}× one bare pytest)",
+            f"{ratio(warm, bare):.1f}× one bare pytest; sessions {', '.join(map(str, sorted(sessions)))}, "
+            f"cores {cores})",
             r <= 1.25,
         )
     )

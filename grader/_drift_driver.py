@@ -4,9 +4,9 @@ Staged by grader/drift_run.py into a read-only folder and run in the sandbox as
 ``python -E -s _drift_driver.py PLAN.json`` under the submission's interpreter: standard library only, and
 nothing of the submission's is imported. It starts the stand-in (the staged copy of the grader's, from the
 same folder) unless the plan names an endpoint URL, then runs the command once per ticket, one after the
-other (the truth log is sliced by its size before and after each ticket), each in its own session so a
-timeout kills what it started. Keys (the grader's canary) come from the environment and are replaced by
-``[canary]`` in everything this prints.
+other in each of a few lanes (each lane has its own stand-in and truth log, sliced by its size before and
+after each ticket), each ticket in its own session so a timeout kills what it started. Keys (the grader's
+canary) come from the environment and are replaced by ``[canary]`` in everything this prints.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -32,13 +33,13 @@ def _read(path: str, cap: int) -> str:
 
 
 def _start_standin(plan: dict[str, Any], work: str, truth: str) -> tuple[subprocess.Popen[bytes] | None, str]:
-    url_file = os.path.join(work, "url")
+    url_file, err_file = os.path.join(work, "url"), os.path.join(work, "standin.err")
     options = ["--profile", plan["profile"], "--rules", plan["rules"], "--truth-log", truth]
-    with open(url_file, "w") as out:
+    with open(url_file, "w") as out, open(err_file, "w") as err:
         proc = subprocess.Popen(
             [sys.executable, "-E", "-s", "-c", _BOOT, plan["tools"], "--port", "0", "--quiet", *options],
             stdout=out,
-            stderr=subprocess.DEVNULL,
+            stderr=err,
             stdin=subprocess.DEVNULL,
         )
     for _ in range(400):
@@ -49,7 +50,8 @@ def _start_standin(plan: dict[str, Any], work: str, truth: str) -> tuple[subproc
             break
         time.sleep(0.025)
     proc.kill()
-    return None, ""
+    lines = [line for line in _read(err_file, 64_000).splitlines() if line.strip()]
+    return None, lines[-1][:300] if lines else ""
 
 
 def _environment(plan: dict[str, Any], base: str, tapes: str) -> dict[str, str]:
@@ -134,32 +136,35 @@ def _one(
     }
 
 
-def main() -> int:
-    with open(sys.argv[1], encoding="utf-8") as handle:
-        plan = json.load(handle)
-    work = tempfile.mkdtemp(prefix="drift-run-", dir=os.environ.get("HOME") or None)
+def _lane(
+    plan: dict[str, Any],
+    tickets: list[dict[str, Any]],
+    work: str,
+    secrets: list[str],
+    deadline: float,
+    out: dict[str, Any],
+) -> None:
+    """One lane: its own stand-in, truth log and tape folder, its tickets one after another."""
+    os.makedirs(work, exist_ok=True)
     truth = os.path.join(work, "truth.jsonl")
     open(truth, "a").close()
     standin, base = None, plan.get("url") or ""
     if not base:
         standin, base = _start_standin(plan, work, truth)
         if standin is None:
-            print(MARKER + json.dumps({"error": "the stand-in server did not start in the sandbox"}))
-            return 0
-    tapes = plan.get("tapes") or os.path.join(work, "tapes")
+            out["error"] = "the stand-in server did not start in the sandbox" + (f": {base}" if base else "")
+            return
+    tapes = os.path.join(plan["tapes"], os.path.basename(work))
     os.makedirs(tapes, exist_ok=True)
     env = _environment(plan, base, tapes)
-    secrets = [os.environ[name] for name in plan.get("secret_envs", []) if os.environ.get(name)]
-    deadline = time.monotonic() + plan["total_timeout"]
-    results, skipped = [], []
     try:
-        for ticket in plan["tickets"]:
+        for ticket in tickets:
             left = deadline - time.monotonic()
             if left < 1.0:
-                skipped.append(ticket["id"])
+                out["skipped"].append(ticket["id"])
                 continue
             timeout = min(plan["ticket_timeout"], left)
-            results.append(_one(plan, ticket, env, work, truth, secrets, timeout))
+            out["results"].append(_one(plan, ticket, env, work, truth, secrets, timeout))
     finally:
         if standin is not None:
             standin.terminate()
@@ -167,7 +172,37 @@ def main() -> int:
                 standin.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 standin.kill()
-    print(MARKER + json.dumps({"base_url": base, "tapes": tapes, "tickets": results, "skipped": skipped}))
+
+
+def main() -> int:
+    with open(sys.argv[1], encoding="utf-8") as handle:
+        plan = json.load(handle)
+    work = tempfile.mkdtemp(prefix="drift-run-", dir=os.environ.get("HOME") or None)
+    plan.setdefault("tapes", os.path.join(work, "tapes"))
+    secrets = [os.environ[name] for name in plan.get("secret_envs", []) if os.environ.get(name)]
+    deadline = time.monotonic() + plan["total_timeout"]
+    # Tickets run in a few lanes at once, each lane with a stand-in of its own: a stand-in's drift decisions
+    # depend only on the seed and each request, so lanes decide exactly as one stand-in would, and each
+    # lane's truth log is sliced ticket by ticket as before.
+    count = max(1, min(int(plan.get("lanes", 1)), len(plan["tickets"])))
+    outs: list[dict[str, Any]] = [{"results": [], "skipped": []} for _ in range(count)]
+    threads: list[threading.Thread] = []
+    for n in range(count):
+        folder = os.path.join(work, f"lane-{n + 1}")
+        lane = (plan, plan["tickets"][n::count], folder, secrets, deadline, outs[n])
+        threads.append(threading.Thread(target=_lane, args=lane))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    errors = [o["error"] for o in outs if "error" in o]
+    if errors:
+        print(MARKER + json.dumps({"error": errors[0]}))
+        return 0
+    order = {t["id"]: n for n, t in enumerate(plan["tickets"])}
+    results = sorted((r for o in outs for r in o["results"]), key=lambda r: order[r["id"]])
+    skipped = sorted((s for o in outs for s in o["skipped"]), key=order.__getitem__)
+    print(MARKER + json.dumps({"tapes": plan["tapes"], "tickets": results, "skipped": skipped}))
     return 0
 
 

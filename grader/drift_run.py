@@ -294,15 +294,18 @@ def run_tickets(
     env: Mapping[str, str] | None = None,
     label: str = "drift probe",
     ticket_timeout: float = _TICKET_TIMEOUT,
+    lanes: int = 2,
     keys: Mapping[str, str] | None = None,
 ) -> DriftRun:
     """Run ``command`` (default: the triage command) once per ticket against the stand-in playing ``profile``.
 
-    ``url``: an endpoint to use instead of a stand-in (the run then has the network, and no truth: calls are
-    empty and a verdict is ``correct`` for any answer in the agent's schema). ``env``: more variables for
-    the command (e.g. ``CASSETTE_REPLAY_UNTIL``); they win over the probe's own. ``keys``: real keys for a
-    live ``url`` (variable -> key), given in place of the canaries: passed in the sandboxed process's
-    environment only (``env`` is written to the plan file on disk) and redacted from its output like them.
+    ``lanes``: tickets run that many at a time, each lane against a stand-in of its own (same decisions as
+    one stand-in: they depend on the seed and the request only). ``url``: an endpoint to use instead of a
+    stand-in (the run then has the network, and no truth: calls are empty and a verdict is ``correct`` for
+    any answer in the agent's schema). ``env``: more variables for the command (e.g.
+    ``CASSETTE_REPLAY_UNTIL``); they win over the probe's own. ``keys``: real keys for a live ``url``
+    (variable -> key), given in place of the canaries: passed in the sandboxed process's environment only
+    (``env`` is written to the plan file on disk) and redacted from its output like them.
     Raises ``NotAssessable``
     when the grader could not run it (the budget spent, no room); ``ProfileError`` for a bad profile.
     """
@@ -355,6 +358,7 @@ def run_tickets(
         "env": {"CASSETTE_MODE": "record", **dict(env or {})},
         "secret_envs": sorted(canaries),
         "ticket_timeout": ticket_timeout,
+        "lanes": max(1, int(lanes)),
         "total_timeout": max(budget - min(5.0, budget / 4), 0.5),
     }
     (tools / "plan.json").write_text(json.dumps(plan, ensure_ascii=False), encoding="utf-8")
