@@ -94,10 +94,12 @@ def test_every_drift_kind_is_judged_by_what_the_agent_did_with_it(
         assert row["score"] == row["max"], row
 
 
-def test_an_agent_that_never_reaches_the_endpoint_gets_nothing_for_it(
+def test_an_agent_that_never_reaches_the_endpoint_goes_to_a_reviewer(
     tmp_path: Path, grade_cache: Path
 ) -> None:
     # The same agent, told to answer from a canned table instead of the endpoint: nothing drifted reached it.
+    # Neither 3 (nothing was shown) nor 0 (11 of the 12 independent submissions pick their own endpoint, a
+    # way of building an agent, not a drift failure): a reviewer reads the parser.
     repo = make_agent(tmp_path, "openai", "default", ["I want a refund for my jacket"])
     main = repo / "agent" / "__main__.py"
     main.write_text(main.read_text(encoding="utf-8").replace("raw = post(b)", "raise OSError('cached')"))
@@ -111,8 +113,8 @@ def test_an_agent_that_never_reaches_the_endpoint_gets_nothing_for_it(
     report = grade(str(repo), rubric=_drift_rubric(12), timeout=120, cache_root=grade_cache, jobs=1)
     row, facts = _row(report), report["facts"]["drift"]
     assert facts["unreached"] == 1 and facts["drifted"] == 0
-    assert row["score"] == 0
-    assert "made no model call" in row["evidence"]
+    assert row["status"] == "manual" and row["score"] is None, row
+    assert "made no model call" in row["evidence"] and "judge by reading" in row["evidence"]
 
 
 def test_the_record_targets_own_variables_reach_the_triage_command(

@@ -74,7 +74,9 @@ def drift(ctx: Context) -> CheckResult:
             refusal, an empty or cut answer or an HTTP error, output not the agent's {intent, needs_human},
             or no answer before the per-ticket timeout
         undrifted_violations: the same kinds of failure on an answer that carried no drift
-        unreached: tickets for which the command made no call to the endpoint it was given
+        unreached: tickets for which the command made no call to the endpoint it was given; when that is
+            every ticket the row goes to a reviewer (manual): the agent picks its own endpoint, and the probe
+            cannot reach it to drift an answer
         not_run: tickets left out because the run's time (--timeout) was spent
         kinds: drift kinds seen, each with its counts {tickets, handled, loud, violations}
         violation_kinds: drift kinds with at least one violation, sorted
@@ -151,7 +153,17 @@ def _result(ctx: Context, run: DriftRun) -> CheckResult:
     details += [_line(o) for o in run.outcomes]
     if run.skipped:
         details.append(f"drift probe: not run for lack of time: {', '.join(run.skipped)}")
-    return CheckResult(facts=facts, findings=findings, details=details)
+    manual = None
+    if facts["tickets"] and facts["unreached"] == facts["tickets"]:
+        # The agent chose its own endpoint (a hard-coded host, its own settings): the stand-in never got a
+        # call to drift. That is a way of building an agent, not a failure to handle drift; 11 of the 12
+        # independent submissions are built so. A reviewer judges the parser by reading it.
+        manual = (
+            f"{facts['summary']}. The probe could not serve this agent a drifted answer: judge by reading "
+            "how its parser meets a code fence, prose around the JSON, an unknown label, a refusal or a cut "
+            "answer."
+        )
+    return CheckResult(facts=facts, findings=findings, details=details, manual=manual)
 
 
 def _line(o: TicketOutcome) -> str:
