@@ -63,10 +63,12 @@ def submission_relative(text: str, workspace_root: Path | str) -> str:
     """``text`` with paths into the grader's workspace made relative to the submission's root.
 
     The checkout, its pristine copy and the probes' scratch copies all live in the workspace (deleted after
-    the grade), one or two folders down; what a reviewer can open is the path inside the submission.
+    the grade), one to three folders down; what a reviewer can open is the path inside the submission.
     """
     root = re.escape(str(workspace_root).rstrip("/"))
-    text = re.sub(root + r"/(?:scratch/[^/\s]+|[^/\s]+)/", "", text)
+    # Every run's folder is ``scratch/<random>/repo`` (docs/security.md, guarantee 11); the pristine copy and
+    # the checkout are one folder down.
+    text = re.sub(root + r"/(?:scratch/[^/\s]+/repo|scratch/[^/\s]+|[^/\s]+)/", "", text)
     return _INSTALLED.sub("site-packages/", text)
 
 

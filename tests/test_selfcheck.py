@@ -89,7 +89,11 @@ def test_passes_on_a_clean_recorded_repo(recorded: Path) -> None:
         "ok: REPLAY.md sections",
     ], output
     tapes = len(list((recorded / "cassettes").glob("*.json")))
-    assert f"ok: tape metadata ({tapes} tapes)" in lines
+    # Recorded against the stand-in on purpose: make check says the grader's default rubric caps that at 2/3.
+    assert (
+        f"ok: tape metadata ({tapes} tapes; {tapes} recorded against a loopback endpoint: reviewers' default "
+        "rubric gives at most 2/3)" in lines
+    ), lines
     assert "ok: no credentials (tree and history)" in lines
     assert f"ok: tape chain ({tapes} tapes, head " in "\n".join(lines)
     assert re.fullmatch(r"ok: offline replay \(\d+ passed in [\d.]+s\)", lines[0]), lines[0]

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.helpers.processes import SESSION_VARIABLE, leftovers
+from tests.helpers.processes import SESSION_VARIABLE, leftovers, wait_for
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -20,6 +20,9 @@ def test_a_detached_process_is_found_until_it_ends() -> None:
     env = {**os.environ, SESSION_VARIABLE: value}
     # Its own session and group, its parent gone at once: reparented away from this process.
     subprocess.run(["sh", "-c", "sleep 9771 >/dev/null 2>&1 &"], env=env, start_new_session=True, check=True)
+    # The shell returns before its background child has exec'd `sleep` (on a busy machine, seconds before):
+    # wait for the state, never for a time.
+    wait_for(lambda: [c for _p, c in leftovers(value, within=0)] == ["sleep 9771"], within=60, every=0.1)
     found = leftovers(value, within=0)
     assert [command for _pid, command in found] == ["sleep 9771"]
     os.kill(found[0][0], signal.SIGKILL)
