@@ -128,32 +128,31 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
     notes: list[str] = []
     # What is graded first: tapes still at HEAD, newest change first. A history padded with rewrites of a
     # tape deleted later (1,200 one-MB versions took 150 s) then costs its cap, never the tapes that count.
-    order = {id(pair): n for n, pair in enumerate(pairs)}
-    pairs.sort(key=lambda pair: (pair[0] not in current, -order[id(pair)]))
-    if len(pairs) > _MAX_PAIRS:
-        notes.append(f"tape history: {len(pairs) - _MAX_PAIRS} changed tape versions not compared (cap)")
-        pairs = pairs[:_MAX_PAIRS]
+    # (place in the history, pair), in the order they are read
+    ranked = sorted(enumerate(pairs), key=lambda item: (item[1][0] not in current, -item[0]))
+    if len(ranked) > _MAX_PAIRS:
+        notes.append(f"tape history: {len(ranked) - _MAX_PAIRS} changed tape versions not compared (cap)")
+        ranked = ranked[:_MAX_PAIRS]
     # commit -> (place in the history, what it did to the tape) for each tape version it changed
     found: dict[str, list[tuple[int, _Change]]] = defaultdict(list)
-    blobs = [sha for _, old, new, _, _ in pairs for sha in (old, new)]
+    blobs = [sha for _, (_, old, new, _, _) in ranked for sha in (old, new)]
     read = done = 0
     with contextlib.closing(_cat(repo, blobs)) as contents:
-        for pair in pairs:
-            path, _old, _new, before, after = pair
+        for n, (path, _old, _new, before, after) in ranked:
             if read > _MAX_HISTORY_BYTES:
                 notes.append(
-                    f"tape history: {len(pairs) - done} older changed tape versions not compared (over "
+                    f"tape history: {len(ranked) - done} older changed tape versions not compared (over "
                     f"{_MAX_HISTORY_BYTES // 2**20} MB read; tapes at HEAD, newest change first, were)"
                 )
                 break
             old_data, new_data = next(contents, None), next(contents, None)
             done += 1
             if old_data is None or new_data is None:
-                found[after].append((order[id(pair)], _Change(edits=[], rerecorded=True)))  # never evidence
+                found[after].append((n, _Change(edits=[], rerecorded=True)))  # never evidence
                 continue
             read += len(old_data) + len(new_data)
             change = _compare(path, old_data, new_data, before[:_SHORT], after[:_SHORT])
-            found[after].append((order[id(pair)], change))
+            found[after].append((n, change))
     edits: list[tuple[int, TapeEdit]] = []
     for commit, commit_changes in found.items():
         # A re-recording asks every question again: every tape of the set gets new answers (ids, bodies).
