@@ -60,7 +60,7 @@ from grader.deeptree import remove_tree, walk
 from grader.errors import GradeError, NotAssessable
 from grader.interpreters import Choice, choose
 from grader.project import Project, read_project
-from grader.requirements import Dependencies, read_dependencies
+from grader.requirements import Dependencies, build_extras, read_dependencies
 
 __all__ = ["Env", "InstallFailed", "default_cache_root", "ensure_env", "read_requirements"]
 
@@ -230,6 +230,7 @@ class _Builder:
         trusted: bool,
         timeout: float | None = None,
         writable: tuple[Path, ...] = (),
+        network: bool = True,
         **more: Any,
     ) -> sandbox.RunResult:
         home = _fresh_folder(self.cache_root, ".home-")
@@ -252,7 +253,7 @@ class _Builder:
                 cwd=home,
                 home=home,
                 timeout=self.timeout if timeout is None else timeout,
-                network=True,
+                network=network,
                 env=env,
                 writable=[self.target, *(caches if trusted else ()), *writable],
                 # The installer, the base Python and the grader's build files may live outside the
@@ -329,23 +330,32 @@ class _Builder:
             before = set(os.listdir(site))
             copy_checkout(repo, copy)
             python = str(self.target / "bin" / "python")
+            # The build runs the submission's code (setup.py, a build hook, an in-tree backend): never with
+            # the network (red-team R1: a setup.py reached the host's loopback services). Its backend's
+            # requirements, vetted by grader.project, are installed into the venv first, wheels only, and
+            # the build uses them there (no build isolation, no index); they are removed again after.
+            backend = self.build_backend(python, project)
             # --no-deps: the dependencies are the vetted ones installed above. The project's own
             # requires-python is not the installer's to enforce when the machine has no matching Python
             # (the choice's note says so): as for the lowest version it admits.
             if self.tool == "uv":
                 argv = [self.uv or "uv", "pip", "install", "--quiet", "--python", python, "--no-deps"]
+                argv += ["--no-build-isolation", "--offline"]
                 argv += ["--python-version", choice.target] if choice.target else []
             else:
                 argv = [python, "-m", "pip", "install", "--quiet", "--no-compile", "--no-deps"]
+                argv += ["--no-build-isolation", "--no-index"]
                 argv += ["--ignore-requires-python"] if choice.target else []
-            result = self.untrusted([*argv, "-e", str(copy)], writable=(copy,))
-            roots = _drop_import_hooks(site, sorted(set(os.listdir(site)) - before), copy)
+            offline = {"writable": (copy,), "network": False}
+            result = self.untrusted([*argv, "-e", str(copy)], **offline)
+            roots = _drop_import_hooks(site, sorted(set(os.listdir(site)) - before - backend), copy)
             regular = None
             if result.returncode != 0 and not result.timed_out:
                 # A backend without editable support (PEP 660), e.g. an old pinned setuptools: a regular
                 # install, whose copied code is then removed like a hook (the checkout's code runs).
-                regular = self.untrusted([*argv, str(copy)], writable=(copy,))
-                _drop_import_hooks(site, sorted(set(os.listdir(site)) - before), copy)
+                regular = self.untrusted([*argv, str(copy)], **offline)
+                _drop_import_hooks(site, sorted(set(os.listdir(site)) - before - backend), copy)
+            self.remove_backend(python, backend)
         finally:
             os.close(site)
             remove_tree(copy)  # a build may have left a tree deeper than shutil.rmtree can recurse
@@ -367,6 +377,39 @@ class _Builder:
             f"{name} installed editable from the checkout (its metadata and entry points; its code is "
             f"imported from {shown} of the checkout each run uses)"
         ), roots
+
+    def build_backend(self, python: str, project: Project) -> set[str]:
+        """Install the project's build requirements (wheels only, with the network, no code of the
+        submission's yet): the names of the site-packages entries this added, for `remove_backend`."""
+        site = _open_site(self.target)
+        if site is None or not project.build_requires:
+            if site is not None:
+                os.close(site)
+            return set()
+        try:
+            before = set(os.listdir(site))
+            if self.tool == "uv":
+                argv = [self.uv or "uv", "pip", "install", "--quiet", "--python", python, "--no-build"]
+            else:
+                argv = [python, "-m", "pip", "install", "--quiet", "--no-compile", "--only-binary", ":all:"]
+            # Untrusted although no build runs: the venv's interpreter, which the installer starts, may
+            # import what its packages' .pth files name.
+            self.untrusted([*argv, *project.build_requires, *build_extras(project.build_requires)])
+            return set(os.listdir(site)) - before
+        finally:
+            os.close(site)
+
+    def remove_backend(self, python: str, added: set[str]) -> None:
+        """Take the build requirements `build_backend` added out of the venv again: the suite runs with
+        the submission's dependencies, as after a build with isolation."""
+        names = sorted({n.split("-", 1)[0] for n in added if n.endswith(".dist-info") and "-" in n})
+        if not names:
+            return
+        if self.tool == "uv":
+            argv = [self.uv or "uv", "pip", "uninstall", "--quiet", "--python", python, *names]
+        else:
+            argv = [python, "-m", "pip", "uninstall", "--quiet", "--yes", *names]
+        self.untrusted(argv, network=False)
 
     def not_assessable(self, step: str, result: sandbox.RunResult) -> NotAssessable:
         output = result.stderr + "\n" + result.stdout

