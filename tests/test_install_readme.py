@@ -473,3 +473,67 @@ def test_the_projects_own_build_runs_without_the_network_and_its_backend_is_remo
     assert "phonehome" in names
     # The backend served the build and left: the suite runs with the submission's dependencies only.
     assert "setuptools" not in names and "wheel" not in names, sorted(names)
+
+
+_FIND_PYTEST = """
+    import os
+    def _pytest_files():
+        seen = set()
+        for line in open("/proc/self/mountinfo"):
+            top = line.split()[4]
+            for root, dirs, files in os.walk(top):
+                if root.count(os.sep) - top.count(os.sep) > 7 or root.startswith(("/proc", "/sys", "/dev")):
+                    dirs[:] = []
+                    continue
+                if root.endswith(os.sep + "_pytest") and "python.py" in files:
+                    path = os.path.join(root, "python.py")
+                    if path not in seen:
+                        seen.add(path)
+                        yield path
+    for path in _pytest_files():
+        try:
+            with open(path, "a") as handle:
+                handle.write("\\n# patched by the submission's setup.py\\n")
+        except OSError:
+            pass
+"""
+
+
+def test_the_projects_own_build_cannot_write_the_venv_the_suite_runs_in(area):
+    """Red-team R2: a setup.py that looks for every pytest it can reach and appends to it. The suite's
+    venv keeps the grader's pinned pytest as installed; the project still gets its metadata."""
+    setup = (
+        textwrap.dedent(_FIND_PYTEST)
+        + 'from setuptools import setup\nsetup(name="patcher", version="0.1.0", packages=["patcher"],\n'
+        + '      entry_points={"patcher.plugins": ["one = patcher:One"]})\n'
+    )
+    repo = _repo(
+        area,
+        "patcher",
+        {
+            "pyproject.toml": (
+                '[build-system]\nrequires = ["setuptools>=64"]\nbuild-backend = "setuptools.build_meta"\n'
+            ),
+            "patcher/__init__.py": "class One:\n    pass\n",
+        },
+    )
+    (repo / "setup.py").write_text(setup, encoding="utf-8")
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(
+        ["git", "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm", "setup"], cwd=repo, check=True
+    )
+    env = install.ensure_env(repo, cache_root=area / "cache", timeout=300)
+    assert "installed editable" in env.project, env.project
+    site = next(env.venv.glob("lib/python3*/site-packages"))
+    assert "patched by the submission" not in (site / "_pytest" / "python.py").read_text()
+    probe = (
+        "from importlib.metadata import entry_points as e; print(e(group='patcher.plugins')['one'].load())"
+    )
+    done = subprocess.run(
+        [str(env.python), "-c", probe],
+        env={**os.environ, "PYTHONPATH": str(repo)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.stdout.strip() == "<class 'patcher.One'>", done.stderr
