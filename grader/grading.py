@@ -94,7 +94,7 @@ def grade(
         # A host limit too low for any suite: nothing is scored, rather than the candidate scored down.
         raise NotAssessable(shortfall)
     report_progress = _one_line_progress(progress or _no_progress)
-    cache_root = cache_root or default_cache_root()
+    cache_root = Path(cache_root).resolve() if cache_root else default_cache_root()
     try:
         root = Path(tempfile.mkdtemp())
     except OSError as exc:
