@@ -265,6 +265,11 @@ def _isolation_notes(iso: dict[str, Any]) -> list[str]:
             "sandbox without a mount namespace (bwrap could not run here): submission code saw the host's "
             "files (docs/security.md)"
         )
+    if iso.get("cpu") == "shared":
+        notes.append(
+            "sandbox without CPU groups (not root, or no cgroup the grader could use): a command's processes "
+            "shared the CPU one by one, so a neighbour in a batch could slow this one down (docs/security.md)"
+        )
     lowered = (iso.get("limits") or {}).get("lowered_by_host") or []
     if lowered:
         values = ", ".join(f"{name} {iso['limits'][name]}" for name in lowered)
