@@ -184,7 +184,19 @@ def test_merge_refuses_a_missing_duplicate_or_foreign_shard(round_: dict[str, Pa
     work = round_["shards"]
     shard = [str(work / f"shard-{i}") for i in (1, 2, 3)]
     _refused(["merge", str(tmp_path / "a"), shard[0], shard[1]], tmp_path, "shard 3 of 3 missing")
-    _refused(["merge", str(tmp_path / "b"), shard[0], shard[0], shard[2]], tmp_path, "shard 1/3 is also")
+    # The same folder twice, and two folders holding the same slice: each named, with what to do.
+    _refused(
+        ["merge", str(tmp_path / "b"), shard[0], shard[1], shard[0], shard[2]],
+        tmp_path,
+        f"the shard folder {shard[0]} is given twice (it is shard 1 of 3); pass each shard folder once",
+    )
+    again = str(shutil.copytree(work / "shard-1", tmp_path / "shard-1-again"))
+    _refused(
+        ["merge", str(tmp_path / "b"), shard[0], again, shard[1], shard[2]],
+        tmp_path,
+        f"{shard[0]} and {again} are both shard 1 of 3 (the same slice graded twice); pass only one of them",
+    )
+    assert not (tmp_path / "b").exists()
     _refused(["merge", str(tmp_path / "c"), str(round_["single"])], tmp_path, "not a shard")
     # A shard graded from another batch file or another rubric is not part of this round.
     other = Path(shutil.copytree(work / "shard-3", tmp_path / "other"))
