@@ -10,6 +10,7 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from grader.checks import CheckResult, Finding, register
+from grader.details import row_details
 from grader.secrets import Scanner
 from grader.tapes import Interaction, Tape, canonical_key, tapes_of
 
@@ -100,12 +101,15 @@ def _use(
     ]
     if why_unknown:
         details.append(f"unused tapes not decided: the replay run is not available ({why_unknown})")
-    if opened is not None:  # what "0 unused" rests on: each tape the run opened (folded when many)
-        details += [
-            f"{t.path}:1 opened by the replay run"
-            for t in tapes
-            if t.format != "invalid" and _norm(t.path) in opened
-        ]
+    if opened is not None:  # what "0 unused" rests on: each tape the run opened, folded here (10,000 tapes)
+        details += row_details(
+            [
+                f"{t.path}:1 opened by the replay run"
+                for t in tapes
+                if t.format != "invalid" and _norm(t.path) in opened
+            ],
+            [],
+        )
     for tape in unused[:_MAX_LISTED]:
         findings.append(Finding("cassette-hygiene", "tape never opened by the replay run", f"{tape.path}:1"))
     _more(details, unused, "unused tapes", "never opened by the replay run")

@@ -30,6 +30,7 @@ from grader import keyprobe, walk
 from grader._json import marked_answer
 from grader.chain import chain_rewrites, read_chain
 from grader.checks import CheckResult, Finding, register
+from grader.details import row_details
 from grader.safeio import read_text
 from grader.tapes import canonical_key, tapes_of
 
@@ -157,9 +158,10 @@ def keys(ctx: Context) -> CheckResult:
         details.append(f"... and {len(findings) - _MAX_LISTED} more")
     # What the counts in the evidence rest on, each line checkable against a file (folded when alike).
     bad = {f.location.rpartition(":")[0] for f in findings if f.rule == "canonical-keys"}
-    for tape in kit:
-        if tape.path not in bad:
-            details.append(f"{tape.path}:{tape.find_line(_KEY_FIELD) or 1} re-hashes to its own name")
+    rehashed = [
+        f"{t.path}:{t.find_line(_KEY_FIELD) or 1} re-hashes to its own name" for t in kit if t.path not in bad
+    ]
+    details += row_details(rehashed, [])  # folded here: 10,000 tapes are one line, in results.json too
     details += probe_lines
     if chain is not None and not chain.error and not chain.problems:
         details.append(
