@@ -352,7 +352,10 @@ def _judge(
         findings.append(Finding("canonical-keys", "key_function probe answer is malformed", where))
         return 0, ["the key function itself"], "key_function probe answer is malformed"
     failed: list[str] = []
+    tally: dict[tuple[str, bool], list[int]] = {}  # (what, keys must be equal) -> [right, pairs]
     for (_a, _b, expect_same, what, seed), got in zip(cases, results, strict=True):
+        counts = tally.setdefault((what, expect_same), [0, 0])
+        counts[1] += 1
         if not isinstance(got, dict) or "error" in got:
             failed.append("the key function itself")
             error = got.get("error") if isinstance(got, dict) else "no answer"
@@ -360,25 +363,21 @@ def _judge(
             findings.append(Finding("canonical-keys", message, where))
             continue
         same = got.get("a") == got.get("b")
+        counts[0] += same == expect_same
         if same != expect_same:
             failed.append(what)
             wrong = "changes the key" if expect_same else "does not change the key"
             extra = " (not required by the take-home)" if what in optional else ""
             findings.append(Finding("canonical-keys", f"{what} {wrong}{extra} (seed {seed})", where))
-    lines += _probe_lines(cases, failed, optional, _definition(repo, key_function) or where)
+    lines += _probe_lines(tally, optional, _definition(repo, key_function) or where)
     return len(cases), failed, ""
 
 
-def _probe_lines(
-    cases: list[tuple[Any, Any, bool, str, int]], failed: list[str], optional: set[str], where: str
-) -> list[str]:
-    """``where probe: reordered keys must keep the key: 4/4 seeded pairs did`` for each kind of probe."""
-    kinds: dict[tuple[str, bool], int] = {}
-    for _a, _b, expect_same, what, _seed in cases:
-        kinds[(what, expect_same)] = kinds.get((what, expect_same), 0) + 1
+def _probe_lines(tally: dict[tuple[str, bool], list[int]], optional: set[str], where: str) -> list[str]:
+    """``where probe: reordered keys must keep the key: 4/4 seeded pairs did`` for each kind of probe (a
+    pair on which the key function raised is not one that did)."""
     out = []
-    for (what, expect_same), total in kinds.items():
-        right = total - failed.count(what)
+    for (what, expect_same), (right, total) in tally.items():
         must = "must keep the key" if expect_same else "must change the key"
         if what in optional:
             must = "may keep the key (the kit's layer does; not required by the take-home)"
