@@ -292,6 +292,14 @@ def test_make_check_counts_and_cites_replay_md_as_the_grader_does(variant: str, 
     else:
         assert summary.startswith("REPLAY.md covers 0/6 topics")
         assert all(re.search(r"\(REPLAY\.md:\d+\)$", p) for p in problems) and len(problems) == 6
+        # Each at the first TODO of the section meant for it, not at the intro under the `#` title ("... its
+        # model calls", whose "Fill in every `TODO`" is no place to write the model).
+        served = _line_of(text, "Served model: TODO")
+        assert problems[:2] == [
+            f"does not cover {topic}: its section still holds unfilled text (TODO, TBD, FIXME or <fill ...>) "
+            f"(REPLAY.md:{served})"
+            for topic in ("endpoint", "model")
+        ]
 
 
 def test_the_rule_file_is_one_file_in_three_places() -> None:

@@ -60,6 +60,7 @@ class _Section:
     title: str
     line: int  # 1-based line of the heading (0 for text before the first heading)
     lines: list[tuple[int, str]] = field(default_factory=list)
+    level: int = 0  # number of #s (0 for text before the first heading)
 
 
 @register("replay-doc")
@@ -172,15 +173,16 @@ def _sections(text: str) -> list[_Section]:
             in_code = not in_code
         match = None if in_code else _HEADING.match(line)
         if match:
-            sections.append(_Section(title=match.group(2), line=number))
+            sections.append(_Section(title=match.group(2), line=number, level=len(match.group(1))))
         else:
             sections[-1].lines.append((number, line))
     return sections
 
 
 def _unfilled_line(sections: list[_Section], heading_rx: str) -> tuple[int, str]:
-    """(the line a missing topic is cited at, why it is missing)."""
-    for section in sections:
+    """(the line a missing topic is cited at, why it is missing). A `#` title ("... replays its model calls")
+    is the place only when no section heading names the topic: the stub's intro is not where it goes."""
+    for section in sorted(sections, key=lambda s: s.level == 1):
         if section.line and re.search(heading_rx, _plain(section.title), re.IGNORECASE):
             todo = next((n for n, line in section.lines if _UNFILLED.search(line)), None)
             if todo:

@@ -333,15 +333,16 @@ class ReplayRule:
             summary += f" (missing: {', '.join(missing)})"
         return summary, problems
 
-    def _sections(self, text: str) -> list[tuple[int, str, list[tuple[int, str]]]]:
-        sections: list[tuple[int, str, list[tuple[int, str]]]] = [(0, "", [])]
+    def _sections(self, text: str) -> list[tuple[int, str, list[tuple[int, str]], int]]:
+        """(heading line, title, [(line, text)], number of #s), the text before any heading first."""
+        sections: list[tuple[int, str, list[tuple[int, str]], int]] = [(0, "", [], 0)]
         in_code = False
         for number, line in enumerate(text.splitlines(), 1):
             if line.lstrip().startswith(self.fences):
                 in_code = not in_code
             match = None if in_code else self.heading.match(line)
             if match:
-                sections.append((number, match.group(2), []))
+                sections.append((number, match.group(2), [], len(match.group(1))))
             else:
                 sections[-1][2].append((number, line))
         return sections
@@ -349,11 +350,12 @@ class ReplayRule:
     def _plain(self, text: str) -> str:
         return self.emphasis.sub("", text)
 
-    def _unfilled(self, section: tuple[int, str, list[tuple[int, str]]]) -> bool:
+    def _unfilled(self, section: tuple[int, str, list[tuple[int, str]], int]) -> bool:
         return any(self.unfilled.search(line) for _, line in section[2])
 
     def _unfilled_line(self, sections: list, heading_rx: str) -> tuple[int, str]:
-        for start, title, lines in sections:
+        # A `#` title is the place only when no section heading names the topic (as the grader cites it).
+        for start, title, lines, _ in sorted(sections, key=lambda s: s[3] == 1):
             if start and re.search(heading_rx, self._plain(title), re.IGNORECASE):
                 todo = next((n for n, line in lines if self.unfilled.search(line)), None)
                 if todo:
@@ -362,10 +364,10 @@ class ReplayRule:
         return 1, "no heading or filled-in line names it"
 
     def _covers(self, filled: list, heading_rx: str, keyword_rx: str) -> int | None:
-        for start, title, _ in filled:
+        for start, title, _, _ in filled:
             if start and re.search(heading_rx, self._plain(title), re.IGNORECASE):
                 return start
-        for _, _, lines in filled:
+        for _, _, lines, _ in filled:
             for number, line in lines:
                 if re.search(keyword_rx, self._plain(line), re.IGNORECASE):
                     return number
@@ -376,11 +378,11 @@ class ReplayRule:
         chosen = [s for s in sections if s[0] and re.search(heading_rx, s[1], re.IGNORECASE)]
         candidates = []
         if chosen:
-            for _, title, lines in chosen:
+            for _, title, lines, _ in chosen:
                 drops = bool(self.drop_words.search(title))
                 candidates += [(n, line, drops) for n, line in lines]
         else:
-            for _, _, lines in sections:
+            for _, _, lines, _ in sections:
                 candidates += [(n, line, False) for n, line in lines if self.normalized_lines.search(line)]
         fields, unexplained = [], []
         for number, line, section_drops in candidates:
@@ -420,7 +422,7 @@ class ReplayRule:
         lowered = {m.lower() for m in carried} | {m.lower().rsplit("/", 1)[-1] for m in carried}
         limits_rx = self.topics["what replay does not prove"][0]
         out, seen = [], set()
-        for start, title, lines in sections:
+        for start, title, lines, _ in sections:
             if start and re.search(limits_rx, title, re.IGNORECASE):
                 continue
             for number, line in lines:
