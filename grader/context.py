@@ -477,6 +477,10 @@ class Context:
         junit = results_log.parent / "run.junit.xml"
         misses = results_log.parent / "run.misses.jsonl"
         plugins = [m for m in pytest_plugin_modules(venv) if m not in _GRADER_PLUGINS]
+        if noconftest:
+            # A plugin the project registers for itself (a pytest11 entry point into its own tree) is its
+            # hook like a conftest file (red-team R8); the venv's plugins from the index stay.
+            plugins = [m for m in plugins if not tamper.in_tree(self.repo, m)]
         guard_dir, sealed = self._guard_files()
         guard_log = sealed / f"{results_log.parent.name}.guard"
         addopts = [
