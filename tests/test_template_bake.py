@@ -52,6 +52,8 @@ def test_bake_renders_manifest_and_settings_per_provider(tmp_path: Path, provide
     answers = json.loads((project / ".cookiecutter.json").read_text())
     assert answers["provider"] == provider and answers["package_name"] == "acme_triage"
     assert str(tmp_path) not in (project / ".cookiecutter.json").read_text()  # no local paths committed
+    # Nor the template's own path as the candidate typed it (cookiecutter's `_template`, `_output_dir`...).
+    assert not [key for key in answers if key.startswith("_")], answers
 
     for name in (
         "Makefile",
