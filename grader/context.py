@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import fromstring as defused_fromstring
 
-from grader import sandbox, tamper
+from grader import diskwatch, sandbox, tamper
 from grader.acquire import copy_checkout, keep_pristine, no_space, no_space_reason, no_space_text
 from grader.audit import AuditLog, Results, read_audit_log, read_result_log
 from grader.errors import NotAssessable
@@ -59,9 +59,10 @@ _MODULE = re.compile(r"[A-Za-z_][\w.]*")
 _FRAME = re.compile(r"^(?P<file>[^\s:][^:\n]*?\.py):(?P<line>\d+): ", re.MULTILINE)
 _BLOCKED_ARGS = re.compile(r"^_args = \('(?P<host>[^']*)', (?P<port>\d+)", re.MULTILINE)
 # A run that starts with less free space than this in the workspace and then reports a full disk failed
-# because of the grader's disk (not-assessable); with more room, filling the disk is the run's own doing.
+# because of the grader's disk (not-assessable); with more room, whoever's files filled it while the run ran
+# did (grader/diskwatch.py): the run's own, graded as it ran, or a neighbour's, not-assessable.
 _ROOM = 256 * 1024**2
-_FULL = 256 * 1024  # free space below this after a run: the disk is full
+_FULL = 256 * 1024  # free space below this: the disk is full
 _LOG_CAP = 64 * 1024**2  # a log a run wrote (JUnit, misses): read no more than this
 _MAKEFILE_CAP = 1_000_000
 
@@ -147,6 +148,9 @@ class Context:
         self._suite_done = threading.Event()  # the replay suite's run ended, however it ended
         self.outputs: list[tuple[str, str]] = []
         self.sandbox_users: set[str] = set()  # RunResult.user of every run: "unprivileged" | "grader"
+        self.disk_fills: list[str] = []  # a run of this submission's filled the workspace disk: for the notes
+        # The folders each running run may write (path: its name in a note), keyed by the run's log folder.
+        self._running: dict[str, dict[Path, str]] = {}
         self._replay: ReplayRun | None = None
         self._replay_error: NotAssessable | None = None
         self._runs = 0
@@ -235,17 +239,54 @@ class Context:
         except OSError:
             return _ROOM
 
-    def _check_space(self, result: RunResult, free_before: int, label: str) -> None:
+    def _held(self) -> diskwatch.Held:
+        """What this submission's running runs hold on the workspace disk right now (diskwatch.Watch)."""
+        with self._lock:
+            folders = {path: name for running in self._running.values() for path, name in running.items()}
+        uids: set[int] = set()
+        for path, name in folders.items():
+            if name == "home":  # the sandbox hands a run's folders to its own uid while it runs
+                with contextlib.suppress(OSError):
+                    uids.add(path.stat().st_uid)
+        uids.discard(os.getuid())
+        try:
+            device = os.stat(self.workspace.root).st_dev
+        except OSError:
+            return diskwatch.Held(0, False)
+        return diskwatch.held_bytes(folders, uids, device)
+
+    def _check_space(self, result: RunResult, watch: diskwatch.Watch, label: str) -> None:
         """NotAssessable when the run failed for lack of room the grader should have had (docs/security.md).
 
-        Only on a disk that started the run with less than ``_ROOM`` free: a run that fills a roomy disk
-        (a flood) is graded as it ran.
+        On a disk that started the run with less than ``_ROOM`` free: when the disk is full or the run says
+        so. With more room, only when the disk went full while the run ran and this submission's running
+        folders held less than half of what the disk lost (a neighbour's flood, red-team R11); a fill that
+        is the submission's own is graded as it ran, with a note.
         """
-        if free_before >= _ROOM:
+        if watch.free_before < _ROOM:
+            if self._free() < _FULL or no_space_text(f"{result.stdout}\n{result.stderr}"):
+                where = no_space_reason("workspace", self.workspace.root)
+                raise NotAssessable(f"{where} (running {label!r})")
             return
-        if self._free() < _FULL or no_space_text(f"{result.stdout}\n{result.stderr}"):
-            where = no_space_reason("workspace", self.workspace.root)
-            raise NotAssessable(f"{where} (running {label!r})")
+        fill = watch.fill
+        if fill is None:
+            return  # never full, or full but never measured steadily: graded as it ran
+        before = diskwatch.size_text(fill.free_before)
+        lowest = diskwatch.size_text(min(watch.min_free, fill.free_at))
+        held = diskwatch.size_text(fill.held.bytes)
+        if fill.own:
+            note = (
+                f"this run filled the workspace disk ({before} free → {lowest}): {held} in its "
+                f"{fill.held.biggest or 'folders'} ({label!r})"
+            )
+            with self._lock:
+                if note not in self.disk_fills:
+                    self.disk_fills.append(note)
+            return
+        raise NotAssessable(
+            f"the workspace disk filled while this run ran, and not with this run's files: {before} free → "
+            f"{lowest}, this run held {held} (running {label!r}; another candidate graded beside it?)"
+        )
 
     def log_path(self, label: str, suffix: str) -> Path:
         """A fresh file path outside the repo for a log one run writes (audit, results, JUnit, misses).
@@ -355,23 +396,32 @@ class Context:
             "PY_SOURCE_PATH": _pythonpath(cwd, self.env.import_roots if self.env else ()),
             **(env or {}),
         }
-        free_before = self._free()
-        with self._disk(f"running {label!r}"):
-            home.mkdir(parents=True, exist_ok=True)
-            result = sandbox.run(
-                list(argv),
-                cwd=cwd,
-                home=home,
-                timeout=allowed,
-                venv=venv,
-                env=extra,
-                network=network,
-                loopback=loopback,
-                audit_log=audit_log,
-                audit_root=cwd,
-                pass_fds=pass_fds,
-                stop=self._suite_hung if suite_probe else None,
-            )
+        owned = sandbox.owned_folders(cwd=cwd, home=home, env=extra, audit_log=audit_log)
+        names = {cwd: "working folder", home: "home"}
+        key = audit_log.parent.name
+        with self._lock:
+            self._running[key] = {path: names.get(path, "log folder") for path in owned}
+        watch = diskwatch.Watch(self.workspace.root, self._free(), _FULL, self._held)
+        try:
+            with self._disk(f"running {label!r}"), watch:
+                home.mkdir(parents=True, exist_ok=True)
+                result = sandbox.run(
+                    list(argv),
+                    cwd=cwd,
+                    home=home,
+                    timeout=allowed,
+                    venv=venv,
+                    env=extra,
+                    network=network,
+                    loopback=loopback,
+                    audit_log=audit_log,
+                    audit_root=cwd,
+                    pass_fds=pass_fds,
+                    stop=self._suite_hung if suite_probe else None,
+                )
+        finally:
+            with self._lock:
+                self._running.pop(key, None)
         if result.stopped:
             raise self.skip(self._suite_hung_reason)
         if result.timed_out and clipped:
@@ -381,7 +431,7 @@ class Context:
                 self.timeouts.append((label, allowed))
         self.outputs.append((label, f"{result.stdout}\n{result.stderr}"))
         self.sandbox_users.add(result.user)
-        self._check_space(result, free_before, label)
+        self._check_space(result, watch, label)
         return result, read_audit_log(audit_log)
 
     def skip(self, reason: str) -> NotAssessable:

@@ -249,6 +249,7 @@ def _run_notes(ctx: Context, rubric: Rubric, results: dict[str, CheckResult]) ->
     """What the report must say about runs: each that reached its timeout, and each run the grader skipped
     or stopped (a probe of a suite that timed out, the budget spent) with the rows that left unassessed."""
     notes = [f"timed out after {seconds:g} s: {label}" for label, seconds in ctx.timeouts]
+    notes.extend(ctx.disk_fills)  # a run of this submission's filled the shared workspace disk
     for reason in ctx.skipped:
         unassessed = {c for c, result in results.items() if reason in (result.not_assessable or "")}
         rows = [row.id for row in rubric.rows if row.check in unassessed]

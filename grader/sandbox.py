@@ -47,6 +47,7 @@ __all__ = [
     "RunResult",
     "host_shortfall",
     "isolation",
+    "owned_folders",
     "reachable_by_sandbox_user",
     "run",
     "scrubbed_env",
@@ -633,6 +634,23 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
+def owned_folders(
+    *,
+    cwd: Path,
+    home: Path,
+    env: Mapping[str, str] | None = None,
+    audit_log: Path | None = None,
+    writable: Sequence[Path] = (),
+) -> list[Path]:
+    """The folders a run may write (``run``'s rules): cwd, home, ``writable``, and the folders of
+    ``audit_log`` and of every absolute ``*_LOG`` path in ``env``; cwd first."""
+    log_dirs = [Path(audit_log).parent] if audit_log is not None else []
+    for name, value in (env or {}).items():
+        if name.endswith("_LOG") and os.path.isabs(value):
+            log_dirs.append(Path(value).parent)
+    return list(dict.fromkeys([Path(cwd), Path(home), *map(Path, writable), *log_dirs]))
+
+
 def run(
     argv: Sequence[str],
     *,
@@ -669,11 +687,7 @@ def run(
     child_env = scrubbed_env(
         home=home, cwd=cwd, venv=venv, extra=env, network=network, audit_log=audit_log, audit_root=audit_root
     )
-    log_dirs = [Path(audit_log).parent] if audit_log is not None else []
-    for name, value in (env or {}).items():
-        if name.endswith("_LOG") and os.path.isabs(value):
-            log_dirs.append(Path(value).parent)
-    owned = list(dict.fromkeys([cwd, home, *map(Path, writable), *log_dirs]))
+    owned = owned_folders(cwd=cwd, home=home, env=env, audit_log=audit_log, writable=writable)
     for path in owned:
         path.mkdir(parents=True, exist_ok=True)
     venv_path = Path(venv) if venv else None
