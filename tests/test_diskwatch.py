@@ -1,0 +1,55 @@
+"""How the grader counts what a submission's runs hold on the workspace disk (grader/diskwatch.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from grader.diskwatch import Fill, Held, held_bytes
+
+MiB = 1024**2
+
+
+def _write(path: Path, size: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x" * size)
+    return path
+
+
+def test_counts_allocated_bytes_and_never_follows_a_link(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    _write(home / "a" / "b" / "big.bin", 3 * MiB)
+    outside = _write(tmp_path / "outside" / "huge.bin", 8 * MiB)
+    (home / "link").symlink_to(outside)
+    (home / "dirlink").symlink_to(outside.parent, target_is_directory=True)
+    with open(home / "sparse.bin", "wb") as handle:  # 1 GiB long, nothing allocated: fills no disk
+        handle.truncate(1024**3)
+    device = os.stat(tmp_path).st_dev
+    held = held_bytes({home: "home"}, (), device)
+    assert held.complete
+    assert 3 * MiB <= held.bytes < 4 * MiB
+    assert held.biggest == "home"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another uid needs root")
+def test_counts_a_deleted_file_its_sandbox_user_still_holds_open(tmp_path: Path) -> None:
+    uid = 64_000 + os.getpid() % 1000
+    hidden = _write(tmp_path / "run" / "gone.bin", 2 * MiB)
+    os.chown(hidden, uid, uid)
+    device = os.stat(tmp_path).st_dev
+    with open(hidden, "rb"):
+        hidden.unlink()
+        seen = held_bytes({tmp_path / "run": "home"}, {uid}, device)
+        other = held_bytes({tmp_path / "run": "home"}, {uid + 1}, device)
+    assert seen.bytes >= 2 * MiB and seen.biggest == "(deleted files still open)"
+    assert other.bytes < MiB  # another candidate's uid: not this submission's bytes
+
+
+def test_a_fill_is_the_runs_own_when_it_holds_half_of_what_was_lost() -> None:
+    lost_300 = {"free_before": 300 * MiB, "free_at": 0}
+    assert Fill(**lost_300, held=Held(200 * MiB, True)).own
+    assert not Fill(**lost_300, held=Held(10 * MiB, True)).own
+    # a count that hit its cap is a lower bound: the fill is taken as the run's own
+    assert Fill(**lost_300, held=Held(10 * MiB, False)).own
