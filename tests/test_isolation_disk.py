@@ -184,9 +184,10 @@ def test_a_neighbours_flood_never_scores_the_victim_zero(tmp_path: Path, small_d
         jobs=2,
     )
     alice = _rows(_report(out, "alice"))
-    hit = {rid for rid, row in alice.items() if row["status"] == "not-assessable"}
+    # not-assessable, or left to the reviewer ("manual": a check that scores part of a row from the replay)
+    hit = {rid for rid, row in alice.items() if row["status"] in ("not-assessable", "manual")}
     # The flood reached the victim (its cache write needs room only a flood takes) ...
-    assert "offline-replay" in hit, alice["offline-replay"]
+    assert alice["offline-replay"]["status"] == "not-assessable", alice["offline-replay"]
     # Each unassessed row names the disk: a run of the victim's the flood reached, or the grader's own write
     # in the victim's workspace that the flood made fail.
     for rid in hit:
@@ -196,7 +197,7 @@ def test_a_neighbours_flood_never_scores_the_victim_zero(tmp_path: Path, small_d
     # ... and every row it did not leave unassessed scores as the sample alone would: never 0 for the flood.
     for rid, score in default_scores().items():
         if rid not in hit:
-            assert alice[rid]["score"] == score, alice[rid]
+            assert alice[rid]["score"] == score, (alice[rid]["status"], alice[rid]["evidence"])
     # The filler cleaned up, so its suite passed and it is graded as it ran; its report says what it did.
     mallory = _report(out, "mallory")
     assert _rows(mallory)["offline-replay"]["score"] == load_rubric().max
