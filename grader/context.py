@@ -258,13 +258,15 @@ class Context:
     def _check_space(self, result: RunResult, watch: diskwatch.Watch, label: str) -> None:
         """NotAssessable when the run failed for lack of room the grader should have had (docs/security.md).
 
-        On a disk that started the run with less than ``_ROOM`` free: when the disk is full or the run says
-        so. With more room, only when the disk went full while the run ran and this submission's running
-        folders held less than half of what the disk lost (a neighbour's flood, red-team R11); a fill that
-        is the submission's own is graded as it ran, with a note.
+        On a disk that started the run with less than ``_ROOM`` free: when the disk was full while the run
+        ran or after it, or the run says so. With more room, only when the disk went full while the run ran
+        and this submission's running folders held less than half of what the disk lost (a neighbour's
+        flood, red-team R11); a fill that is the submission's own is graded as it ran, with a note.
         """
         if watch.free_before < _ROOM:
-            if self._free() < _FULL or no_space_text(f"{result.stdout}\n{result.stderr}"):
+            # full at any sample, not only at the end: a neighbour's flood may be gone by then (R11)
+            full = min(watch.min_free, self._free()) < _FULL
+            if full or no_space_text(f"{result.stdout}\n{result.stderr}"):
                 where = no_space_reason("workspace", self.workspace.root)
                 raise NotAssessable(f"{where} (running {label!r})")
             return
