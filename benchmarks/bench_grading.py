@@ -1,6 +1,7 @@
 """Grading: `grade sample_solution` cold and warm vs its pytest sessions' floor; `grade batch` at 1, 2 jobs.
 
     python -m benchmarks --only grading [--quick]
+    python -m benchmarks --only warm-grade    # the same without `grade batch` (the slow half)
 
 - cold: ``grade sample_solution --cache-dir <new empty folder>`` (no cached environment: uv creates the venv
   and installs; uv's own download cache under that folder starts empty too, so packages come from the index);
@@ -10,9 +11,10 @@
   sample_solution, no credentials in the environment: what the suite costs with no grader around it; three
   runs per round (before, between and after the two warm grades), the round's value their median;
 - floor: what the design cannot go below: bare × the pytest sessions the grade runs ÷ the cores. The
-  sessions are counted in the same round, from the ``--jobs 1`` run's audit logs (``--keep-workspace``): each
-  sandboxed process in which pytest's own code opened a file is one session (the replay suite, the
-  tapes-withheld rerun, the canary's ``make record``);
+  sessions are counted in the same round, from the ``--jobs 1`` run's kept workspace (``--keep-workspace``):
+  ``logs/index.tsv`` names every sandboxed command, and in each command's audit log every process in which
+  pytest's own code opened a file is one session (for the sample: the replay suite, the tapes-withheld rerun,
+  the canary's ``make record``); the report lists every sandboxed command with its sessions and processes;
 - without the drift probe: the warm grade again with the default rubric less its ``model-drift`` row (the
   drift check then does not run), so the difference is what the probe adds;
 - batch: ``grade batch`` on 12 fixture submissions (the ones ``tests/test_batch.py`` builds: copies of
@@ -32,12 +34,13 @@ import sys
 import tarfile
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ._common import Section, Series, Verdict, ratio
 
-__all__ = ["run"]
+__all__ = ["SandboxedRun", "run", "sandboxed_runs"]
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_solution"
@@ -140,18 +143,49 @@ def _kept_workspace(report: Path) -> Path:
     raise RuntimeError(f"{report}: no 'workspace kept at' note")
 
 
-def _pytest_sessions(workspace: Path) -> int:
-    """Sandboxed processes in which pytest's own code opened a file: one per pytest session the grade ran."""
-    sessions: set[tuple[str, object]] = set()
-    for log in sorted((workspace / "logs").rglob("*.audit.jsonl")):
-        for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+@dataclass(frozen=True)
+class SandboxedRun:
+    """One sandboxed command a grade ran, read from its kept workspace's logs."""
+
+    label: str  # the run's label in logs/index.tsv, e.g. "02-replay"
+    pytest: int  # processes in it where pytest's own code opened a file: its pytest sessions
+    pythons: int  # Python processes in it the audit hook saw doing anything (a driver's children included)
+
+
+def sandboxed_runs(workspace: Path) -> list[SandboxedRun]:
+    """Every sandboxed command of a kept workspace, in the order it started (``logs/index.tsv``).
+
+    Each run has a folder of its own under ``logs/`` named at random (the run must not tell one run from
+    another) holding ``run.audit.jsonl``, and the index maps the folder to the run's label. Counting by file
+    name alone, as this bench once did, merged runs whose audit logs share that name and whose pids
+    (numbered from 1 in each run's pid namespace) coincide.
+    """
+    runs: list[SandboxedRun] = []
+    index = workspace / "logs" / "index.tsv"
+    for line in index.read_text(encoding="utf-8").splitlines():
+        folder, _, name = line.partition("\t")
+        if not name.endswith(".audit.jsonl"):
+            continue
+        log = workspace / "logs" / folder / "run.audit.jsonl"
+        pids: set[object] = set()
+        pytest: set[object] = set()
+        text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+        for raw in text.splitlines():
             try:
-                event = json.loads(line)
+                event = json.loads(raw)
             except ValueError:
                 continue
-            if isinstance(event, dict) and "/_pytest/" in str(event.get("where", "")):
-                sessions.add((log.name, event.get("pid")))
-    return len(sessions)
+            if isinstance(event, dict):
+                pids.add(event.get("pid"))
+                if "/_pytest/" in str(event.get("where", "")):
+                    pytest.add(event.get("pid"))
+        runs.append(SandboxedRun(name.removesuffix(".audit.jsonl"), len(pytest), len(pids)))
+    return runs
+
+
+def _described(runs: list[SandboxedRun]) -> str:
+    """``02-replay (pytest ×1, 1 py)``: each run's label, its pytest sessions, its Python processes."""
+    return ", ".join(f"{r.label} ({f'pytest ×{r.pytest}, ' if r.pytest else ''}{r.pythons} py)" for r in runs)
 
 
 def _rubric_without_drift(tmp: Path) -> Path:
@@ -175,8 +209,10 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def run(quick: bool = False, runs: int = 5) -> Section:
-    section = Section("Grading: grade vs bare offline pytest; grade batch --jobs 1 vs --jobs 2")
+def run(quick: bool = False, runs: int = 5, batch: bool = True) -> Section:
+    """The section; ``batch=False`` (``--only warm-grade``) leaves out `grade batch` and its target."""
+    title = "Grading: grade vs bare offline pytest" + ("; grade batch --jobs 1 vs --jobs 2" if batch else "")
+    section = Section(title)
     cold = Series("grade sample_solution, cold (empty cache)", "s")
     warm = Series("grade sample_solution, warm (default --jobs 2)", "s")
     warm1 = Series("grade sample_solution, warm, --jobs 1 (checks one by one)", "s")
@@ -184,6 +220,7 @@ def run(quick: bool = False, runs: int = 5) -> Section:
     bare = Series("bare offline pytest, same venv", "s")
     floor = Series("floor: bare × pytest sessions the grade runs ÷ cores", "s")
     sessions: set[int] = set()
+    commands: set[str] = set()  # the sandboxed runs of each round's --jobs 1 grade, described
     cores = _cores()
     batch1 = Series("grade batch, 12 submissions, --jobs 1", "s")
     batch2 = Series("grade batch, 12 submissions, --jobs 2", "s")
@@ -192,7 +229,7 @@ def run(quick: bool = False, runs: int = 5) -> Section:
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp_name:
         tmp = Path(tmp_name)
         tmp.chmod(0o755)
-        listing = _candidates(tmp)
+        listing = _candidates(tmp) if batch else None
         no_drift = _rubric_without_drift(tmp)
         for round_ in range(runs):
             cache = _fresh_cache(tmp, f"cache-{round_}")
@@ -218,8 +255,10 @@ def run(quick: bool = False, runs: int = 5) -> Section:
                 scores.add(f"{data['total']['points']}/{data['total']['max']}")
                 if jobs == "1":
                     kept = _kept_workspace(report)
-                    round_sessions = _pytest_sessions(kept)
+                    runs_seen = sandboxed_runs(kept)
+                    round_sessions = sum(r.pytest for r in runs_seen)
                     sessions.add(round_sessions)
+                    commands.add(_described(runs_seen))
                     shutil.rmtree(kept, ignore_errors=True)
                     for stage, value in _timings(report).items():
                         label = f"  warm grade stage, --jobs 1: {stage}"
@@ -228,7 +267,7 @@ def run(quick: bool = False, runs: int = 5) -> Section:
                 bare_runs.append(_bare_pytest(python, tmp, f"{round_}-{len(bare_runs)}"))
             bare.values.append(statistics.median(bare_runs))
             floor.values.append(bare.values[-1] * round_sessions / cores)
-            if not quick or round_ == 0:
+            if batch and (not quick or round_ == 0):
                 order = [("1", batch1), ("2", batch2)]
                 for jobs, series in order if round_ % 2 == 0 else order[::-1]:
                     out = tmp / f"batch-{round_}-{jobs}"
@@ -248,17 +287,31 @@ def run(quick: bool = False, runs: int = 5) -> Section:
         "its model-drift row (no drift probe), in alternating order; stages: the `timings` of the "
         "`--jobs 1` run's JSON report (checks one after another, so they add up)",
         f"floor: bare × pytest sessions ÷ cores; sessions counted per round in the `--jobs 1` run's kept "
-        f"workspace's audit logs (a sandboxed process where pytest's own code opened a file): "
-        f"{', '.join(map(str, sorted(sessions))) or 'none'}; cores (this process's CPU affinity): {cores}",
-        "batch: the 12 submissions `tests/test_batch.py` builds (10 local copies, good and mutated, in "
-        "folder/git/archive form; 2 unreachable URLs), `grade batch FILE --jobs J --timeout 120`; "
-        "the order of the two alternates between rounds",
+        f"workspace (`logs/index.tsv` names each sandboxed command; in its audit log, each process where "
+        f"pytest's own code opened a file is a session): {', '.join(map(str, sorted(sessions))) or 'none'}; "
+        f"cores (this process's CPU affinity): {cores}",
+        *(
+            f"sandboxed commands of a warm `--jobs 1` grade, each with its pytest sessions and the Python "
+            f"processes its audit log saw: {described}"
+            for described in sorted(commands)
+        ),
+        *(
+            [
+                "batch: the 12 submissions `tests/test_batch.py` builds (10 local copies, good and mutated, "
+                "in folder/git/archive form; 2 unreachable URLs), `grade batch FILE --jobs J --timeout 120`; "
+                "the order of the two alternates between rounds"
+            ]
+            if batch
+            else ["`grade batch` not run (`--only warm-grade`)"]
+        ),
         f"scores of the warm runs: {', '.join(sorted(scores))}",
         f"{runs} rounds; wall time; median (min–max)",
     ]
     added = Series("what the drift probe adds to a warm grade (with − without, same round)", "s")
     added.values = [w - n for w, n in zip(warm.values, nodrift.values, strict=True)]
-    section.series = [cold, warm, nodrift, added, warm1, bare, floor, *stages.values(), batch1, batch2]
+    section.series = [cold, warm, nodrift, added, warm1, bare, floor, *stages.values()]
+    if batch:
+        section.series += [batch1, batch2]
     r = ratio(warm, floor)
     section.verdicts.append(
         Verdict(
@@ -273,8 +326,9 @@ def run(quick: bool = False, runs: int = 5) -> Section:
     section.verdicts.append(
         Verdict("cold grade ≤ 30 s", f"{cold.median:.1f} s", cold.median <= 30),
     )
-    speedup = ratio(batch1, batch2)
-    section.verdicts.append(
-        Verdict("batch --jobs 2 ≥ 1.6× faster than --jobs 1", f"{speedup:.2f}×", speedup >= 1.6)
-    )
+    if batch:
+        speedup = ratio(batch1, batch2)
+        section.verdicts.append(
+            Verdict("batch --jobs 2 ≥ 1.6× faster than --jobs 1", f"{speedup:.2f}×", speedup >= 1.6)
+        )
     return section
