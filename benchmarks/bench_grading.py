@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ._common import Section, Series, Verdict, ratio
+from ._cpu import CpuMeter
 
 __all__ = ["SandboxedRun", "run", "sandboxed_runs"]
 
@@ -53,21 +54,33 @@ def _env(home: Path) -> dict[str, str]:
     return clean_env(HOME=str(home))
 
 
-def _grade(args: list[str], home: Path, timeout: float = 1800) -> tuple[float, Any]:
-    start = time.perf_counter()
+# CPU of each timed command and everything it starts (benchmarks/_cpu.py); NaN where it cannot be measured.
+# Made by `run` (a cgroup folder of its own, removed at the end).
+_METER: CpuMeter | None = None
+
+
+def _meter() -> CpuMeter:
+    global _METER
+    if _METER is None or (_METER.folder is not None and not _METER.folder.exists()):
+        _METER = CpuMeter("bench-grading")
+    return _METER
+
+
+def _grade(args: list[str], home: Path, timeout: float = 1800) -> tuple[float, Any, float]:
+    start, cpu = time.perf_counter(), _meter().seconds()
     result = subprocess.run(
-        [sys.executable, "-m", "grader", *args],
+        _meter().wrap([sys.executable, "-m", "grader", *args]),
         cwd=home,
         env=_env(home),
         capture_output=True,
         text=True,
         timeout=timeout,
     )
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, _meter().seconds() - cpu
     if result.returncode not in (0, 3):
         tail = result.stderr.strip()[-500:]
         raise RuntimeError(f"grade {' '.join(args)} exited {result.returncode}: {tail}")
-    return seconds, result
+    return seconds, result, cpu
 
 
 def _fresh_cache(tmp: Path, name: str) -> Path:
@@ -84,20 +97,20 @@ def _venv_python(cache: Path) -> Path:
     return found[0]
 
 
-def _bare_pytest(python: Path, tmp: Path, n: str) -> float:
+def _bare_pytest(python: Path, tmp: Path, n: str) -> tuple[float, float]:
     repo = tmp / f"bare-{n}"
     shutil.copytree(SAMPLE, repo, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
     env = _env(tmp)
     env.update(
         PATH=f"{python.parent}{os.pathsep}{env.get('PATH', '')}", CASSETTE_MODE="replay", PYTHONPATH=str(repo)
     )
-    argv = ["unshare", "-n", str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    start = time.perf_counter()
+    argv = _meter().wrap(["unshare", "-n", str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"])
+    start, cpu = time.perf_counter(), _meter().seconds()
     result = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, _meter().seconds() - cpu
     if result.returncode != 0:
         raise RuntimeError(f"bare pytest failed: {result.stdout[-500:]}")
-    return seconds
+    return seconds, cpu
 
 
 def _candidates(tmp: Path) -> Path:
@@ -222,6 +235,13 @@ def run(quick: bool = False, runs: int = 5, batch: bool = True) -> Section:
     sessions: set[int] = set()
     commands: set[str] = set()  # the sandboxed runs of each round's --jobs 1 grade, described
     cores = _cores()
+    cpus = {
+        "default": Series("CPU of the warm grade (default --jobs 2), every process it started", "s"),
+        "no-drift": Series("CPU of the warm grade without the drift probe", "s"),
+        "1": Series("CPU of the warm grade at --jobs 1", "s"),
+    }
+    bare_cpu = Series("CPU of the bare offline pytest", "s")
+    least = Series("least wall time the warm grade's CPU allows: its CPU ÷ cores", "s")
     batch1 = Series("grade batch, 12 submissions, --jobs 1", "s")
     batch2 = Series("grade batch, 12 submissions, --jobs 2", "s")
     stages: dict[str, Series] = {}
@@ -233,7 +253,7 @@ def run(quick: bool = False, runs: int = 5, batch: bool = True) -> Section:
         no_drift = _rubric_without_drift(tmp)
         for round_ in range(runs):
             cache = _fresh_cache(tmp, f"cache-{round_}")
-            seconds, _ = _grade([str(SAMPLE), "--quiet", "--cache-dir", str(cache)], tmp)
+            seconds, _, _cpu = _grade([str(SAMPLE), "--quiet", "--cache-dir", str(cache)], tmp)
             cold.values.append(seconds)
             warm_runs = [("default", warm), ("1", warm1), ("no-drift", nodrift)]
             round_sessions = 0
@@ -249,8 +269,9 @@ def run(quick: bool = False, runs: int = 5, batch: bool = True) -> Section:
                     argv += ["--rubric", str(no_drift)]
                 if jobs == "1":
                     argv += ["--keep-workspace"]
-                seconds, _ = _grade(argv, tmp)
+                seconds, _, cpu = _grade(argv, tmp)
                 series.values.append(seconds)
+                cpus[jobs].values.append(cpu)
                 data = json.loads(report.read_text())
                 scores.add(f"{data['total']['points']}/{data['total']['max']}")
                 if jobs == "1":
@@ -265,18 +286,22 @@ def run(quick: bool = False, runs: int = 5, batch: bool = True) -> Section:
                         stages.setdefault(stage, Series(label, "s", note="breakdown"))
                         stages[stage].values.append(float(value))
                 bare_runs.append(_bare_pytest(python, tmp, f"{round_}-{len(bare_runs)}"))
-            bare.values.append(statistics.median(bare_runs))
+            bare.values.append(statistics.median(wall for wall, _ in bare_runs))
+            bare_cpu.values.append(statistics.median(cpu for _, cpu in bare_runs))
             floor.values.append(bare.values[-1] * round_sessions / cores)
+            least.values.append(cpus["default"].values[-1] / cores)
             if batch and (not quick or round_ == 0):
                 order = [("1", batch1), ("2", batch2)]
                 for jobs, series in order if round_ % 2 == 0 else order[::-1]:
                     out = tmp / f"batch-{round_}-{jobs}"
                     argv = ["batch", str(listing), "--jobs", jobs, "--output", str(out), "--quiet"]
-                    seconds, _ = _grade([*argv, "--cache-dir", str(cache), "--timeout", "120"], tmp)
+                    seconds, _, _cpu = _grade([*argv, "--cache-dir", str(cache), "--timeout", "120"], tmp)
                     series.values.append(seconds)
                     shutil.rmtree(out, ignore_errors=True)
             shutil.rmtree(cache, ignore_errors=True)
             print(f"  grading round {round_ + 1}/{runs} done", file=sys.stderr)
+    cpu_measured = _meter().available
+    _meter().close()
     section.method = [
         "`python -m grader` (the `grade` command) from the bench venv, as root, `--cache-dir` a new 0755 "
         "folder per round for the cold run, reused by that round's warm run, bare run and batches",
@@ -305,21 +330,32 @@ def run(quick: bool = False, runs: int = 5, batch: bool = True) -> Section:
             else ["`grade batch` not run (`--only warm-grade`)"]
         ),
         f"scores of the warm runs: {', '.join(sorted(scores))}",
-        f"{runs} rounds; wall time; median (min–max)",
+        "CPU: user + system time of every process the command started, sandboxed ones included, from a "
+        "cgroup of the bench's own (`benchmarks/_cpu.py`)"
+        + ("" if cpu_measured else ": not measured on this machine (no cgroup the bench may create)"),
+        f"{runs} rounds; wall time unless it says CPU; median (min–max)",
     ]
     added = Series("what the drift probe adds to a warm grade (with − without, same round)", "s")
     added.values = [w - n for w, n in zip(warm.values, nodrift.values, strict=True)]
-    section.series = [cold, warm, nodrift, added, warm1, bare, floor, *stages.values()]
+    section.series = [cold, warm, nodrift, added, warm1, bare, floor]
+    if cpu_measured:
+        section.series += [*cpus.values(), bare_cpu, least]
+    section.series += list(stages.values())
     if batch:
         section.series += [batch1, batch2]
     r = ratio(warm, floor)
+    cpu_note = (
+        f"; the grade's own CPU ÷ cores is {ratio(least, floor):.2f}× the floor: no scheduling goes below it"
+        if cpu_measured
+        else ""
+    )
     section.verdicts.append(
         Verdict(
             "warm grade ≤ 1.25× the floor of the sessions the design runs (bare pytest × sessions ÷ cores)",
             f"{r:.2f}× with the drift probe ({ratio(nodrift, floor):.2f}× without it; the probe adds "
             f"{added.median:.2f} s; at --jobs 1: {ratio(warm1, floor):.2f}×; "
             f"{ratio(warm, bare):.1f}× one bare pytest; sessions {', '.join(map(str, sorted(sessions)))}, "
-            f"cores {cores})",
+            f"cores {cores}{cpu_note})",
             r <= 1.25,
         )
     )
