@@ -6,7 +6,7 @@
 ``nox -s bench`` runs this with vcrpy and detect-secrets installed. A full run (no ``--quick``, every part)
 rewrites the block between the ``bench:begin`` and ``bench:end`` markers of docs/benchmarks.md; the
 hand-written analysis around it is kept. ``--quick`` and ``--only`` runs print only, unless ``--output``:
-then a full run writes the main block of that file, and a partial one a block of its own named after its
+then a run of every part writes the main block of that file, and a subset a block of its own named after its
 parts (``bench:warm-grade:begin``), placed after the main block and rewritten by the next run of the same
 parts, so a subset never overwrites the last full run's numbers. ``warm-grade`` is the ``grading`` part
 without ``grade batch``: the warm-grade target alone (a few minutes instead of most of an hour).

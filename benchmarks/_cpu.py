@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 from pathlib import Path
 
 __all__ = ["CpuMeter"]
@@ -35,7 +36,11 @@ class CpuMeter:
             except OSError:
                 continue
             self.folder, self._v1 = folder, v1
-            break
+            # A cgroup v2 tree may refuse the move (no delegation, "no internal processes"): try it once.
+            if subprocess.run(self.wrap(["true"]), capture_output=True, check=False).returncode == 0:
+                break
+            self.close()
+            self.folder = None
 
     @property
     def available(self) -> bool:
