@@ -27,6 +27,7 @@ import os
 import re
 import resource
 import selectors
+import shlex
 import shutil
 import signal
 import stat
@@ -38,6 +39,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from grader.cpugroup import cpu_layer, memory_layer, run_groups
 
 __all__ = [
     "Isolation",
@@ -137,6 +140,10 @@ class Isolation:
     filesystem: str  # "bwrap" (own mount namespace) | "host" (no mount namespace: shared filesystem)
     # The rlimits every sandboxed command gets; "lowered_by_host" names those the host capped lower.
     limits: dict[str, object] = field(default_factory=dict)
+    # "cgroup-v2" | "cgroup-v1": every command had a CPU group of its own; "shared": no such layer here.
+    cpu: str = "shared"
+    # The same for a memory ceiling on each command as a whole (grader.cpugroup.MEMORY_LIMIT).
+    memory: str = "shared"
 
 
 @dataclass
@@ -226,6 +233,8 @@ def isolation() -> Isolation:
         credentials="scrubbed",
         filesystem="bwrap" if caps.bwrap else "host",
         limits=limits,
+        cpu=cpu_layer(),
+        memory=memory_layer(),
     )
 
 
@@ -669,7 +678,7 @@ def run(
         path.mkdir(parents=True, exist_ok=True)
     venv_path = Path(venv) if venv else None
     drop = _can_drop(argv, child_env, venv_path, owned)
-    with _folders_held(owned), _sandbox_uid() as uid:
+    with _folders_held(owned), _sandbox_uid() as uid, run_groups() as procs:
         mounts: list[str] = []
         if _caps().bwrap:
             mounts = _mounts(
@@ -682,6 +691,10 @@ def run(
                 network=network,
             )
         full = _wrap(argv, network=network, loopback=loopback, uid=uid if drop else None, mounts=mounts)
+        if procs:
+            # Into its own groups before anything of the command's runs; everything it forks stays there.
+            joins = "".join(f"echo $$ > {shlex.quote(str(p))} 2>/dev/null; " for p in procs)
+            full = ["/bin/sh", "-c", f'{joins}exec "$@"', "sh", *full]
         if drop:
             for path in owned:
                 _chown_tree(path, uid, uid)
