@@ -468,6 +468,26 @@ def _fingerprint_rules(rel: str, tree: ast.AST) -> Iterator[Hook]:
                 yield Hook("fingerprint", f"{rel}:{node.lineno}", why)
 
 
+_HIDES_WHY = "keeps tests out of collection, where neither a skip nor a deselection shows them"
+
+
+def _collection_rules(rel: str, tree: ast.AST, conftest: bool) -> Iterator[Hook]:
+    """Red-team R12: `collect_ignore` and `pytest_ignore_collect` in a conftest, `__test__ = False` on a
+    test. Listed for the reviewer; the whole-suite run cannot undo them."""
+    for node in ast.walk(tree):
+        if conftest and isinstance(node, ast.FunctionDef) and node.name == "pytest_ignore_collect":
+            yield Hook("collection", f"{rel}:{node.lineno}", f"pytest_ignore_collect {_HIDES_WHY}")
+        if not isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            name = _dotted(target).rsplit(".", 1)[-1]
+            if conftest and name in ("collect_ignore", "collect_ignore_glob"):
+                yield Hook("collection", f"{rel}:{node.lineno}", f"{name} {_HIDES_WHY}")
+            elif name == "__test__" and isinstance(node.value, ast.Constant) and node.value.value is False:
+                yield Hook("collection", f"{rel}:{node.lineno}", f"__test__ = False {_HIDES_WHY}")
+
+
 def _grader_references(rel: str, text: str) -> Iterator[Hook]:
     for lineno, line in enumerate(text.splitlines(), 1):
         match = _GRADER_NAMES.search(line)
@@ -550,6 +570,8 @@ def scan(repo: Path) -> TamperScan:
         for hook in _grader_references(rel, text):
             add(hook)
         for hook in _fingerprint_rules(rel, tree):
+            add(hook)
+        for hook in _collection_rules(rel, tree, path.name == "conftest.py"):
             add(hook)
     for path in unreadable:
         # Python may import what the grader cannot parse (nesting the interpreter compiles but ast.parse

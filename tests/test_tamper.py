@@ -97,6 +97,22 @@ def test_code_that_tells_a_probe_from_a_test_is_listed_with_its_line(tmp_path: P
     ], hooks
 
 
+def test_tests_kept_out_of_collection_are_listed(tmp_path: Path) -> None:
+    """Red-team R12: a failing test hidden by `collect_ignore` or `__test__ = False` is in no count."""
+    _write(
+        tmp_path,
+        {
+            "tests/conftest.py": 'collect_ignore = ["test_zz_fail.py"]\n',
+            "tests/test_edge.py": (
+                "def test_edge_case():\n    assert False\n\n\ntest_edge_case.__test__ = False\n"
+            ),
+            "tests/test_ok.py": "def test_ok():\n    assert True\n",
+        },
+    )
+    hooks = sorted((h.kind, h.location) for h in tamper.scan(tmp_path).hooks)
+    assert hooks == [("collection", "tests/conftest.py:1"), ("collection", "tests/test_edge.py:5")], hooks
+
+
 def test_forging_makereport_wrapper_is_named_with_its_line(tmp_path: Path) -> None:
     _write(tmp_path, {"tests/conftest.py": FORGING_CONFTEST, "tests/test_x.py": "def test_x(): assert 0\n"})
     result = tamper.scan(tmp_path)

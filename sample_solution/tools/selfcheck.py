@@ -85,6 +85,11 @@ def check_offline_replay() -> tuple[str, list[str]]:
     summary = output[-1].strip("= ") if output else f"pytest exited {result.returncode}"
     if result.returncode != 0 and not problems:
         problems = [f"pytest: {summary}"]
+    # The suite's own grouped line ("cassette: 24 miss(es); nearest tapes differ in: ..."), first: with many
+    # misses it says the one cause the lines below repeat.
+    grouped = next((line for line in output if line.startswith("cassette: ")), None)
+    if problems and grouped:
+        problems.insert(0, grouped)
     return summary, problems
 
 
