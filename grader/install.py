@@ -56,11 +56,12 @@ from packaging.utils import canonicalize_name
 
 from grader import audit, sandbox
 from grader.acquire import copy_checkout, no_space, no_space_reason, no_space_text
-from grader.deeptree import remove_tree, walk
+from grader.deeptree import remove_tree
 from grader.errors import GradeError, NotAssessable
 from grader.interpreters import Choice, choose
 from grader.project import Project, read_project
 from grader.requirements import Dependencies, read_dependencies
+from grader.walk import tree
 
 __all__ = ["Env", "InstallFailed", "default_cache_root", "ensure_env", "read_requirements"]
 
@@ -619,7 +620,7 @@ def _rewrite_warmup(python: Path, work: Path) -> list[str]:
 def _digest(venv: Path) -> dict[str, str]:
     """relative path -> sha256 of (kind, mode, owner, content or link target), for every entry in ``venv``."""
     out: dict[str, str] = {}
-    for dirpath, dirnames, filenames in walk(venv):
+    for dirpath, dirnames, filenames in tree(venv):
         dirnames.sort()
         for name in sorted((*dirnames, *filenames)):
             path = os.path.join(dirpath, name)
@@ -659,7 +660,7 @@ def _tool_versions(venv: Path, names: list[str]) -> dict[str, str]:
 
 def _seal(venv: Path) -> None:
     """Take group and other write access off everything in ``venv`` (uv leaves its lock file 0666)."""
-    for dirpath, dirnames, filenames in walk(venv):
+    for dirpath, dirnames, filenames in tree(venv):
         for name in (*dirnames, *filenames):
             path = os.path.join(dirpath, name)
             info = os.lstat(path)
