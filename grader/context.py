@@ -27,7 +27,7 @@ from grader import sandbox, tamper
 from grader.acquire import copy_checkout, keep_pristine, no_space, no_space_reason, no_space_text
 from grader.audit import AuditLog, Results, read_audit_log, read_result_log
 from grader.errors import NotAssessable
-from grader.manifest import suite_command
+from grader.manifest import WholeSuite, suite_command
 from grader.safeio import UnsafeFile, is_regular, read_bytes
 
 if TYPE_CHECKING:
@@ -83,6 +83,10 @@ class ReplayRun:
     unskipped: ReplayRun | None = None  # rerun with skip/xfail marks stripped, when tests were skipped
     # rerun in a clean interpreter (python -I, from a scratch copy), when start-up files were found
     clean: ReplayRun | None = None
+    # every test the repository holds, in a clean interpreter, when the suite's command may leave some out
+    # (it names test files or ids, or ignores some: grader.manifest.WholeSuite)
+    whole: ReplayRun | None = None
+    left_out_because: str = ""  # why the whole suite was run (WholeSuite.why), for the evidence
     log_mismatch: str = ""  # the submission-writable result log disagrees with the guard
     how: str = ""  # where the command came from (grader.manifest.SuiteCommand.how), for the evidence
 
@@ -417,6 +421,11 @@ class Context:
             rr.unskipped = self.run_suite(copy, label="replay-unskipped", unskip=True)
         if rr.scan.startup_hooks:
             rr.clean = self.run_suite(self.scratch_copy("replay-clean"), label="replay-clean", clean=True)
+        narrowed = suite_command(self.repo).narrowed
+        if narrowed is not None and guard is not None:
+            copy = self.scratch_copy("replay-whole")
+            rr.whole = self.run_suite(copy, label="replay-whole", whole=narrowed)
+            rr.left_out_because = narrowed.why
         return rr
 
     def _guard_files(self) -> tuple[Path, Path]:
@@ -438,6 +447,7 @@ class Context:
         unskip: bool = False,
         clean: bool = False,
         primary: bool = False,
+        whole: WholeSuite | None = None,
     ) -> ReplayRun:
         """Run the suite as `replay_run` does, in another checkout (e.g. a scratch copy); not memoized.
 
@@ -445,6 +455,8 @@ class Context:
         overridden (no ``-p`` plugin of its own); ``unskip`` makes the guard strip skip/skipif/xfail marks;
         ``clean`` runs pytest itself (not `make test`) in ``python -I -B`` through the grader's launcher,
         so no start-up file, ``PYTHON*`` variable or Makefile of the submission's runs before the guard.
+        ``whole`` runs pytest that way over every test the repository holds (the command's own options and
+        variable assignments kept, its paths and ignore/deselect options dropped).
         ``primary``: the replay suite itself. Once it has timed out, every other run of the suite (a
         probe) is skipped, or stopped if it is running (NotAssessable): a hanging suite costs one timeout.
         """
@@ -478,8 +490,11 @@ class Context:
             "CASSETTE_MISS_LOG": str(misses),
             "CASSETTE_MODE": "replay",
         }
-        if clean:
+        if clean or whole is not None:
             command = ["python", "-I", "-B", str(guard_dir / tamper.CLEAN_LAUNCHER)]
+        if whole is not None:
+            command += whole.args
+            env = {**whole.env, **env}
         # The guard writes through this descriptor: its file sits in a 0700 folder the sandbox user
         # cannot open by path, so a test cannot rewrite it afterwards (docs/security.md).
         nonce = secrets.token_hex(16)

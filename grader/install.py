@@ -37,6 +37,7 @@ One venv serves every checkout with the same dependencies and the same package m
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -60,7 +61,7 @@ from grader.deeptree import remove_tree
 from grader.errors import GradeError, NotAssessable
 from grader.interpreters import Choice, choose
 from grader.project import Project, read_project
-from grader.requirements import Dependencies, read_dependencies
+from grader.requirements import Dependencies, build_extras, read_dependencies
 from grader.walk import tree
 
 __all__ = ["Env", "InstallFailed", "default_cache_root", "ensure_env", "read_requirements"]
@@ -231,6 +232,8 @@ class _Builder:
         trusted: bool,
         timeout: float | None = None,
         writable: tuple[Path, ...] = (),
+        network: bool = True,
+        venv: Path | None = None,
         **more: Any,
     ) -> sandbox.RunResult:
         home = _fresh_folder(self.cache_root, ".home-")
@@ -253,9 +256,10 @@ class _Builder:
                 cwd=home,
                 home=home,
                 timeout=self.timeout if timeout is None else timeout,
-                network=True,
+                network=network,
                 env=env,
-                writable=[self.target, *(caches if trusted else ()), *writable],
+                # ``venv``: the one venv the step may write (the one being built unless another is named).
+                writable=[venv or self.target, *(caches if trusted else ()), *writable],
                 # The installer, the base Python and the grader's build files may live outside the
                 # system folders the sandbox shows.
                 readable=[*(Path(p) for p in (self.uv, self.base) if p), self.work],
@@ -318,38 +322,63 @@ class _Builder:
     # -- the submission's own package --
 
     def install_project(self, repo: Path, project: Project, choice: Choice) -> tuple[str, list[str]]:
-        """Install the project itself, editable, then drop its import hook: (evidence, import roots)."""
+        """Install the project itself, editable, then drop its import hook: (evidence, import roots).
+
+        The build runs the submission's code (setup.py, a build hook, an in-tree backend), so it never sees
+        the network (red-team R1: a setup.py reached the host's loopback services) nor the venv the suite
+        will run in (red-team R2: a setup.py rewrote the pinned pytest there). It builds into a throwaway
+        venv holding only its backend (installed first, wheels only, before any of its code runs), offline
+        and without build isolation; the grader then copies the build's ``*.dist-info`` (regular files
+        only) into the suite's venv and nothing else.
+        """
         name = project.name or "the project"
         if not project.installable:
             return f"{name} itself not installed: {project.why_not}", []
-        site = _open_site(self.target)
-        if site is None:
+        target_site = _open_site(self.target)
+        if target_site is None:
             return f"{name} itself not installed: the venv has no single lib/python3.X/site-packages", []
+        scratch = self.scratch_venv()
+        site = _open_site(scratch) if scratch is not None else None
+        if scratch is None or site is None:
+            os.close(target_site)
+            if scratch is not None:
+                remove_tree(scratch)
+            return f"{name} itself not installed: no venv could be made for its build", []
         copy = _fresh_folder(self.cache_root, ".project-")
         try:
+            python = str(scratch / "bin" / "python")
+            self.build_backend(python, project, scratch)
             before = set(os.listdir(site))
             copy_checkout(repo, copy)
-            python = str(self.target / "bin" / "python")
             # --no-deps: the dependencies are the vetted ones installed above. The project's own
             # requires-python is not the installer's to enforce when the machine has no matching Python
             # (the choice's note says so): as for the lowest version it admits.
             if self.tool == "uv":
                 argv = [self.uv or "uv", "pip", "install", "--quiet", "--python", python, "--no-deps"]
+                argv += ["--no-build-isolation", "--offline"]
                 argv += ["--python-version", choice.target] if choice.target else []
             else:
                 argv = [python, "-m", "pip", "install", "--quiet", "--no-compile", "--no-deps"]
+                argv += ["--no-build-isolation", "--no-index"]
                 argv += ["--ignore-requires-python"] if choice.target else []
-            result = self.untrusted([*argv, "-e", str(copy)], writable=(copy,))
+            offline: dict[str, Any] = {"writable": (copy,), "network": False, "venv": scratch}
+            result = self.untrusted([*argv, "-e", str(copy)], **offline)
             roots = _drop_import_hooks(site, sorted(set(os.listdir(site)) - before), copy)
             regular = None
             if result.returncode != 0 and not result.timed_out:
                 # A backend without editable support (PEP 660), e.g. an old pinned setuptools: a regular
                 # install, whose copied code is then removed like a hook (the checkout's code runs).
-                regular = self.untrusted([*argv, str(copy)], writable=(copy,))
+                regular = self.untrusted([*argv, str(copy)], **offline)
                 _drop_import_hooks(site, sorted(set(os.listdir(site)) - before), copy)
+            for entry in sorted(set(os.listdir(site)) - before):
+                if entry.endswith(".dist-info"):
+                    _copy_metadata(site, entry, target_site)
         finally:
-            os.close(site)
+            os.close(target_site)
+            if site is not None:
+                os.close(site)
             remove_tree(copy)  # a build may have left a tree deeper than shutil.rmtree can recurse
+            remove_tree(scratch)
         if result.returncode != 0 and (regular is None or regular.returncode != 0):
             why = "timed out" if result.timed_out else f"{self.tool} exit {result.returncode}"
             tail = _tail(result.stderr + "\n" + result.stdout).splitlines()
@@ -368,6 +397,31 @@ class _Builder:
             f"{name} installed editable from the checkout (its metadata and entry points; its code is "
             f"imported from {shown} of the checkout each run uses)"
         ), roots
+
+    def scratch_venv(self) -> Path | None:
+        """A fresh, empty venv on the same interpreter, for a build that must not touch the real one."""
+        path = _fresh_folder(self.cache_root, ".project-venv-")
+        if self.tool == "uv" and self.uv is not None:
+            argv = [self.uv, "venv", "--quiet", "--allow-existing", "--python", str(self.base), str(path)]
+        else:
+            argv = [str(self.base), "-m", "venv", str(path)]
+        if self.trusted(argv, venv=path).returncode != 0:
+            remove_tree(path)
+            return None
+        return path
+
+    def build_backend(self, python: str, project: Project, venv: Path) -> None:
+        """Install the project's build requirements into ``venv`` (wheels only, with the network, before
+        any code of the submission's runs), and what its backend asks for at build time."""
+        if not project.build_requires:
+            return
+        if self.tool == "uv":
+            argv = [self.uv or "uv", "pip", "install", "--quiet", "--python", python, "--no-build"]
+        else:
+            argv = [python, "-m", "pip", "install", "--quiet", "--no-compile", "--only-binary", ":all:"]
+        extras = build_extras(project.build_requires)
+        # Untrusted although no build runs: the installer starts the venv's interpreter.
+        self.untrusted([*argv, *project.build_requires, *extras], venv=venv)
 
     def not_assessable(self, step: str, result: sandbox.RunResult) -> NotAssessable:
         output = result.stderr + "\n" + result.stdout
@@ -491,6 +545,57 @@ def _remove_at(dir_fd: int, name: str) -> None:
         # grader's own descriptor, never through a path the build could have changed.
         here = f"/proc/{os.getpid()}/fd/{dir_fd}/{name}"
         subprocess.run(["rm", "-rf", "--one-file-system", "--", here], check=False, capture_output=True)
+
+
+_METADATA_FILE_CAP = 1024 * 1024
+_METADATA_FILES = 200
+
+
+def _copy_metadata(source_fd: int, name: str, target_fd: int) -> None:
+    """Copy the folder ``name`` (a ``*.dist-info``) from one site-packages to another, by descriptor: its
+    regular files only (no link followed, nothing below it), each capped; what exists is replaced."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    try:
+        src = os.open(name, flags, dir_fd=source_fd)
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):
+            _remove_at(target_fd, name)
+        os.mkdir(name, 0o755, dir_fd=target_fd)
+        dst = os.open(name, flags, dir_fd=target_fd)
+        try:
+            for entry in sorted(os.listdir(src))[:_METADATA_FILES]:
+                text = _read_regular(src, entry, _METADATA_FILE_CAP)
+                if text is None:
+                    continue
+                fd = os.open(entry, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=dst)
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(text)
+        finally:
+            os.close(dst)
+    finally:
+        os.close(src)
+
+
+def _read_regular(dir_fd: int, name: str, cap: int) -> bytes | None:
+    """A regular file's bytes (None: a link, a folder, a FIFO, or larger than ``cap``)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > cap:
+            return None
+        chunks: list[bytes] = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+            if sum(map(len, chunks)) > cap:
+                return None
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _drop_import_hooks(site_fd: int, added: list[str], copy: Path) -> list[str]:
@@ -727,7 +832,7 @@ def ensure_env(repo: Path, *, cache_root: Path, timeout: float) -> Env:
     (``no space left on device: environment cache <folder> ...``; a cache path that is a file or that the
     grader cannot write is NotAssessable too).
     """
-    cache_root = Path(cache_root)
+    cache_root = Path(cache_root).resolve()  # it is handed to sandboxed commands run in other folders
     try:
         return _ensure_env(repo, cache_root=cache_root, timeout=timeout)
     except OSError as exc:

@@ -23,6 +23,7 @@ __all__ = [
     "CASSETTE_DIR_CANDIDATES",
     "Manifest",
     "SuiteCommand",
+    "WholeSuite",
     "not_a_submission",
     "read_manifest",
     "suite_command",
@@ -363,11 +364,26 @@ _RECORDING = re.compile(r"record|_KEY=|_TOKEN=|snapshot-update|inline-snapshot="
 
 
 @dataclass(frozen=True)
+class WholeSuite:
+    """How to run every test the repository holds, when the suite's command may leave some out.
+
+    A ``make test`` that names test files or ids, or ignores some (red-team F10), runs only those: the
+    grader runs the rest too and counts the left-out tests that fail. Options that select by keyword or mark
+    (``-k``, ``-m``) are kept: deselection is counted, not rerun (docs/security.md).
+    """
+
+    why: str  # where and how the command narrows the suite, for the evidence
+    args: list[str]  # the command's own options, less the paths and the ignore/deselect options
+    env: dict[str, str]  # the recipe line's plain variable assignments (TRIAGE_MODE=replay)
+
+
+@dataclass(frozen=True)
 class SuiteCommand:
     """The command the replay suite runs with, and the evidence line saying where it came from."""
 
     argv: list[str]
     how: str
+    narrowed: WholeSuite | None = None  # set when the command may leave some of the repository's tests out
 
 
 def suite_command(repo: Path) -> SuiteCommand:
@@ -382,14 +398,17 @@ def suite_command(repo: Path) -> SuiteCommand:
     if recipe is not None:
         where, lines = recipe
         maker = next((line for _, line in lines if _makes_env(line)), None)
+        makefile = where.split(":", 1)[0]
+        narrowed = _narrowing(repo, makefile, lines)
         if maker is None:
-            return SuiteCommand(["make", "test"], f"make test ({where})")
+            return SuiteCommand(["make", "test"], f"make test ({where})", narrowed)
         args = next((a for _, line in lines if (a := _pytest_args(line)) is not None), [])
         argv = ["python", "-m", "pytest", *args]
         return SuiteCommand(
             argv,
             f"{where}: `make test` runs `{maker}`, which makes an environment over the network; ran "
             f"`{shlex.join(argv)}` with the installed interpreter instead",
+            narrowed,
         )
     readme = _readme_command(repo)
     if readme is not None:
@@ -402,7 +421,8 @@ def suite_command(repo: Path) -> SuiteCommand:
             )
         else:
             how = f"{shlex.join(argv)} (the README's `{line}`, {where})"
-        return SuiteCommand(argv, how)
+        number = int(where.rsplit(":", 1)[1])
+        return SuiteCommand(argv, how, _narrowing(repo, where.rsplit(":", 1)[0], [(number, line)]))
     return SuiteCommand(
         ["python", "-m", "pytest"], "python -m pytest (no Makefile test target or README command)"
     )
@@ -448,6 +468,103 @@ def _pytest_args(line: str) -> list[str] | None:
                 rest.append(arg)
             return rest if all(_SIMPLE_ARG.match(a) for a in rest) else []
     return None
+
+
+# pytest options whose value is the next word (when not written `--opt=value`): that word is no path.
+_VALUE_OPTIONS = frozenset(
+    "-k -m -p -o -c -W -n -r --tb --rootdir --maxfail --confcutdir --basetemp --junitxml --junit-xml "
+    "--log-level --log-cli-level --durations --import-mode --capture --color --override-ini --cov "
+    "--cov-report --cov-config --record-mode --timeout --dist --numprocesses --config-file --inifile "
+    "--log-file --cache-dir --ignore --ignore-glob --deselect".split()
+)
+# The recipe's own settings (TRIAGE_MODE=replay) reach the whole-suite run; what steers the interpreter,
+# the loader or the grader's own plugins does not.
+_PLAIN_VARIABLE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+_SYSTEM_VARIABLE = re.compile(r"^(?:LD_|PYTHON|PYTEST|PY_|PATH$|HOME$|TMPDIR$|SHELL$|USER$|LANG$|LC_)", re.I)
+_NARROWING_OPTIONS = ("--ignore", "--ignore-glob", "--deselect", "--pyargs")
+
+
+def _is_test_file(name: str) -> bool:
+    return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
+
+
+def _narrowing(repo: Path, where: str, lines: list[tuple[int, str]]) -> WholeSuite | None:
+    """Whether the recipe's pytest may run fewer tests than the repository holds (see `WholeSuite`)."""
+    found = next(((n, line) for n, line in lines if _pytest_args(line) is not None), None)
+    if found is None:
+        return None  # no pytest named: nothing to compare with (the suite's own runner)
+    number, line = found
+    place = f"{where}:{number}"
+    env = {}
+    for word in _leading_assignments(line):
+        name, _, value = word.partition("=")
+        if (
+            "$" not in value
+            and "`" not in value
+            and _PLAIN_VARIABLE.match(name)
+            and not _SYSTEM_VARIABLE.match(name)
+        ):
+            env[name] = value
+    words = _words(line)
+    start = next(
+        i + 1
+        for i, w in enumerate(words)
+        if _PYTEST.search(w) or (w == "pytest" and words[i - 1 : i] == ["-m"])
+    )
+    rest: list[str] = []
+    for arg in words[start:]:
+        if arg in ("&&", "||", ";", "|"):
+            break
+        rest.append(arg)
+    if any("$" in a or "`" in a for a in rest):
+        return WholeSuite(f"{place}: `{line}` (its arguments are not plain words)", [], env)
+    kept: list[str] = []
+    paths: list[str] = []
+    narrowing: list[str] = []
+    index = 0
+    while index < len(rest):
+        arg = rest[index]
+        option = arg.split("=", 1)[0]
+        takes_value = arg.startswith("-") and "=" not in arg and option in _VALUE_OPTIONS
+        values = rest[index + 1 : index + 2] if takes_value else []
+        index += 1 + len(values)
+        if option in _NARROWING_OPTIONS:
+            narrowing.append(" ".join([arg, *values]))
+        elif arg.startswith("-"):
+            kept += [arg, *values]
+        elif (repo / arg.split("::", 1)[0]).exists():
+            paths.append(arg)
+        else:
+            kept.append(arg)  # a value of an option the list above does not know
+    if narrowing:
+        return WholeSuite(f"{place}: `{line}` ({', '.join(narrowing)})", kept, env)
+    if not paths:
+        return None
+    named = [repo / p.split("::", 1)[0] for p in paths]
+    if any("::" in p or not (repo / p).is_dir() for p in paths):
+        return WholeSuite(f"{place}: `{line}` names test files or ids", kept, env)
+    for path in walk.files(repo, include=_is_test_file, hidden=False, max_files=5000):
+        if not any(path.is_relative_to(folder) for folder in named):
+            rel = path.relative_to(repo).as_posix()
+            return WholeSuite(
+                f"{place}: `{line}` leaves out {rel} (and any test outside {', '.join(paths)})", kept, env
+            )
+    return None
+
+
+def _leading_assignments(line: str) -> list[str]:
+    try:
+        words = shlex.split(line, comments=True)
+    except ValueError:
+        words = line.split()
+    if words[:1] == ["env"]:
+        words = words[1:]
+    out = []
+    for word in words:
+        if not _ASSIGNMENT.match(word):
+            break
+        out.append(word)
+    return out
 
 
 def _read_text(repo: Path, name: str) -> str | None:

@@ -41,6 +41,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 __all__ = [
     "Dependencies",
     "Problem",
+    "build_extras",
     "grader_tools",
     "poetry_specifier",
     "read_dependencies",
@@ -113,6 +114,21 @@ def grader_tools() -> dict[str, str]:
     """The grader's pinned test tools (canonical name -> exact version), from ``rules/tools.toml``."""
     data = tomllib.loads(_TOOLS_FILE.read_text(encoding="utf-8"))
     return {canonicalize_name(name): str(version) for name, version in data["tools"].items()}
+
+
+def build_extras(requires: list[str]) -> list[str]:
+    """What the build backends among ``requires`` ask for at build time (``[build-extras]`` in
+    rules/tools.toml), for an offline build without isolation (grader.install)."""
+    data = tomllib.loads(_TOOLS_FILE.read_text(encoding="utf-8"))
+    table = data.get("build-extras") or {}
+    extras: list[str] = []
+    for line in requires:
+        try:
+            name = canonicalize_name(Requirement(line).name)
+        except InvalidRequirement:
+            continue
+        extras += [str(x) for x in table.get(name, []) if str(x) not in extras]
+    return extras
 
 
 def _companions() -> set[str]:

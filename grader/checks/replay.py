@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from grader.audit import Results
 from grader.checks import CheckResult, Finding, register
 from grader.context import ReplayRun
-from grader.tamper import Hook
+from grader.tamper import GuardLog, Hook
 from grader.tape_history import TapeEdit, tape_edits
 from grader.tapes import tapes_of
 
@@ -59,7 +59,9 @@ def replay(ctx: Context) -> CheckResult:
         deselected: tests deselected by the suite's own options or hooks
         xfail_norun: tests marked xfail(run=False), so never run
         hidden_failures: tests skipped or xfailed in the run that fail (or never finish) when the grader
-            reruns them with their skip/skipif/xfail marks stripped
+            reruns them with their skip/skipif/xfail marks stripped, and tests the suite's command leaves
+            out (it names test files or ids, or ignores some) that fail when the grader runs every test the
+            repository holds
         tamper_hooks: places that can change reported outcomes: conftest/plugin hooks, pytest monkeypatches,
             overrides of the grader's options, start-up files (sitecustomize.py), code that can tell a graded
             run from an ordinary one (a uid comparison, /proc/self/mountinfo) (see docs/security.md)
@@ -125,7 +127,7 @@ def replay(ctx: Context) -> CheckResult:
         duration=round(rr.run.duration, 2),
         command=" ".join(rr.command),
         xfail_norun=len(rr.guard.notrun) if rr.guard else 0,
-        hidden_failures=len(evidence.hidden),
+        hidden_failures=len(evidence.hidden) + len(evidence.left_out),
         tamper_hooks=len(rr.scan.hooks) if rr.scan else 0,
         forged=bool(evidence.forged),
         exit_abnormal=evidence.abnormal,
@@ -202,6 +204,8 @@ class _Evidence:
     hooks: list[Hook] = field(default_factory=list)
     forged: list[str] = field(default_factory=list)  # what was forged, one line each
     hidden: list[str] = field(default_factory=list)  # skipped/xfailed tests that fail when run
+    left_out: list[str] = field(default_factory=list)  # tests the suite's command left out that fail
+    left_out_because: str = ""
     skips: list[str] = field(default_factory=list)  # "nodeid (reason)" of skipped and not-run tests
     wrapped: list[str] = field(default_factory=list)  # test functions the submission's code replaced
     abnormal: bool = False
@@ -219,6 +223,12 @@ class _Evidence:
             )
         elif self.skips:
             parts.append(f"{len(self.skips)} skipped: {', '.join(self.skips[:3])}")
+        if self.left_out:
+            noun = "test" if len(self.left_out) == 1 else "tests"
+            parts.append(
+                f"{len(self.left_out)} {noun} left out of the suite's command fail when run: "
+                f"{', '.join(self.left_out[:3])} ({self.left_out_because})"
+            )
         if self.abnormal:
             parts.append(self.abnormal_why)
         if self.hooks and not self.forged:
@@ -230,6 +240,7 @@ class _Evidence:
     def details(self) -> list[str]:
         out = [f"forged: {line}" for line in self.forged[:_MAX_DETAILS]]
         out += [f"hidden failure: {line}" for line in self.hidden[:_MAX_DETAILS]]
+        out += [f"left out and failing: {line}" for line in self.left_out[:_MAX_DETAILS]]
         out += [f"skipped: {line}" for line in self.skips[:_MAX_DETAILS]]
         out += [f"wrapped: {line}" for line in self.wrapped[:_MAX_DETAILS]]
         out += [f"tamper hook: {hook}" for hook in self.hooks[:_MAX_DETAILS]]
@@ -246,7 +257,7 @@ def suite_passed(rr: ReplayRun) -> bool:
     if rr.run.returncode != 0 or rr.run.timed_out or results.failed or results.errors or not results.passed:
         return False
     evidence = _tamper_evidence(rr, results)
-    return not (evidence.forged or evidence.hidden or evidence.abnormal)
+    return not (evidence.forged or evidence.hidden or evidence.left_out or evidence.abnormal)
 
 
 def _tamper_evidence(rr: ReplayRun, results: Results) -> _Evidence:
@@ -313,6 +324,8 @@ def _tamper_evidence(rr: ReplayRun, results: Results) -> _Evidence:
             elif unskipped.run.timed_out and nodeid not in again:
                 # Red-team F15b: a skipped test that never finishes when run would have hung the suite.
                 ev.hidden.append(f"{nodeid} (did not finish when run: the rerun timed out)")
+    if guard is not None and rr.whole is not None and not rr.run.timed_out:
+        ev.left_out, ev.left_out_because = _left_out(guard, rr.whole, rr.run.duration), rr.left_out_because
     if not rr.run.timed_out:
         if guard is None and results.records:
             ev.abnormal, ev.abnormal_why = (
@@ -325,6 +338,31 @@ def _tamper_evidence(rr: ReplayRun, results: Results) -> _Evidence:
                 f"pytest's session never finished (exit {rr.run.returncode}): the process ended mid-run"
             )
     return ev
+
+
+def _left_out(guard: GuardLog, whole: ReplayRun, own_duration: float) -> list[str]:
+    """Tests the whole-suite run failed that the suite's own run never ran (red-team F10).
+
+    The same test may be named from another root when the recipe changes folder first (``cd tests &&
+    pytest``): a node id that ends the other's path counts as the same test.
+    """
+    ran = set(guard.outcomes)
+    tails = {nodeid.rsplit("/", 1)[-1] for nodeid in ran}
+    out: list[str] = []
+    again = whole.guard
+    if again is None:
+        return out
+    for nodeid, outcome in again.outcomes.items():
+        if outcome not in ("failed", "error") or nodeid in ran:
+            continue
+        tail = nodeid.rsplit("/", 1)[-1]
+        if tail in tails and any(a.endswith("/" + nodeid) or nodeid.endswith("/" + a) for a in ran):
+            continue
+        out.append(f"{nodeid} ({again.messages.get(nodeid, outcome)})")
+    if whole.run.timed_out and own_duration < whole.run.duration / 2:
+        # The suite's own tests took under half the time: what never finished is what it left out.
+        out.append("tests left out of the suite's command did not finish when run (the run timed out)")
+    return out
 
 
 def _attempts(rr: ReplayRun, results: Results) -> list[tuple[str, str]]:

@@ -1,0 +1,179 @@
+"""Tests the suite's command leaves out (issue 14, red-team F10: a `make test` naming only the passing test
+files raised a failing suite from 43 to 47 of 54).
+
+Each case is a real submission graded by the real `grader.grading.grade`: the grader runs every test the
+repository holds when the command names files or ids or ignores some, and a left-out test that fails is a
+hidden failure; the controls are the same repository whose `make test` runs everything (an honest red run),
+a command narrowed to a folder holding every test, and options (`-m`, recipe variables) the whole-suite run
+keeps so that an honest subset is not punished.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from grader.manifest import suite_command
+
+GOOD = """
+def test_one():
+    assert 1 + 1 == 2
+
+
+def test_two():
+    assert "a" in "abc"
+"""
+
+BAD = """
+import pytest
+
+
+@pytest.mark.parametrize("i", range(3))
+def test_label(i):
+    assert i < 0, "wrong label"
+"""
+
+# Passes only with the recipe's own variable, as a replay mode switch does.
+NEEDS_MODE = """
+import os
+
+
+def test_mode():
+    assert os.environ.get("TRIAGE_MODE") == "replay"
+"""
+
+LIVE = """
+import pytest
+
+
+@pytest.mark.live
+def test_live_endpoint():
+    assert False, "needs the network"
+"""
+
+
+def _grade(repo: Path, cache: Path) -> dict:
+    from grader.grading import grade
+    from grader.rubric import load_rubric
+
+    return grade(str(repo), rubric=load_rubric(), timeout=120, cache_root=cache, jobs=1)
+
+
+def _row(report: dict) -> dict:
+    return next(row for row in report["rows"] if row["id"] == "offline-replay")
+
+
+@pytest.mark.slow
+def test_a_make_test_naming_only_the_passing_files_is_caught(make_submission, grade_cache) -> None:
+    files = {
+        "tests/test_good.py": GOOD,
+        "tests/test_bad.py": BAD,
+        "Makefile": "test:\n\tpython -m pytest -q tests/test_good.py\n",
+    }
+    report = _grade(make_submission(files), grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["passed"] == 2 and facts["failed"] == 0, facts
+    assert facts["hidden_failures"] == 3, facts
+    row = _row(report)
+    assert row["score"] <= 1, row
+    assert "3 tests left out of the suite's command fail when run" in row["evidence"], row["evidence"]
+    assert "Makefile:2" in row["evidence"] and "names test files or ids" in row["evidence"]
+    details = " ".join(row.get("details", []))
+    assert "left out and failing: tests/test_bad.py::test_label[0] (" in details, details
+    make = next(row for row in report["rows"] if row["id"] == "make-targets")
+    assert make["score"] < 3, make  # "the tests pass" is the grader's verdict, not make's exit status
+
+
+@pytest.mark.slow
+def test_the_same_repository_running_everything_is_an_honest_red_run(make_submission, grade_cache) -> None:
+    files = {
+        "tests/test_good.py": GOOD,
+        "tests/test_bad.py": BAD,
+        "Makefile": "test:\n\tpython -m pytest -q\n",
+    }
+    report = _grade(make_submission(files), grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["failed"] == 3 and facts["hidden_failures"] == 0, facts
+    assert "left out" not in _row(report)["evidence"]
+
+
+@pytest.mark.slow
+def test_an_ignore_option_and_a_node_id_are_caught_too(make_submission, grade_cache) -> None:
+    files = {
+        "tests/test_good.py": GOOD,
+        "tests/test_bad.py": BAD,
+        "Makefile": "test:\n\tpython -m pytest -q --ignore=tests/test_bad.py tests/test_good.py::test_one\n",
+    }
+    report = _grade(make_submission(files), grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["passed"] == 1 and facts["hidden_failures"] == 3, facts
+    # test_two was left out too, and passes: only failures count.
+    assert "test_two" not in " ".join(_row(report).get("details", []))
+
+
+@pytest.mark.slow
+def test_an_honest_subset_keeps_its_marks_and_variables(make_submission, grade_cache) -> None:
+    files = {
+        "tests/test_good.py": GOOD,
+        "tests/test_mode.py": NEEDS_MODE,
+        "tests/test_live.py": LIVE,
+        "Makefile": 'test:\n\tTRIAGE_MODE=replay python -m pytest -q -m "not live" tests/test_good.py\n',
+    }
+    pyproject = (
+        '[project]\nname = "submission"\nversion = "0.1.0"\n\n'
+        '[tool.pytest.ini_options]\nmarkers = ["live: needs the network"]\n'
+    )
+    report = _grade(make_submission(files, pyproject=pyproject), grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["passed"] == 2 and facts["hidden_failures"] == 0, (facts, _row(report)["evidence"])
+    assert "left out" not in _row(report)["evidence"], _row(report)
+
+
+# --- which commands may leave tests out (read statically, nothing run) ------------------------------------
+
+
+def _narrowed(tmp_path: Path, recipe: str, tests: tuple[str, ...] = ("tests/test_a.py",)):
+    for rel in tests:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("def test_x():\n    pass\n", encoding="utf-8")
+    (tmp_path / "Makefile").write_text(f"test:\n\t{recipe}\n", encoding="utf-8")
+    return suite_command(tmp_path).narrowed
+
+
+def test_the_whole_suite_or_the_folder_holding_it_leaves_nothing_out(tmp_path: Path) -> None:
+    assert _narrowed(tmp_path, "python -m pytest -q") is None
+    assert _narrowed(tmp_path, "MODE=replay $(PY) -m pytest -q tests") is None
+    assert _narrowed(tmp_path, "pytest -x tests/ -m 'not live' -k triage") is None
+
+
+def test_a_test_file_outside_the_named_folder_is_left_out(tmp_path: Path) -> None:
+    narrowed = _narrowed(tmp_path, "pytest tests", tests=("tests/test_a.py", "test_root.py"))
+    assert narrowed is not None and "leaves out test_root.py" in narrowed.why
+
+
+@pytest.mark.parametrize(
+    ("recipe", "why"),
+    [
+        ("pytest tests/test_a.py", "names test files or ids"),
+        ("pytest tests/test_a.py::test_x", "names test files or ids"),
+        ("pytest --deselect tests/test_a.py::test_x", "--deselect tests/test_a.py::test_x"),
+        ("pytest --ignore-glob='*_slow.py'", "--ignore-glob=*_slow.py"),
+        ("pytest $(TESTS)", "not plain words"),
+    ],
+)
+def test_commands_that_may_leave_tests_out(tmp_path: Path, recipe: str, why: str) -> None:
+    narrowed = _narrowed(tmp_path, recipe)
+    assert narrowed is not None and why in narrowed.why and narrowed.why.startswith("Makefile:2: ")
+
+
+def test_the_whole_suite_run_keeps_options_and_plain_variables_only(tmp_path: Path) -> None:
+    recipe = "LD_PRELOAD=/x.so TRIAGE_MODE=replay PYTHONPATH=. pytest -q -m 'not live' -p x tests/test_a.py"
+    narrowed = _narrowed(tmp_path, recipe)
+    assert narrowed is not None
+    assert narrowed.args == ["-q", "-m", "not live", "-p", "x"]
+    assert narrowed.env == {"TRIAGE_MODE": "replay"}
