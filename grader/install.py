@@ -759,8 +759,8 @@ def _stats(venv: Path) -> dict[str, str]:
     """relative path -> kind, mode, owner, size, inode, mtime and ctime (ns) of every entry in ``venv``."""
     out: dict[str, str] = {}
     top = os.path.join(venv, "")
-    for dirpath, dirnames, filenames in walk(venv):
-        # walk joins every dirpath onto ``venv`` as given: the relative path is what follows it (relpath
+    for dirpath, dirnames, filenames in tree(venv):
+        # tree joins every dirpath onto ``venv`` as given: the relative path is what follows it (relpath
         # would cost more than the lstat).
         where = os.path.join(dirpath, "")[len(top) :]
         for name in (*dirnames, *filenames):
