@@ -10,14 +10,16 @@ open), and compares that with what the disk lost since the run started (docs/sec
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
-import stat
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from grader.walk import tree
 
 __all__ = ["Fill", "Held", "Watch", "held_bytes", "size_text"]
 
@@ -28,8 +30,8 @@ _WALK_SECONDS = 5.0
 
 @dataclass(frozen=True)
 class Held:
-    """What a candidate's folders held: ``complete`` False when the walk hit a cap or a folder it could not
-    read (then the bytes are a lower bound and the fill is taken as the run's own)."""
+    """What a candidate's folders held: ``complete`` False when the count hit a cap (then the bytes are a
+    lower bound and the fill is taken as the run's own)."""
 
     bytes: int
     complete: bool
@@ -107,43 +109,28 @@ class Watch:
 
 
 def held_bytes(folders: Mapping[Path, str], uids: Collection[int], device: int) -> Held:
-    """Bytes (allocated blocks) under ``folders`` (path: what to call it in a note), never following a link,
-    without recursion, capped; plus files on ``device`` owned by one of ``uids`` that were deleted but are
-    still open (a process's fd)."""
+    """Bytes (allocated blocks) under ``folders`` (path: what to call it in a note), walked with
+    `grader.walk.tree` (never into a link, without recursion), capped; plus files on ``device`` owned by one
+    of ``uids`` that were deleted but are still open (a process's fd)."""
     started = time.monotonic()
     total = 0
     seen = 0
-    complete = True
     per_top: dict[str, int] = {}
     for top, name in folders.items():
-        stack = [str(top)]
         here_total = 0
-        while stack:
-            folder = stack.pop()
-            try:
-                entries = list(os.scandir(folder))
-            except FileNotFoundError:
-                continue
-            except OSError:
-                complete = False
-                continue
-            for entry in entries:
+        for folder, below, others in tree(top, max_depth=None):
+            for entry in below + others:
                 seen += 1
                 if seen > _WALK_FILES or time.monotonic() - started > _WALK_SECONDS:
                     return Held(total + here_total, False, _biggest(per_top))
-                try:
-                    info = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                here_total += info.st_blocks * 512
-                if stat.S_ISDIR(info.st_mode):
-                    stack.append(entry.path)
+                with contextlib.suppress(OSError):  # gone under the walk: Watch checks the free space
+                    here_total += os.lstat(os.path.join(folder, entry)).st_blocks * 512
         per_top[name] = per_top.get(name, 0) + here_total
         total += here_total
     unlinked = _deleted_open(uids, device, started) if uids else 0
     if unlinked:
         per_top["(deleted files still open)"] = unlinked
-    return Held(total + unlinked, complete, _biggest(per_top))
+    return Held(total + unlinked, True, _biggest(per_top))
 
 
 def _deleted_open(uids: Collection[int], device: int, started: float) -> int:

@@ -58,11 +58,12 @@ from packaging.utils import canonicalize_name
 
 from grader import audit, sandbox
 from grader.acquire import copy_checkout, no_space, no_space_reason, no_space_text
-from grader.deeptree import remove_tree, walk
+from grader.deeptree import remove_tree
 from grader.errors import GradeError, NotAssessable
 from grader.interpreters import Choice, choose
 from grader.project import Project, read_project
 from grader.requirements import Dependencies, build_extras, read_dependencies
+from grader.walk import tree
 
 __all__ = ["Env", "InstallFailed", "default_cache_root", "ensure_env", "read_requirements"]
 
@@ -737,7 +738,7 @@ def _rewrite_warmup(python: Path, work: Path) -> list[str]:
 def _digest(venv: Path) -> dict[str, str]:
     """relative path -> sha256 of (kind, mode, owner, content or link target), for every entry in ``venv``."""
     out: dict[str, str] = {}
-    for dirpath, dirnames, filenames in walk(venv):
+    for dirpath, dirnames, filenames in tree(venv):
         dirnames.sort()
         for name in sorted((*dirnames, *filenames)):
             path = os.path.join(dirpath, name)
@@ -758,8 +759,8 @@ def _stats(venv: Path) -> dict[str, str]:
     """relative path -> kind, mode, owner, size, inode, mtime and ctime (ns) of every entry in ``venv``."""
     out: dict[str, str] = {}
     top = os.path.join(venv, "")
-    for dirpath, dirnames, filenames in walk(venv):
-        # walk joins every dirpath onto ``venv`` as given: the relative path is what follows it (relpath
+    for dirpath, dirnames, filenames in tree(venv):
+        # tree joins every dirpath onto ``venv`` as given: the relative path is what follows it (relpath
         # would cost more than the lstat).
         where = os.path.join(dirpath, "")[len(top) :]
         for name in (*dirnames, *filenames):
@@ -794,7 +795,7 @@ def _tool_versions(venv: Path, names: list[str]) -> dict[str, str]:
 
 def _seal(venv: Path) -> None:
     """Take group and other write access off everything in ``venv`` (uv leaves its lock file 0666)."""
-    for dirpath, dirnames, filenames in walk(venv):
+    for dirpath, dirnames, filenames in tree(venv):
         for name in (*dirnames, *filenames):
             path = os.path.join(dirpath, name)
             info = os.lstat(path)

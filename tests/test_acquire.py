@@ -80,7 +80,7 @@ def git_daemon(tmp_path, source_repo):
         # `git daemon` is a wrapper that execs git-daemon children: end the whole group, not the wrapper.
         start_new_session=True,
     )
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # generous: a busy machine is slow, not wrong
     while time.monotonic() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
