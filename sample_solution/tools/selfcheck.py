@@ -91,7 +91,7 @@ def check_offline_replay() -> tuple[str, list[str]]:
     # misses it says the one cause the lines below repeat.
     grouped = next((line for line in output if line.startswith("cassette: ")), None)
     if problems and grouped:
-        problems.insert(0, grouped)
+        problems.insert(0, grouped.replace(f"{ROOT}{os.sep}", ""))
     return summary, problems
 
 
