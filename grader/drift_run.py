@@ -32,13 +32,17 @@ import shlex
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from grader._json import marked_answer
 from grader.errors import NotAssessable
+from grader.intercept import load_hosts, prepare
 from grader.safeio import read_bytes
+from grader.sandbox import can_intercept
 from grader.tapes import tapes_of
 
 if TYPE_CHECKING:
@@ -69,6 +73,9 @@ _STANDIN_MODULES = ("standin.py", "standin_drift.py", "standin_profile.py")
 _TICKET_TIMEOUT = 30.0
 _BASE_ENVS = ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL")
 _MAX_TICKET_CHARS = 8000
+# Where the stand-in listens when its run has a network namespace of its own (the interception forwards
+# there); any port would do, nothing else listens in that namespace.
+_STANDIN_PORT = 8000
 
 
 @dataclass(frozen=True)
@@ -133,6 +140,9 @@ class DriftRun:
     tapes: Path | None = None  # the scratch tape folder given as CASSETTE_DIR (what a recorder wrote)
     exit_code: int | None = None  # the sandboxed run's own exit code
     details: list[str] = field(default_factory=list)
+    # The hosts whose HTTPS the run's stand-in answered (grader/rules/intercept.toml); () when the run could
+    # not be given the interception (no network namespace or no bwrap on this machine, or a live URL).
+    intercepted: tuple[str, ...] = ()
 
     @property
     def ran(self) -> bool:
@@ -340,12 +350,88 @@ def run_tickets(
     if base_env and base_env not in _BASE_ENVS and base_env.replace("_", "").isalnum():
         anthropic = "ANTHROPIC" in f"{base_env} {key_env or ''}".upper()
         base_envs.append([base_env, anthropic])
+    # One sandboxed run per lane, each in a network namespace of its own: an agent that hard-codes its
+    # provider's host reaches the one stand-in of its namespace through the interception (443 cannot tell
+    # two lanes apart), so each lane's truth log stays its own.
+    budget = float(ctx.timeout)
+    groups = [list(tickets[n :: max(1, int(lanes))]) for n in range(max(1, min(int(lanes), len(tickets))))]
+    intercept = url is None and can_intercept()
+    lane = partial(
+        _run_lane,
+        ctx,
+        argv=argv,
+        tools=tools,
+        url=url,
+        canaries=canaries,
+        base_envs=base_envs,
+        env=dict(env or {}),
+        label=label,
+        ticket_timeout=min(ticket_timeout, budget),
+        budget=budget,
+        intercept=intercept,
+    )
+    if len(groups) == 1:
+        answers = [lane(groups[0], 1)]
+    else:
+        with ThreadPoolExecutor(max_workers=len(groups), thread_name_prefix="drift-lane") as pool:
+            answers = list(pool.map(lane, groups, range(1, len(groups) + 1)))
+    by_id = {t.id: t for t in tickets}
+    order = {t.id: n for n, t in enumerate(tickets)}
+    items = [i for a in answers for i in a.items if isinstance(i, dict) and i.get("id") in by_id]
+    items.sort(key=lambda i: order[i["id"]])
+    ran = [i for i in items if i.get("stopped") is not True]
+    outcomes = tuple(_outcome(by_id[i["id"]], i, truth=url is None) for i in ran)
+    stopped = [str(i["id"]) for i in items if i.get("stopped") is True]
+    left = sorted((str(s) for a in answers for s in a.skipped if s in by_id), key=order.__getitem__)
+    skipped = tuple([*stopped, *left])
+    code = next((a.exit_code for a in answers if a.exit_code), answers[0].exit_code)
+    hosts = tuple(h.name for h in load_hosts()) if intercept else ()
+    return DriftRun("ran", tuple(argv), target, outcomes, skipped, answers[0].tapes, code, intercepted=hosts)
+
+
+@dataclass(frozen=True)
+class _LaneAnswer:
+    items: list[dict[str, Any]]
+    skipped: list[str]
+    tapes: Path
+    exit_code: int | None
+
+
+def _run_lane(
+    ctx: Context,
+    tickets: list[Ticket],
+    number: int,
+    *,
+    argv: list[str],
+    tools: Path,
+    url: str | None,
+    canaries: dict[str, str],
+    base_envs: list[list[Any]],
+    env: dict[str, str],
+    label: str,
+    ticket_timeout: float,
+    budget: float,
+    intercept: bool,
+) -> _LaneAnswer:
+    """One lane: a scratch copy, a plan, and one sandboxed run of the driver (with its own stand-in)."""
     scratch = ctx.scratch_copy(_slug(label))
     tapes = scratch / ".recorded-tapes"
-    # One command as far as --timeout goes: a ticket gets at most that long, and the driver stops starting
-    # tickets early enough to report the ones it ran before the run itself is stopped.
-    budget = float(ctx.timeout)
-    ticket_timeout = min(ticket_timeout, budget)
+    # The lane's own public folder (its plan, hosts file, CA certificate) beside the shared staged tools.
+    own = Path(tempfile.mkdtemp(prefix="p-", dir=tools))
+    own.chmod(0o755)
+    run_env = {**canaries, "DRIFT_TOOLS": str(tools)}  # a path in env is what the sandbox makes visible
+    helper: tuple[str, ...] = ()
+    overlays: dict[str, Path] = {}
+    prefixes: tuple[str, ...] = ()
+    private: Path | None = None
+    if intercept:
+        # Only the grader's user can open this folder and it is never shown to the run: it holds the leaf's
+        # key until the TLS end has loaded (and deleted) it. The CA's key is never written anywhere.
+        private = Path(tempfile.mkdtemp(prefix="k-", dir=ctx.workspace.root))
+        venv = ctx.env.venv if ctx.env else None
+        made = prepare(own, private, forward_port=_STANDIN_PORT, lifetime=budget + 30.0, venv=venv)
+        helper, overlays, prefixes = made.helper, made.overlays, made.path_prefixes
+        run_env.update(made.env)
     plan = {
         "command": argv,
         "tickets": [{"id": t.id, "message": t.message} for t in tickets],
@@ -355,36 +441,45 @@ def run_tickets(
         "url": url,
         "tapes": str(tapes),
         "base_envs": base_envs,
-        "env": {"CASSETTE_MODE": "record", **dict(env or {})},
+        "env": {"CASSETTE_MODE": "record", **env},
         "secret_envs": sorted(canaries),
         "ticket_timeout": ticket_timeout,
-        "lanes": max(1, int(lanes)),
+        "lanes": 1,
+        "lane": number,
+        # One driver's tickets, a budget of their own: the driver stops starting tickets early enough to
+        # report the ones it ran before the run itself is stopped.
         "total_timeout": max(budget - min(5.0, budget / 4), 0.5),
+        "standin_port": _STANDIN_PORT if intercept else 0,
+        "path_prefixes": list(prefixes),
     }
-    (tools / "plan.json").write_text(json.dumps(plan, ensure_ascii=False), encoding="utf-8")
-    (tools / "plan.json").chmod(0o644)
-    run, _audit = ctx.run(
-        ["python", "-E", "-s", str(tools / "driver.py"), str(tools / "plan.json")],
-        cwd=scratch,
-        env={**canaries, "DRIFT_TOOLS": str(tools)},  # a path in env is what the sandbox makes visible
-        timeout=budget,
-        loopback=url is None,
-        network=url is not None,
-        label=label,
-    )
+    (own / "plan.json").write_text(json.dumps(plan, ensure_ascii=False), encoding="utf-8")
+    (own / "plan.json").chmod(0o644)
+    try:
+        run, _audit = ctx.run(
+            ["python", "-E", "-s", str(tools / "driver.py"), str(own / "plan.json")],
+            cwd=scratch,
+            env=run_env,
+            timeout=budget,
+            loopback=url is None,
+            network=url is not None,
+            label=label,
+            netns_helper=helper,
+            overlays=overlays,
+        )
+    finally:
+        if private is not None:
+            shutil.rmtree(private, ignore_errors=True)
     answer = marked_answer(run.stdout, _MARKER)
     if answer is None or "error" in answer:
         why = answer.get("error") if answer else f"the driver printed no answer (exit {run.returncode})"
+        if answer is None and helper and "intercept:" in run.stderr:
+            why = _last_line(run.stderr)
         if run.timed_out:
             why = f"the run took longer than {budget:g} s"
         raise NotAssessable(f"{label}: {why}")
-    by_id = {t.id: t for t in tickets}
-    items = [i for i in answer.get("tickets", []) if isinstance(i, dict) and i.get("id") in by_id]
-    ran = [i for i in items if i.get("stopped") is not True]
-    outcomes = tuple(_outcome(by_id[i["id"]], i, truth=url is None) for i in ran)
-    stopped = [str(i["id"]) for i in items if i.get("stopped") is True]
-    skipped = tuple([*stopped, *(str(s) for s in answer.get("skipped", []) if s in by_id)])
-    return DriftRun("ran", tuple(argv), target, outcomes, skipped, tapes, run.returncode)
+    items = [i for i in answer.get("tickets", []) if isinstance(i, dict)]
+    skipped = [str(s) for s in answer.get("skipped", [])]
+    return _LaneAnswer(items, skipped, tapes, run.returncode)
 
 
 def _slug(label: str) -> str:
