@@ -868,7 +868,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     bad = [p for p in args.path_prefix if not p.startswith("/") or p.endswith("/") or "?" in p]
     if bad:
-        parser.error(f"--path-prefix {bad[0]!r}: give a path that starts with / and does not end with one")
+        print(
+            f"standin: error: --path-prefix {bad[0]!r}: give a path that starts with / and does not end "
+            "with one",
+            file=sys.stderr,
+        )
+        return 2
 
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
