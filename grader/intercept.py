@@ -114,7 +114,7 @@ def _certificates(names: list[str]) -> tuple[bytes, bytes, bytes]:
     now = datetime.datetime.now(datetime.timezone.utc)
     start, end = now - datetime.timedelta(hours=1), now + datetime.timedelta(days=1)
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "cassette grader drift probe CA (one run)")])
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Local development CA")])
     ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
     ca = (
         x509.CertificateBuilder()
