@@ -143,7 +143,6 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(_serve(sock, context, args.forward))
     finally:
         os._exit(0)
-    return 0  # pragma: no cover - os._exit above
 
 
 if __name__ == "__main__":

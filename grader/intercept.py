@@ -28,9 +28,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 __all__ = ["RULES_PATH", "Host", "InterceptRulesError", "Interception", "load_hosts", "prepare"]
@@ -100,7 +100,7 @@ def load_hosts(path: Path = RULES_PATH) -> tuple[Host, ...]:
         unknown = sorted(set(entry) - {"name", "path_prefix"})
         if unknown:
             raise InterceptRulesError(f"{path}: [[hosts]] entry {n} ({name}): unknown key {unknown[0]!r}")
-        hosts.append(Host(name, prefix))
+        hosts.append(Host(str(name), prefix))
     return tuple(hosts)
 
 
