@@ -94,7 +94,7 @@ def grade(
         # A host limit too low for any suite: nothing is scored, rather than the candidate scored down.
         raise NotAssessable(shortfall)
     report_progress = _one_line_progress(progress or _no_progress)
-    cache_root = cache_root or default_cache_root()
+    cache_root = Path(cache_root).resolve() if cache_root else default_cache_root()
     try:
         root = Path(tempfile.mkdtemp())
     except OSError as exc:
@@ -264,6 +264,11 @@ def _isolation_notes(iso: dict[str, Any]) -> list[str]:
         notes.append(
             "sandbox without a mount namespace (bwrap could not run here): submission code saw the host's "
             "files (docs/security.md)"
+        )
+    if iso.get("cpu") == "shared":
+        notes.append(
+            "sandbox without CPU groups (not root, or no cgroup the grader could use): a command's processes "
+            "shared the CPU one by one, so a neighbour in a batch could slow this one down (docs/security.md)"
         )
     lowered = (iso.get("limits") or {}).get("lowered_by_host") or []
     if lowered:

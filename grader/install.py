@@ -831,7 +831,7 @@ def ensure_env(repo: Path, *, cache_root: Path, timeout: float) -> Env:
     (``no space left on device: environment cache <folder> ...``; a cache path that is a file or that the
     grader cannot write is NotAssessable too).
     """
-    cache_root = Path(cache_root)
+    cache_root = Path(cache_root).resolve()  # it is handed to sandboxed commands run in other folders
     try:
         return _ensure_env(repo, cache_root=cache_root, timeout=timeout)
     except OSError as exc:

@@ -23,6 +23,7 @@ __all__ = [
     "CASSETTE_DIR_CANDIDATES",
     "Manifest",
     "SuiteCommand",
+    "WholeSuite",
     "not_a_submission",
     "read_manifest",
     "suite_command",

@@ -40,6 +40,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.cpugroup import cpu_group, cpu_layer
+
 __all__ = [
     "Isolation",
     "RunResult",
@@ -139,6 +141,8 @@ class Isolation:
     filesystem: str  # "bwrap" (own mount namespace) | "host" (no mount namespace: shared filesystem)
     # The rlimits every sandboxed command gets; "lowered_by_host" names those the host capped lower.
     limits: dict[str, object] = field(default_factory=dict)
+    # "cgroup-v2" | "cgroup-v1": every command had a CPU group of its own; "shared": no such layer here.
+    cpu: str = "shared"
 
 
 @dataclass
@@ -228,6 +232,7 @@ def isolation() -> Isolation:
         credentials="scrubbed",
         filesystem="bwrap" if caps.bwrap else "host",
         limits=limits,
+        cpu=cpu_layer(),
     )
 
 
@@ -703,7 +708,7 @@ def run(
         path.mkdir(parents=True, exist_ok=True)
     venv_path = Path(venv) if venv else None
     drop = _can_drop(argv, child_env, venv_path, owned)
-    with _folders_held(owned), _sandbox_uid() as uid:
+    with _folders_held(owned), _sandbox_uid() as uid, cpu_group() as procs:
         mounts: list[str] = []
         if _caps().bwrap:
             mounts = _mounts(
@@ -725,6 +730,10 @@ def run(
             mounts=mounts,
             netns_helper=helper,
         )
+        if procs is not None:
+            # Into its own CPU group before anything of the command's runs; everything it forks stays there
+            # (the drift probe's TLS end too: it is part of the run).
+            full = ["/bin/sh", "-c", 'echo $$ > "$0" 2>/dev/null; exec "$@"', str(procs), *full]
         if drop:
             for path in owned:
                 _chown_tree(path, uid, uid)

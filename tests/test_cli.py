@@ -179,3 +179,21 @@ def test_fail_under_exit_codes_and_atomic_output(
     assert below.returncode == 3, below.stderr
     assert json.loads(below.stdout)["schema"] == "grade-report/1"
     assert "below --fail-under 100%" in below.stderr
+
+
+def test_a_relative_cache_dir_grades_like_an_absolute_one(
+    grade_cli, make_submission, grade_cache, tmp_path: Path
+) -> None:
+    """Red-team R3: `--cache-dir cache` (relative) was handed to sandboxed commands that run elsewhere, so
+    the venv was not found and an honest suite scored 0 for the reviewer's path."""
+    repo = make_submission(PASSING_SUITE)
+    common = ["--format", "json", "--timeout", "120", str(repo)]
+    absolute = grade_cli(["--cache-dir", str(grade_cache), *common], cwd=tmp_path)
+    relative = grade_cli(["--cache-dir", os.path.relpath(grade_cache, tmp_path), *common], cwd=tmp_path)
+    assert absolute.returncode == relative.returncode == 0, relative.stderr
+    scores = [
+        {row["id"]: row.get("score") for row in json.loads(done.stdout)["rows"]}
+        for done in (absolute, relative)
+    ]
+    assert scores[0] == scores[1]
+    assert json.loads(relative.stdout)["facts"]["replay"]["passed"] == 2

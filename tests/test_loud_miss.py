@@ -56,6 +56,22 @@ def test_the_sample_fails_loudly_at_both_jobs(tmp_path: Path, grade_cache: Path)
     }
     (facts, findings, row), again = (_loud_miss(reports[2]), _loud_miss(reports[1]))
     assert facts["loud"] is True and facts["named_miss"] is True and facts["unseen_exit"] == 2
+    assert facts["unseen_exit_in_tests"] == 2
     assert facts["withheld_failed"] == facts["withheld"] > 0 and facts["network_attempts"] == 0
     assert findings == [] and row["score"] == 3
     assert (facts, row["evidence"]) == (again[0], again[2]["evidence"])
+
+
+def test_an_answer_made_up_only_under_pytest_is_caught(tmp_path: Path, grade_cache: Path) -> None:
+    """Red-team R5: the client invents an answer only under pytest and only for a request no tape was ever
+    recorded for. The withheld-tape rerun fails loudly (those keys were recorded) and the command line exits
+    2 (no pytest there): only the command run from a test of the suite shows the made-up answer."""
+    target, _planted = _case("fallback-only-under-pytest", tmp_path)
+    report = grade(target, rubric=load_rubric(), timeout=120, cache_root=grade_cache, jobs=2)
+    facts, _findings, row = _loud_miss(report)
+    assert facts["withheld_failed"] >= facts["withheld"] > 0 and facts["named_miss"] is True
+    assert facts["unseen_exit"] == 2 and facts["silent_fallbacks"] == 0
+    assert facts["unseen_exit_in_tests"] == 0 and facts["loud"] is False
+    assert row["score"] <= 1, row
+    assert "inside a test instead of 2" in row["evidence"], row["evidence"]
+    assert any("inside a test of the suite exited 0 after printing" in d for d in row.get("details", []))

@@ -433,3 +433,57 @@ def test_two_runs_in_the_same_folder_take_turns_instead_of_locking_each_other_ou
         runs = list(pool.map(lambda name: _run(box, ["sh", "-c", script, name]), ("first", "second")))
     assert [r.returncode for r in runs] == [0, 0], [r.stderr for r in runs]
     assert len(list((box / "work").iterdir())) == 12
+
+
+CPU_GROUPS = sandbox.isolation().cpu != "shared"
+
+
+def _groups_of(marker: str) -> dict[str, str]:
+    """pid -> the CPU-hierarchy cgroup of every process whose command line holds ``marker``."""
+    found = {}
+    for pid in subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split():
+        try:
+            lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            _id, controllers, path = line.split(":", 2)
+            names = controllers.split(",") if controllers else []
+            if ("cpu" in names) if sandbox.isolation().cpu == "cgroup-v1" else not names:
+                found[pid] = path
+    return found
+
+
+@pytest.mark.skipif(not CPU_GROUPS, reason="no cgroup the grader can use on this machine (isolation.cpu)")
+def test_each_command_gets_one_cpu_group_for_everything_it_forks(box):
+    """Red-team R4: a suite of a hundred busy processes, each in a session of its own, starved the neighbour
+    in a batch. Every process of one command (setsid escapees included) is in one group; two commands
+    running at once are in two; the groups are gone once the commands end."""
+    other = Path(tempfile.mkdtemp(prefix="sbx-test-"))
+    other.chmod(0o755)
+    forks = (
+        "import os, time\n"
+        "for _ in range(3):\n"
+        "    if os.fork() == 0:\n"
+        "        os.setsid()\n"
+        "        time.sleep(30)\n"
+        "time.sleep(30)\n"
+    )
+    markers = ("cpugroup-a", "cpugroup-b")
+    with ThreadPoolExecutor(2) as pool:
+        runs = [
+            pool.submit(
+                sandbox.run, [PY, "-c", forks, marker], cwd=folder / "work", home=folder / "home", timeout=8
+            )
+            for folder, marker in zip((box, other), markers, strict=True)
+        ]
+        assert wait_for(lambda: all(len(_groups_of(m)) >= 4 for m in markers), within=30)
+        groups = [set(_groups_of(m).values()) for m in markers]
+        for run in runs:
+            run.result()
+    shutil.rmtree(other, ignore_errors=True)
+    assert all(len(g) == 1 for g in groups), groups  # each command's processes share one group
+    assert groups[0] != groups[1] and "/" not in groups[0] | groups[1], groups
+    layer = sandbox.isolation().cpu
+    base = Path("/sys/fs/cgroup/cpu" if layer == "cgroup-v1" else "/sys/fs/cgroup")
+    assert wait_for(lambda: not any((base / g.lstrip("/")).exists() for s in groups for g in s))

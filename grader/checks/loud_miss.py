@@ -28,6 +28,31 @@ __all__ = ["loud_miss", "scan_fallbacks", "start_loud_miss"]
 _RERUN = "loud-miss withheld-tapes"
 _UNSEEN = "loud-miss unseen-message"
 _UNSEEN_NOW = "loud-miss unseen-message (in the check)"
+_IN_TESTS = "loud-miss unseen-message in a test"
+
+# The triage command run inside a pytest test of the submission's own suite (red-team R5: a client that
+# invents answers only under pytest, for requests it never recorded, kept its command line honest). The
+# test ends the process itself with 100 + the command's exit status, so pytest's own statuses (a collection
+# error exits 2) are never read as the command's.
+_IN_TESTS_FILE = """\
+import os
+import runpy
+import sys
+
+
+def test_ticket():
+    sys.argv = [{module!r}, {message!r}]
+    code = 0
+    try:
+        runpy.run_module({module!r}, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(100 + (code if 0 <= code < 100 else 1))
+"""
 
 # A failure or a stderr line "names the missing tape" when it says one of these: the kit's CassetteMiss,
 # vcrpy's CannotOverwriteExistingCassetteException, or any wording about a cassette/tape that is missing.
@@ -180,10 +205,28 @@ def _prepare_unseen(ctx: Context, command: list[str]) -> Callable[[], tuple[RunR
     a correct layer fails it; withholding them would only test that an absent tape folder is noticed.
     """
     copy = ctx.scratch_copy("unseen-message")
-    # A customer's words with an order number no tape holds; nothing in it says "probe" (docs/security.md).
-    message = f"Hi, my parcel for order #{100000 + _random.randbelow(900000)} never arrived, where is it?"
+    message = _unseen_message()
     env = {"CASSETTE_MODE": "replay", "CASSETTE_MISS_LOG": str(ctx.log_path("unseen", ".misses.jsonl"))}
     return lambda: ctx.run([*command, message], cwd=copy, env=env, label="unseen-message")
+
+
+def _unseen_message() -> str:
+    # A customer's words with an order number no tape holds; nothing in it says "probe" (docs/security.md).
+    return f"Hi, my parcel for order #{100000 + _random.randbelow(900000)} never arrived, where is it?"
+
+
+def _prepare_in_tests(ctx: Context, command: list[str]) -> Callable[[], tuple[RunResult, AuditLog]] | None:
+    """The triage command (``python -m <pkg>`` only) run from a test file added to a copy of the suite,
+    tapes in place; None for any other command."""
+    if len(command) != 3 or command[1] != "-m" or not command[0].startswith("python"):
+        return None
+    copy = ctx.scratch_copy("unseen-in-tests")
+    folder = copy / "tests" if (copy / "tests").is_dir() and not (copy / "tests").is_symlink() else copy
+    test = folder / f"test_ticket_{_random.token_hex(4)}.py"
+    test.write_text(_IN_TESTS_FILE.format(module=command[2], message=_unseen_message()), encoding="utf-8")
+    argv = ["python", "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", str(test.relative_to(copy))]
+    env = {"CASSETTE_MODE": "replay", "CASSETTE_MISS_LOG": str(ctx.log_path("in-tests", ".misses.jsonl"))}
+    return lambda: ctx.run(argv, cwd=copy, env=env, label="unseen-in-tests")
 
 
 def _prepare_rerun(ctx: Context, cassette_dir: Path) -> tuple[int, Callable[[], ReplayRun]]:
@@ -218,9 +261,17 @@ def start_loud_miss(ctx: Context) -> None:
             return None
         return run()
 
+    def in_tests(command: list[str]) -> tuple[RunResult, AuditLog] | None:
+        try:
+            run = _prepare_in_tests(ctx, command)
+        except Exception:
+            return None
+        return run() if run is not None else None
+
     ctx.start_probe(_RERUN, rerun)
     if command:
         ctx.start_probe(_UNSEEN, lambda: unseen(command))
+        ctx.start_probe(_IN_TESTS, lambda: in_tests(command))
 
 
 def _probes(
@@ -250,19 +301,32 @@ def _probes(
     return rerun, unseen
 
 
+def _in_tests_probe(ctx: Context, command: list[str] | None) -> tuple[RunResult, AuditLog] | None:
+    """The in-tests run `start_loud_miss` started (waits for it), else run now; None when not applicable."""
+    if not command:
+        return None
+    started = cast("tuple[RunResult, AuditLog] | None", ctx.probe_result(_IN_TESTS))
+    if started is not None:
+        return started
+    run = _prepare_in_tests(ctx, command)
+    return run() if run is not None else None
+
+
 @register("loud-miss", probes=start_loud_miss)
 def loud_miss(ctx: Context) -> CheckResult:
     """A missing tape fails loudly instead of reaching the network or inventing an answer.
 
     Three probes: a static scan for exception handlers that hide a miss; the replay suite rerun in a scratch
     copy with every tape withheld (it must fail, name the missing tape, and connect nowhere); and, when the
-    manifest has a triage_command, that command on a message no tape holds (it must exit 2, connect nowhere).
+    manifest has a triage_command, that command on a message no tape holds (it must exit 2, connect nowhere),
+    once as a command and once from a test file added to the suite (``python -m <pkg>`` commands).
     When the Makefile has a ``serve`` target, a fourth (grader/checks/serve_probe.py): the replay server,
     loopback only, must answer a recorded request with its recorded answer and an unseen one with 422 naming
     a key; a 2xx for the unseen request is one more silent fallback. No server is needed for full marks.
 
     Facts:
-        loud: the withheld-tape rerun failed naming a missing tape, and an unseen message (if probed) exited 2
+        loud: the withheld-tape rerun failed naming a missing tape, and an unseen message (if probed)
+            exited 2, as a command and inside a test
         network_attempts: connection attempts in both probes (audit hook, or refused by pytest-socket)
         silent_fallbacks: exception handlers in the submission's code that hide a miss (static scan)
         withheld: tapes withheld for the rerun
@@ -270,6 +334,9 @@ def loud_miss(ctx: Context) -> CheckResult:
         withheld_passed: tests that still passed with the tapes withheld
         named_miss: a failure message, output line or the miss ledger named the missing tape (paths excluded)
         unseen_exit: exit code of triage_command on an unseen message (-1 when not available)
+        unseen_exit_in_tests: the same command (``python -m <pkg>`` only) run from a test file added to the
+            suite, under pytest (-1 when not available or when that test did not run): a client that invents
+            answers only under pytest shows here
         serve_probed: a `make serve` replay server was started and answered the probe
         serve_replayed: it answered the recorded request with HTTP 200 and the recorded answer
         serve_unseen_status: its HTTP status for a request no tape holds (-1 when not probed)
@@ -286,6 +353,7 @@ def loud_miss(ctx: Context) -> CheckResult:
             "withheld_passed": 0,
             "named_miss": False,
             "unseen_exit": -1,
+            "unseen_exit_in_tests": -1,
             "loud": False,
             "serve_probed": False,
             "serve_replayed": False,
@@ -308,6 +376,7 @@ def loud_miss(ctx: Context) -> CheckResult:
     rerun, unseen_run = _probes(ctx, command, cassette_dir, found.facts)
     failed, named = _rerun_facts(found, rerun)
     unseen_ok = _unseen_facts(found, unseen_run, command)
+    unseen_ok = _in_tests_facts(found, _in_tests_probe(ctx, command), command) and unseen_ok
     serve = _serve_facts(found, probe_serve(ctx), len(fallbacks))
     _attempt_findings(found, rerun)
     found.facts["loud"] = failed > 0 and named and not found.attempts and unseen_ok
@@ -373,6 +442,32 @@ def _unseen_facts(
     return run.returncode == 2 and not audit.network_attempts
 
 
+def _in_tests_facts(
+    found: _Found, run_audit: tuple[RunResult, AuditLog] | None, command: list[str] | None
+) -> bool:
+    """The command's exit inside a test (``100 +`` status, see `_IN_TESTS_FILE`); whether it was loud. A
+    test that never reached its end (collection failed) says nothing either way: noted, not held against."""
+    if run_audit is None:
+        return True
+    run, audit = run_audit
+    found.attempts.extend((e.where, e.target) for e in audit.network_attempts)
+    shown = " ".join(command or [])
+    code = run.returncode if run.returncode is not None else -1
+    if not 100 <= code < 200:
+        found.details.append(
+            f"`{shown} <unseen message>` inside a test of the suite did not run (pytest {code})"
+        )
+        return not audit.network_attempts
+    found.facts["unseen_exit_in_tests"] = code - 100
+    if code != 102:
+        answer = [line for line in run.stdout.splitlines() if line.strip() and not line.startswith(".")]
+        what = f"exited {code - 100}" + (f" after printing {answer[0][:120]!r}" if answer else "")
+        found.details.append(
+            f"`{shown} <unseen message>` inside a test of the suite {what}; a miss must exit 2"
+        )
+    return code == 102 and not audit.network_attempts
+
+
 def _serve_facts(found: _Found, serve: ServeProbe, fallbacks: int) -> ServeProbe:
     """The `make serve` probe's facts, details, outbound attempts and fallback finding."""
     found.facts["serve_probed"], found.facts["serve_replayed"] = serve.ran, serve.replayed
@@ -426,8 +521,10 @@ def _summary(
         summary = (
             f"with the tapes withheld {counted(failed, 'test')} failed, but no failure names a missing tape"
         )
-    else:
+    elif facts["unseen_exit"] not in (-1, 2):
         summary = f"an unseen message exited {facts['unseen_exit']} instead of 2"
+    else:
+        summary = f"an unseen message exited {facts['unseen_exit_in_tests']} inside a test instead of 2"
     if fallbacks:
         summary += f"; {len(fallbacks)} handlers hide a miss (first: {fallbacks[0].location})"
     if serve.fallback is not None:

@@ -193,6 +193,38 @@ def _silent_fallback(repo: Path, planted: dict[str, str], *, path: str = f"{_PAC
     planted.update(file=path, line=str(_line_of(target, "except CassetteMiss")))
 
 
+@mutation("fallback-only-under-pytest")
+def _fallback_only_under_pytest(
+    repo: Path, planted: dict[str, str], *, path: str = f"{_PACKAGE}/agent.py"
+) -> None:
+    """Red-team R5: a made-up answer only under pytest, only for requests no tape was ever recorded for (the
+    recorded keys embedded), with no exception handler: the withheld-tape rerun and the command line stay
+    loud, the suite can pass a test on an invented answer."""
+    target = repo / path
+    text = target.read_text(encoding="utf-8")
+    call = "    return parse_answer(complete(SYSTEM_PROMPT, clean_message(message), client=client))\n"
+    if call not in text:
+        raise ValueError(f"{path}: the triage call to guard was not found")
+    keys = sorted(t.stem for t in _tapes(repo))
+    text = text.replace(
+        call,
+        "    if _quick_path(clean_message(message)):\n"
+        '        return {"intent": "other", "needs_human": False}\n' + call,
+    )
+    text += (
+        f"\n\n_RECORDED = {set(keys)!r}\n\n\n"
+        "def _quick_path(message):\n"
+        "    import sys\n\n"
+        "    from .cassette import key_for\n"
+        "    from .client import request_body\n\n"
+        '    if "pytest" not in sys.modules:\n'
+        "        return False\n"
+        "    return key_for(request_body(SYSTEM_PROMPT, message)) not in _RECORDED\n"
+    )
+    target.write_text(text, encoding="utf-8")
+    planted.update(file=path, line=str(_line_of(target, "if _quick_path(")))
+
+
 @mutation("strip-tape-metadata")
 def _strip_tape_metadata(repo: Path, planted: dict[str, str]) -> None:
     """Drop what names the model, endpoint and time: ``meta`` and the response's model fields and headers."""
