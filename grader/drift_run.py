@@ -354,7 +354,7 @@ def run_tickets(
     # provider's host reaches the one stand-in of its namespace through the interception (443 cannot tell
     # two lanes apart), so each lane's truth log stays its own.
     budget = float(ctx.timeout)
-    groups = [list(tickets[n :: max(1, int(lanes))]) for n in range(max(1, min(int(lanes), len(tickets))))]
+    groups = _lanes(tickets, lanes)
     intercept = url is None and can_intercept()
     lane = partial(
         _run_lane,
@@ -387,6 +387,19 @@ def run_tickets(
     code = next((a.exit_code for a in answers if a.exit_code), answers[0].exit_code)
     hosts = tuple(h.name for h in load_hosts()) if intercept else ()
     return DriftRun("ran", tuple(argv), target, outcomes, skipped, answers[0].tapes, code, intercepted=hosts)
+
+
+def _lanes(tickets: Sequence[Ticket], lanes: int) -> list[list[Ticket]]:
+    """Tickets split into at most ``lanes`` groups, every run of one message in the same group: the same
+    stand-in then sees a repeated message again and draws its drift anew (its nth occurrence), as a model
+    answers a repeated prompt."""
+    distinct = list(dict.fromkeys(t.message for t in tickets))
+    count = max(1, min(int(lanes), len(distinct)))
+    lane_of = {message: n % count for n, message in enumerate(distinct)}
+    groups: list[list[Ticket]] = [[] for _ in range(count)]
+    for ticket in tickets:
+        groups[lane_of[ticket.message]].append(ticket)
+    return groups
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,12 @@ resolve to loopback, where a grader-owned TLS end answers with a certificate fro
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from grader.checks import CheckResult, Finding, register
 from grader.details import counted
-from grader.drift_run import DriftRun, TicketOutcome, find_tickets, record_env, run_tickets
+from grader.drift_run import DriftRun, Ticket, TicketOutcome, find_tickets, record_env, run_tickets
 from grader.errors import NotAssessable
 
 if TYPE_CHECKING:
@@ -42,8 +43,23 @@ def _limit(ctx: Context) -> int:
 
 
 def _probe(ctx: Context) -> DriftRun:
-    tickets = find_tickets(ctx, _limit(ctx))
+    tickets = _again(find_tickets(ctx, _limit(ctx)), _limit(ctx))
     return run_tickets(ctx, tickets, profile=_PROFILE, label=_LABEL, env=record_env(ctx))
+
+
+def _again(tickets: list[Ticket], limit: int) -> list[Ticket]:
+    """Fewer recorded inputs than the limit: run them again (``T01.2``, ...) up to it. The stand-in draws a
+    repeated request's drift anew, so three recorded inputs still meet about as many drifted answers as eight
+    (three tickets that all came back undrifted said nothing about the parser)."""
+    out = list(tickets)
+    rounds = 2
+    while tickets and len(out) < limit:
+        for ticket in tickets:
+            if len(out) >= limit:
+                break
+            out.append(replace(ticket, id=f"{ticket.id}.{rounds}"))
+        rounds += 1
+    return out
 
 
 def start_drift(ctx: Context) -> None:
@@ -69,7 +85,9 @@ def drift(ctx: Context) -> CheckResult:
     Facts:
         probe: "ran", or "not available: <why>" (no triage command, no tape with a user message, the
             environment not installed); then every count below is 0
-        tickets: tickets run: recorded user messages from the tapes, each through the triage command once
+        tickets: tickets run: recorded user messages from the tapes, each through the triage command once;
+            fewer recorded messages than ``thresholds.drift_tickets`` are run again (``T01.2``) up to it,
+            since the stand-in draws a repeated request's drift anew
         drifted: tickets whose model answer carried a drift (the stand-in's truth log says which)
         handled: drifted tickets answered with the label the model meant, in the agent's schema
         loud: drifted tickets where the command exited non-zero (a raised error, a refusal to guess)
