@@ -130,6 +130,14 @@ def read_batch_file(path: Path) -> list[Entry]:
     if first is None:
         raise BadInput(f"{path}:1: no targets; write one target per line, or a CSV with candidate,target")
     header = [h.strip().lower() for h in next(csv.reader([lines[first]]))]
+    for separator, shown in ((";", "';'"), ("\t", "tabs"), ("|", "'|'")):
+        if "candidate" not in header and "candidate" in [
+            h.strip().lower() for h in lines[first].split(separator)
+        ]:
+            raise BadInput(
+                f"{path}:{first + 1}: the CSV is separated by {shown}, not commas; save it with commas "
+                "(candidate,target or candidate,repo)"
+            )
     if "candidate" in header:
         pairs = _read_csv(path, text)
     elif path.suffix.lower() == ".csv" or len(header) > 1:

@@ -486,10 +486,23 @@ def _cmd_rescore(args: list[str]) -> int:
             f"note: threshold {key} {old} -> {new}: rows use the new value, but facts a check computed "
             "from it at grading time keep the old one (re-grade to apply it there)"
         )
-    verb = "would re-score" if opts.dry_run else "re-scored"
-    lines.append(
-        f"{verb} {len(result.candidates)} run(s) with {result.rubric.name!r} ({result.rubric.sha256[:12]})"
-    )
+    rubric = f"{result.rubric.name!r} ({result.rubric.sha256[:12]})"
+    if not result.rewritten and not result.history:
+        lines.append(
+            f"nothing changed: every run in {opts.run_dir} is already scored with {rubric}; nothing written"
+        )
+    elif opts.dry_run:
+        lines.append(
+            f"would re-score {len(result.candidates)} run(s) with {rubric} (--dry-run: nothing written)"
+        )
+    else:
+        lines.append(f"re-scored {len(result.candidates)} run(s) with {rubric}")
+        kept = result.history[0].name if result.history else "?"
+        lines.append(
+            f"wrote {result.rewritten} run(s)"
+            + (" and the batch summaries" if (opts.run_dir / "batch.json").is_file() else "")
+            + f"; the files replaced are kept in history/{kept}/ inside each folder written"
+        )
     sys.stdout.write("\n".join(lines) + "\n")
     return EXIT_OK
 

@@ -39,7 +39,14 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["Context", "ReplayRun", "makefile_targets", "pytest_plugin_modules", "read_junit"]
+__all__ = [
+    "Context",
+    "ReplayRun",
+    "makefile_target_lines",
+    "makefile_targets",
+    "pytest_plugin_modules",
+    "read_junit",
+]
 
 # Loaded explicitly under PYTEST_DISABLE_PLUGIN_AUTOLOAD: pytest-socket blocks sockets inside the test process
 # (a second layer under the network namespace) and _grader_pytest writes the result log the grader trusts.
@@ -488,6 +495,10 @@ class Context:
         junit = results_log.parent / "run.junit.xml"
         misses = results_log.parent / "run.misses.jsonl"
         plugins = [m for m in pytest_plugin_modules(venv) if m not in _GRADER_PLUGINS]
+        if noconftest:
+            # A plugin the project registers for itself (a pytest11 entry point into its own tree) is its
+            # hook like a conftest file (red-team R8); the venv's plugins from the index stay.
+            plugins = [m for m in plugins if not tamper.in_tree(self.repo, m)]
         guard_dir, sealed = self._guard_files()
         guard_log = sealed / f"{results_log.parent.name}.guard"
         addopts = [
@@ -744,6 +755,12 @@ def _pythonpath(cwd: Path, roots: Sequence[str] = ()) -> str:
 
 def makefile_targets(repo: Path) -> set[str]:
     """Explicit target names of the repo's Makefile, read statically (no make run)."""
+    return set(makefile_target_lines(repo))
+
+
+def makefile_target_lines(repo: Path) -> dict[str, str]:
+    """Each explicit target of the repo's Makefile -> where its rule starts (``Makefile:18``), read
+    statically (no make run); the first rule line of a target that has several."""
     for name in _MAKEFILES:
         try:
             raw = read_bytes(repo / name, cap=_MAKEFILE_CAP, truncate=True)
@@ -751,15 +768,17 @@ def makefile_targets(repo: Path) -> set[str]:
             continue
         break
     else:
-        return set()
+        return {}
     text = raw.decode("utf-8", errors="replace")
-    targets: set[str] = set()
-    for line in text.splitlines():
+    targets: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
         if not line or line[0] in "\t #" or "=" in line.split(":", 1)[0]:
             continue
         match = _TARGET_LINE.match(line)
         if match:
-            targets.update(t for t in match.group(1).split() if not t.startswith("."))
+            for target in match.group(1).split():
+                if not target.startswith("."):
+                    targets.setdefault(target, f"{name}:{number}")
     return targets
 
 

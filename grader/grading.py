@@ -265,6 +265,11 @@ def _isolation_notes(iso: dict[str, Any]) -> list[str]:
             "sandbox without a mount namespace (bwrap could not run here): submission code saw the host's "
             "files (docs/security.md)"
         )
+    if iso.get("memory") == "shared":
+        notes.append(
+            "sandbox without a memory ceiling per command (not root, or no cgroup the grader could use): "
+            "only each process's address space was capped (docs/security.md)"
+        )
     if iso.get("cpu") == "shared":
         notes.append(
             "sandbox without CPU groups (not root, or no cgroup the grader could use): a command's processes "

@@ -70,7 +70,10 @@ __all__ = ["Env", "InstallFailed", "default_cache_root", "ensure_env", "read_req
 # 3: it also holds pytest's rewritten plugin modules (`_rewrite_warmup`).
 # 4: the grader's tools are pinned; the record and digest live beside the venv (`<key>.json`).
 # 5: the submission's package metadata (editable install, hook removed), lockfile constraints, chosen Python.
-ENV_FORMAT = "5"
+# 6: the project is built offline in a throwaway venv, never in this one (red-team R1, R2): a venv of an
+#    earlier format may hold whatever a submission's setup.py wrote into it, its digest recorded after
+#    (red-team R7), so none is reused.
+ENV_FORMAT = "6"
 _RECORD = ".json"  # <key>.json beside the venv: what was installed, the tools' versions, the digest
 _TAIL_LINES = 12
 _PROBE_TIMEOUT = 120.0

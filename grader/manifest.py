@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import configparser
 import json
 import os
 import re
@@ -387,6 +388,18 @@ class SuiteCommand:
 
 
 def suite_command(repo: Path) -> SuiteCommand:
+    """`_suite_command`, with the pytest configuration's own narrowing of the suite joined in."""
+    suite = _suite_command(repo)
+    config = _config_narrowing(repo)
+    if not config:
+        return suite
+    narrowed = suite.narrowed or WholeSuite("", [], {})
+    why = "; ".join(x for x in (narrowed.why, f"the pytest configuration selects tests ({config})") if x)
+    whole = WholeSuite(why, [*_DEFAULT_COLLECTION, *narrowed.args], narrowed.env)
+    return SuiteCommand(suite.argv, suite.how, whole)
+
+
+def _suite_command(repo: Path) -> SuiteCommand:
     """The suite the way the submission says to run it: its Makefile's ``test`` target, else its README.
 
     A ``test`` recipe (or one it depends on) that makes an environment of its own (``uv run pytest``, ``uv
@@ -481,7 +494,56 @@ _VALUE_OPTIONS = frozenset(
 # the loader or the grader's own plugins does not.
 _PLAIN_VARIABLE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _SYSTEM_VARIABLE = re.compile(r"^(?:LD_|PYTHON|PYTEST|PY_|PATH$|HOME$|TMPDIR$|SHELL$|USER$|LANG$|LC_)", re.I)
-_NARROWING_OPTIONS = ("--ignore", "--ignore-glob", "--deselect", "--pyargs")
+# Options that leave tests out: the whole-suite run drops them (-k and -m too, red-team R12: a keyword
+# deselecting the one failing test); a left-out test that fails for want of the network is not counted.
+_NARROWING_OPTIONS = ("--ignore", "--ignore-glob", "--deselect", "--pyargs", "-k", "-m")
+
+
+# Keys of the pytest configuration that decide which tests are collected (red-team R12): set at all, the
+# whole-suite run puts pytest's defaults back. addopts counts when it selects (-k, -m, --ignore...).
+_COLLECTION_KEYS = ("python_files", "python_functions", "python_classes")
+_SELECTING_ADDOPTS = re.compile(r"(?:^|\s)(?:-k|-m|--ignore|--ignore-glob|--deselect)(?:[\s=]|$)")
+# What the whole-suite run passes to undo them: pytest's own defaults, the configuration's addopts off.
+_DEFAULT_COLLECTION = [
+    "-o", "addopts=",
+    "-o", "python_files=test_*.py *_test.py",
+    "-o", "python_functions=test*",
+    "-o", "python_classes=Test*",
+]  # fmt: skip
+
+
+def _config_narrowing(repo: Path) -> str:
+    """Where the pytest configuration narrows what is collected ("" when it does not)."""
+    found: list[str] = []
+    try:
+        text = read_bytes(repo / "pyproject.toml", cap=_TOML_CAP, root=repo).decode("utf-8")
+        data = tomllib.loads(text)
+    except (OSError, ValueError, RecursionError):
+        data, text = {}, ""
+    ini = data.get("tool", {}).get("pytest", {}).get("ini_options", {}) if isinstance(data, dict) else {}
+    sections: list[tuple[str, dict[str, object]]] = []
+    if isinstance(ini, dict):
+        sections.append(("pyproject.toml", ini))
+    for name, section in (("pytest.ini", "pytest"), ("setup.cfg", "tool:pytest"), ("tox.ini", "pytest")):
+        raw = _read_text(repo, name)
+        if not raw:
+            continue
+        parser = configparser.ConfigParser(interpolation=None)
+        try:
+            parser.read_string(raw)
+        except configparser.Error:
+            continue
+        if parser.has_section(section):
+            sections.append((name, dict(parser.items(section))))
+    for name, options in sections:
+        for key in _COLLECTION_KEYS:
+            if key in options:
+                found.append(f"{name}: {key} = {options[key]!s}"[:120])
+        addopts = options.get("addopts")
+        shown = " ".join(map(str, addopts)) if isinstance(addopts, list) else str(addopts or "")
+        if _SELECTING_ADDOPTS.search(shown):
+            found.append(f"{name}: addopts = {shown}"[:120])
+    return "; ".join(found)
 
 
 def _is_test_file(name: str) -> bool:

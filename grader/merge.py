@@ -134,7 +134,7 @@ def _check_same_round(shards: list[_Shard]) -> None:
     for shard in shards:
         index = shard.info["index"]
         if index in seen:
-            raise BadInput(f"{shard.folder}: shard {index}/{shard.info['count']} is also {seen[index]}")
+            raise BadInput(_given_twice(seen[index], shard.folder, index, shard.info["count"]))
         seen[index] = shard.folder
     missing = [str(i) for i in range(1, first.info["count"] + 1) if i not in seen]
     if missing:
@@ -142,6 +142,18 @@ def _check_same_round(shards: list[_Shard]) -> None:
             f"shard {', '.join(missing)} of {first.info['count']} missing: pass every shard folder "
             "(a round merged without a shard would lose its candidates)"
         )
+
+
+def _given_twice(first: Path, second: Path, index: int, count: int) -> str:
+    if first.resolve() == second.resolve():
+        return (
+            f"the shard folder {second} is given twice (it is shard {index} of {count}); "
+            "pass each shard folder once"
+        )
+    return (
+        f"{first} and {second} are both shard {index} of {count} (the same slice graded twice); "
+        f"pass only one of them, plus one folder for each other shard"
+    )
 
 
 def _check_candidates(items: list[tuple[dict[str, Any], _Shard]], shards: list[_Shard]) -> None:

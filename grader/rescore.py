@@ -6,7 +6,8 @@ a check the runs did not record is refused with ``NEW.yaml:LINE: ...`` (exit 2) 
 
 Nothing is lost: the reports, the rubric copy and run.json being replaced (and a batch's summaries) are moved
 to ``history/<UTC timestamp>/`` inside their folder first; ``--dry-run`` writes nothing at all. What moved is
-returned as ``Change``s, and the CLI prints them, e.g. ``alice  offline-replay 3 -> 2``.
+returned as ``Change``s, and the CLI prints them, e.g. ``alice  offline-replay 3 -> 2``. A run whose report
+would come out the same (the rubric it was scored with, the same rows) is left alone, history included.
 
 Only scoring runs again. Facts a check computed from a threshold at grading time (hygiene's
 ``conversation_blobs``) keep the old threshold; the changed thresholds are reported so the reader knows.
@@ -76,7 +77,8 @@ class RescoreResult:
     rubric: Rubric
     candidates: list[Rescored]
     thresholds_changed: dict[str, tuple[Any, Any]]
-    history: list[Path]
+    history: list[Path]  # the history/<stamp>/ folders written; empty when nothing was (or --dry-run)
+    rewritten: int = 0  # runs whose report differs under the new rubric (written unless --dry-run)
 
 
 def rescore(run_dir: Path, rubric_path: Path, *, dry_run: bool = False) -> RescoreResult:
@@ -99,7 +101,8 @@ def rescore(run_dir: Path, rubric_path: Path, *, dry_run: bool = False) -> Resco
         if old_total != new_total:
             changes.append(Change(name, "total", _total(old_total), _total(new_total), what="total"))
         candidates.append(Rescored(name, run.path, old_total, new_total, changes))
-        updated.append((run, new_report))
+        if _without_notes(new_report) != _without_notes(run.report):
+            updated.append((run, new_report))  # else the same rubric scored the same: nothing to write
         old_thresholds = (run.manifest.get("rubric") or {}).get("thresholds") or {}
         for key in sorted(set(old_thresholds) | set(rubric.thresholds)):
             old, new = old_thresholds.get(key), rubric.thresholds.get(key)
@@ -109,9 +112,15 @@ def rescore(run_dir: Path, rubric_path: Path, *, dry_run: bool = False) -> Resco
     if not dry_run:
         for run, report in updated:
             history.append(_rewrite_run(run, report, rubric, stamp))
-        if batch is not None:
+        batch_moved = batch is not None and (batch.get("rubric") or {}).get("sha256") != rubric.sha256
+        if batch is not None and (updated or batch_moved):
             history.append(_rewrite_batch(run_dir, batch, runs, rubric, stamp))
-    return RescoreResult(rubric, candidates, thresholds_changed, history)
+    return RescoreResult(rubric, candidates, thresholds_changed, history, len(updated))
+
+
+def _without_notes(report: dict[str, Any]) -> dict[str, Any]:
+    """The report but its notes, which gain a dated "re-scored ..." line on every re-score."""
+    return {key: value for key, value in report.items() if key != "notes"}
 
 
 # ------------------------------------------------------------------------------------------- reading

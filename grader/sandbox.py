@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.cpugroup import cpu_group, cpu_layer
+from grader.cpugroup import cpu_layer, memory_layer, run_groups
 
 __all__ = [
     "Isolation",
@@ -143,6 +143,8 @@ class Isolation:
     limits: dict[str, object] = field(default_factory=dict)
     # "cgroup-v2" | "cgroup-v1": every command had a CPU group of its own; "shared": no such layer here.
     cpu: str = "shared"
+    # The same for a memory ceiling on each command as a whole (grader.cpugroup.MEMORY_LIMIT).
+    memory: str = "shared"
 
 
 @dataclass
@@ -233,6 +235,7 @@ def isolation() -> Isolation:
         filesystem="bwrap" if caps.bwrap else "host",
         limits=limits,
         cpu=cpu_layer(),
+        memory=memory_layer(),
     )
 
 
@@ -708,7 +711,7 @@ def run(
         path.mkdir(parents=True, exist_ok=True)
     venv_path = Path(venv) if venv else None
     drop = _can_drop(argv, child_env, venv_path, owned)
-    with _folders_held(owned), _sandbox_uid() as uid, cpu_group() as procs:
+    with _folders_held(owned), _sandbox_uid() as uid, run_groups() as procs:
         mounts: list[str] = []
         if _caps().bwrap:
             mounts = _mounts(
@@ -730,10 +733,11 @@ def run(
             mounts=mounts,
             netns_helper=helper,
         )
-        if procs is not None:
-            # Into its own CPU group before anything of the command's runs; everything it forks stays there
+        if procs:
+            # Into its own groups before anything of the command's runs; everything it forks stays there
             # (the drift probe's TLS end too: it is part of the run).
-            full = ["/bin/sh", "-c", 'echo $$ > "$0" 2>/dev/null; exec "$@"', str(procs), *full]
+            joins = "".join(f"echo $$ > {shlex.quote(str(p))} 2>/dev/null; " for p in procs)
+            full = ["/bin/sh", "-c", f'{joins}exec "$@"', "sh", *full]
         if drop:
             for path in owned:
                 _chown_tree(path, uid, uid)

@@ -911,7 +911,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in flavour_settings(base_url):
             log(f"standin: {line}")
     try:
-        server.serve_forever()
+        server.serve_forever(poll_interval=0.1)  # a SIGTERM is answered within a tenth of a second
     finally:
         server.server_close()
     return 0

@@ -6,6 +6,7 @@ Real parts only: a baked project, the stand-in as a subprocess (`python -m grade
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import subprocess
@@ -185,3 +186,86 @@ def test_the_baked_readme_alone_says_where_the_standin_runs_and_how_to_record(
     assert recorded.returncode == 0, recorded.stdout[-2000:] + recorded.stderr[-2000:]
     tapes = list((project / "cassettes").glob("*.json"))
     assert tapes and {json.loads(t.read_text())["meta"]["endpoint"] for t in tapes} == {"127.0.0.1"}
+
+
+# Pairs of (sent, recorded) requests that reach every branch of the baked cassette layer's difference
+# wording; each produces the differences a candidate reads in a miss.
+_POST = {"method": "POST", "path": "/v1/chat/completions"}
+_TEXTS = ["hi ", "hi   ", "hi\n", "hi\n\n", "hi \n", " hi", "   hi", "\nhi", "\n\nhi", " \nhi"]
+_PAIRS = [
+    *[({**_POST, "body": {"c": t}}, {**_POST, "body": {"c": "hi"}}) for t in _TEXTS],
+    *[({**_POST, "body": {"c": "hi"}}, {**_POST, "body": {"c": t}}) for t in _TEXTS],
+    ({**_POST, "body": {"c": "a  b"}}, {**_POST, "body": {"c": "a b"}}),
+    ({**_POST, "body": {"c": "Hi"}}, {**_POST, "body": {"c": "hi"}}),
+    ({**_POST, "body": {"c": "hello"}}, {**_POST, "body": {"c": "help!"}}),
+    ({**_POST, "body": {"temperature": 0.0}}, {**_POST, "body": {"temperature": 0}}),
+    ({**_POST, "body": {"x": 1}}, {**_POST, "body": {}}),
+    ({**_POST, "body": {}}, {**_POST, "body": {"x": 1}}),
+    ({**_POST, "body": {"m": [1, 2]}}, {**_POST, "body": {"m": [1]}}),
+    ({**_POST, "body": {"m": [1]}}, {**_POST, "body": {"m": [1, 2]}}),
+    ({**_POST, "body": "a"}, {**_POST, "body": 1}),
+    ({"method": "GET", "path": "/v1/models", "body": {}}, {**_POST, "body": {}}),
+]
+_WORDINGS_BLOCK = DOCS.split("<!-- miss-wordings")[1].split("<!-- /miss-wordings -->")[0]
+
+
+def _documented_wordings() -> list[str]:
+    found = []
+    for line in _WORDINGS_BLOCK.splitlines():
+        if line.startswith("| `"):
+            found += [w for w in re.findall(r"`([^`]+)`", line.split(" | ")[0]) if w != "missing"]
+    return found
+
+
+def _as_regex(wording: str) -> re.Pattern[str]:
+    rx = re.escape(wording).replace("'…'", "'.*'")
+    rx = re.sub(r"\bFIELD\b", r"[\\w.\\[\\]]+", rx)
+    rx = re.sub(r"\bN\b", r"\\d+", rx)
+    rx = re.sub(r"\b[XY]\b", ".+", rx)
+    return re.compile(rx, re.DOTALL)
+
+
+def _wording_literals(source: str, functions: set[str]) -> list[str]:
+    """The string constants (f-strings' literal parts too) inside the named functions of a module."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef) and node.name in functions:
+            out += [
+                c.value for c in ast.walk(node) if isinstance(c, ast.Constant) and isinstance(c.value, str)
+            ]
+    return out
+
+
+def test_every_miss_wording_the_baked_code_produces_is_documented_and_back(tmp_path: Path) -> None:
+    project = bake(tmp_path)
+    package = _package(project)
+    code = (
+        f"import json, sys\nfrom {package}.cassette import request_differences\n"
+        "pairs = json.loads(sys.argv[1])\n"
+        "print(json.dumps([d for sent, recorded in pairs for d in request_differences(sent, recorded)]))"
+    )
+    result = run(["python", "-c", code, json.dumps(_PAIRS)], project, baked_venv().env())
+    assert result.returncode == 0, result.stderr
+    produced = json.loads(result.stdout)
+    documented = {w: _as_regex(w) for w in _documented_wordings()}
+
+    def documented_as(text: str) -> list[str]:
+        return [w for w, rx in documented.items() if rx.fullmatch(text)]
+
+    # Each wording the code gave is in the table; "... missing" is any trailing/leading form, then "missing".
+    unlisted = [d for d in produced if not documented_as(d) and not documented_as(d.removesuffix(" missing"))]
+    assert not unlisted, f"not in docs/candidate.md's table: {unlisted}"
+    # Each wording in the table is one the code gives.
+    never = [w for w, rx in documented.items() if not any(rx.fullmatch(d) for d in produced)]
+    assert not never, f"docs/candidate.md documents wordings the code never produces: {never}"
+
+    # And statically: every word the wording code (and `make serve`'s 422 message) is made of is in the docs,
+    # so a new wording that no pair above reaches still fails here.
+    cassette = (project / package / "cassette.py").read_text(encoding="utf-8")
+    serve = (project / package / "serve.py").read_text(encoding="utf-8")
+    literals = _wording_literals(cassette, {"_differences", "_diff", "_text_difference", "_spaces"})
+    literals += [s for s in _wording_literals(serve, {"miss"}) if "miss" in s or "recorded" in s]
+    assert literals
+    words = {w for s in literals for w in re.findall(r"[a-z]{3,}", s)}
+    prose = DOCS[DOCS.index("`make serve` answers the same miss") :]
+    assert sorted(w for w in words if w not in prose) == []

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -453,3 +454,23 @@ def test_the_untouched_template_gains_nothing_from_chain_or_server(tmp_path: Pat
     scores = {row["id"]: row["score"] for row in report["rows"]}
     assert scores == {row["id"]: row["score"] for row in baseline["rows"]}
     assert report["total"]["points"] == baseline["total"]["points"]
+
+
+def test_the_agent_pointed_at_make_serve_reports_a_miss_whole_and_exits_2(
+    project: Path, tmp_path: Path
+) -> None:
+    """The newcomer walk: the `try:` command `make serve` prints, with a message nobody recorded, ended
+    mid-sentence (`differs in messages[0].conte`) and exited 1. A replay server's 422 is a cassette miss:
+    told whole, exit 2 as any miss."""
+    script = tmp_path / "try.sh"
+    script.write_text(
+        'export CASSETTE_MODE=passthrough OPENAI_BASE_URL="$1" ANTHROPIC_BASE_URL="$1"\n'
+        "export OPENAI_API_KEY=unused ANTHROPIC_API_KEY=unused\n"
+        f'python -m chain_serve {shlex.quote(UNSEEN)}; echo "exit=$?"\n'
+    )
+    result = _serve(project, tmp_path, "/bin/sh", str(script))
+    assert "exit=2" in result.stdout, result.stdout + result.stderr
+    key = _unseen_key(project, UNSEEN)
+    error = next(x for x in result.stderr.splitlines() if x.startswith("triage: error: "))
+    assert f"no tape {key}" in error and "nearest recorded request" in error, error
+    assert error.endswith("this server only replays recorded requests"), error

@@ -325,6 +325,18 @@ def test_keys_probes_catch_a_key_over_raw_json(tmp_path):
     assert len(messages) == 6
     assert {"reordered keys changes the key", "an added user field changes the key"} <= messages
     assert result.findings[0].location == "pkg/cassette.py:1"
+    # One detail line per kind of probe, at the key function's `def`, with the pairs that came out right.
+    line = 1 + next(
+        n for n, text in enumerate(_NAIVE_KEY_FUNCTION.splitlines()) if text.startswith("def key_for")
+    )
+    probes = [d for d in result.details if " probe: " in d]
+    assert f"pkg/cassette.py:{line} probe: reordered keys must keep the key: 0/4 seeded pairs did" in probes
+    assert f"pkg/cassette.py:{line} probe: another model must change the key: 4/4 seeded pairs did" in probes
+    assert len(probes) == 9
+    # The tape that re-hashes is listed as such.
+    assert any(
+        d.startswith("cassettes/") and d.endswith(":2 re-hashes to its own name") for d in result.details
+    )
 
 
 def test_keys_probe_of_an_unimportable_key_function_fails_once(tmp_path):

@@ -209,3 +209,26 @@ def test_every_option_and_format_of_grade_drift_is_in_the_hiring_team_guide() ->
     assert set(re.findall(r"^\| `(--[a-z-]+)", table, flags=re.M)) == options(PARSERS["grade drift"])
     row = next(line for line in table.splitlines() if line.startswith("| `--format` |"))
     assert set(re.findall(r"`([a-z]+)` \(", row)) == set(DRIFT_FORMATS)
+
+
+# Debian's system Python is `python3` only, and refuses `pip install` outside a venv (PEP 668).
+_SETUP_DOCS = [
+    ROOT / "README.md",
+    *sorted(DOCS.glob("*.md")),
+    *sorted((DOCS / "examples").glob("*.yml")),
+    ROOT / "template" / "{{cookiecutter.project_slug}}" / "README.md",
+    ROOT / "sample_solution" / "README.md",
+]
+
+
+@pytest.mark.parametrize("path", _SETUP_DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_setup_steps_work_where_only_python3_exists(path: Path) -> None:
+    wrong = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if re.search(r"(?<![\w/])python -m venv", line):
+            wrong.append(f"{number}: `python -m venv` (Debian has only python3)")
+        # A command that starts with a bare pip, not the venv's own (`.venv/bin/pip`) nor after `activate &&`.
+        for command in re.split(r"&&|;|\|", line):
+            if re.match(r"\s*`?\$?\s*pip3? install", command) and "activate" not in line:
+                wrong.append(f"{number}: bare `pip install` (outside a venv, PEP 668 refuses it)")
+    assert not wrong, f"{path.relative_to(ROOT)}: " + "; ".join(wrong)

@@ -40,6 +40,21 @@ def test_csv_header_without_candidate_is_refused_naming_line_and_columns(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    ("text", "shown"), [("candidate;target\nann;./ann\n", "';'"), ("candidate\ttarget\n", "tabs")]
+)
+def test_a_csv_separated_by_something_else_says_so(tmp_path: Path, text: str, shown: str) -> None:
+    listing = tmp_path / "round.csv"
+    listing.write_text(text)
+    done = run_grade(["batch", str(listing), "--output", str(tmp_path / "out")], cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"grade: error: {listing}:1: the CSV is separated by {shown}, not commas; save it with commas "
+        "(candidate,target or candidate,repo)\n"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 def _misspelt() -> tuple[str, int, int]:
     """The default rubric with `weight` misspelt in the first row and an unknown check in the second."""
     text = DEFAULT.replace("    weight: 3\n", "    wieght: 3\n", 1).replace(

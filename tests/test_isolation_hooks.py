@@ -215,6 +215,23 @@ def _replay_row(report):
     return next(row for row in report["rows"] if row["id"] == "offline-replay")
 
 
+# The project registers its own plugin (a pytest11 entry point into its tree), installed with it (R8).
+PYPROJECT_WITH_ENTRY_POINT = """
+[build-system]
+requires = ["setuptools>=64"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "submission"
+version = "0.1.0"
+
+[project.entry-points.pytest11]
+soft = "softpkg.plug"
+
+[tool.setuptools]
+packages = ["softpkg"]
+"""
+
 CASES = {
     "conftest-itemcollected": ({"tests/conftest.py": ITEMCOLLECTED}, None, "failed without them"),
     "ini-plugin-modifyitems": ({"softplug.py": MODIFYITEMS}, PYPROJECT_WITH_PLUGIN, "failed without them"),
@@ -224,6 +241,11 @@ CASES = {
         "failed without them",
     ),
     "conftest-autouse-fixture": ({"tests/conftest.py": AUTOUSE_FIXTURE}, None, "failed without them"),
+    "project-entry-point-plugin": (
+        {"softpkg/__init__.py": "", "softpkg/plug.py": MODIFYITEMS},
+        PYPROJECT_WITH_ENTRY_POINT,
+        "failed without them",
+    ),
     "test-registers-call-wrapper": (
         {"tests/test_000_setup.py": TEST_REGISTERS_WRAPPER},
         None,

@@ -44,12 +44,14 @@ def test_mode():
 """
 
 LIVE = """
+import socket
+
 import pytest
 
 
 @pytest.mark.live
 def test_live_endpoint():
-    assert False, "needs the network"
+    socket.create_connection(("example.com", 443), timeout=2).close()
 """
 
 
@@ -116,7 +118,9 @@ def test_an_ignore_option_and_a_node_id_are_caught_too(make_submission, grade_ca
 
 
 @pytest.mark.slow
-def test_an_honest_subset_keeps_its_marks_and_variables(make_submission, grade_cache) -> None:
+def test_an_honest_subset_keeps_its_variables_and_its_live_tests_do_not_count(
+    make_submission, grade_cache
+) -> None:
     files = {
         "tests/test_good.py": GOOD,
         "tests/test_mode.py": NEEDS_MODE,
@@ -148,7 +152,7 @@ def _narrowed(tmp_path: Path, recipe: str, tests: tuple[str, ...] = ("tests/test
 def test_the_whole_suite_or_the_folder_holding_it_leaves_nothing_out(tmp_path: Path) -> None:
     assert _narrowed(tmp_path, "python -m pytest -q") is None
     assert _narrowed(tmp_path, "MODE=replay $(PY) -m pytest -q tests") is None
-    assert _narrowed(tmp_path, "pytest -x tests/ -m 'not live' -k triage") is None
+    assert _narrowed(tmp_path, "pytest -x -q --record-mode=none tests/") is None
 
 
 def test_a_test_file_outside_the_named_folder_is_left_out(tmp_path: Path) -> None:
@@ -164,6 +168,8 @@ def test_a_test_file_outside_the_named_folder_is_left_out(tmp_path: Path) -> Non
         ("pytest --deselect tests/test_a.py::test_x", "--deselect tests/test_a.py::test_x"),
         ("pytest --ignore-glob='*_slow.py'", "--ignore-glob=*_slow.py"),
         ("pytest $(TESTS)", "not plain words"),
+        ("pytest -m 'not live' tests", "-m not live"),
+        ("pytest -k 'not edge_case'", "-k not edge_case"),
     ],
 )
 def test_commands_that_may_leave_tests_out(tmp_path: Path, recipe: str, why: str) -> None:
@@ -175,5 +181,38 @@ def test_the_whole_suite_run_keeps_options_and_plain_variables_only(tmp_path: Pa
     recipe = "LD_PRELOAD=/x.so TRIAGE_MODE=replay PYTHONPATH=. pytest -q -m 'not live' -p x tests/test_a.py"
     narrowed = _narrowed(tmp_path, recipe)
     assert narrowed is not None
-    assert narrowed.args == ["-q", "-m", "not live", "-p", "x"]
+    assert narrowed.args == ["-q", "-p", "x"]  # -m is dropped like the paths: its tests run too
     assert narrowed.env == {"TRIAGE_MODE": "replay"}
+
+
+# --- the pytest configuration narrows the suite (red-team R12) -------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "ini",
+    [
+        "addopts = \"-ra -k 'not test_label'\"",
+        'python_functions = ["test_o*", "test_t*"]',
+    ],
+)
+def test_a_configuration_that_hides_failing_tests_is_caught(make_submission, grade_cache, ini: str) -> None:
+    pyproject = f'[project]\nname = "submission"\nversion = "0.1.0"\n\n[tool.pytest.ini_options]\n{ini}\n'
+    files = {"tests/test_good.py": GOOD, "tests/test_bad.py": BAD}
+    report = _grade(make_submission(files, pyproject=pyproject), grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["failed"] == 0 and facts["hidden_failures"] == 3, facts
+    row = _row(report)
+    assert row["score"] <= 1 and "the pytest configuration selects tests" in row["evidence"], row
+
+
+def test_configuration_that_selects_nothing_leaves_nothing_out(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\naddopts = "-ra --record-mode=none"\ntestpaths = ["tests"]\n'
+    )
+    assert _narrowed(tmp_path, "pytest") is None
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -m 'not live'\n")
+    narrowed = _narrowed(tmp_path, "pytest")
+    assert narrowed is not None and "pytest.ini: addopts = -m 'not live'" in narrowed.why
+    assert narrowed.args[:2] == ["-o", "addopts="]

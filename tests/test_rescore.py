@@ -140,6 +140,25 @@ def test_rescore_prints_who_moved_and_starts_no_process(batch_copy: Path, tmp_pa
 
 
 @pytest.mark.index
+def test_rescore_with_the_rubric_it_was_graded_with_writes_nothing(batch_copy: Path, tmp_path: Path) -> None:
+    before = {p.relative_to(batch_copy): p.read_bytes() for p in sorted(batch_copy.rglob("*")) if p.is_file()}
+    default = ROOT / "rubric" / "default.yaml"
+
+    result = rescore_offline([str(batch_copy), "--rubric", str(default)], cwd=tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    out = lines_of(result.stdout)
+    assert "alice no change" in out and "dave no change" in out
+    sha = load_rubric(default).sha256[:12]
+    assert out[-1] == (
+        f"nothing changed: every run in {batch_copy} is already scored with 'Cassette take-home (default)' "
+        f"({sha}); nothing written"
+    )
+    after = {p.relative_to(batch_copy): p.read_bytes() for p in sorted(batch_copy.rglob("*")) if p.is_file()}
+    assert after == before  # no history/ snapshot, no rewritten report or summary
+
+
+@pytest.mark.index
 def test_rescore_with_the_rehearsal_rubric_lifts_only_the_standin_cap(
     batch_copy: Path, tmp_path: Path
 ) -> None:
@@ -238,19 +257,32 @@ def test_single_stored_run_and_a_check_it_never_ran(tmp_path: Path) -> None:
     assert "unknown check" not in refused.stderr  # `secrets` is a real check: the runs did not store it
     assert "stored in" in refused.stderr
 
-    # A rubric over what it did store works, on the single run folder, twice (two history entries).
+    # A rubric over what it did store works on the single run folder; the same rubric again changes
+    # nothing, says so and writes nothing (no second history snapshot, the files as they were).
     new = tmp_path / "new.yaml"
     new.write_text(loosened(replay_only.read_text()))
     outputs = []
     for _ in range(2):
+        before = {p.relative_to(run): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
         done = rescore_offline([str(run), "--rubric", str(new)], cwd=tmp_path)
         assert done.returncode == 0, done.stderr
         outputs.append(lines_of(done.stdout))
     assert "run offline-replay weight 3 -> 1 (score 3)" in outputs[0]
-    assert "run no change" in outputs[1]
-    assert len(list((run / "history").iterdir())) == 2
+    (kept,) = (run / "history").iterdir()
+    assert (
+        outputs[0][-1]
+        == f"wrote 1 run(s); the files replaced are kept in history/{kept.name}/ inside each folder written"
+    )
+    assert outputs[1][0] == "run no change"
+    sha = load_rubric(new).sha256[:12]
+    assert outputs[1][-1] == (
+        f"nothing changed: every run in {run} is already scored with 'Cassette take-home (default)' "
+        f"({sha}); nothing written"
+    )
+    after = {p.relative_to(run): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+    assert after == before
     manifest = json.loads((run / "run.json").read_text())
-    assert len(manifest["rescored"]) == 2
+    assert len(manifest["rescored"]) == 1
 
 
 def test_not_a_run_folder(tmp_path: Path) -> None:

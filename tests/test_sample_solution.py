@@ -4,6 +4,7 @@ rubric/rehearsal.yaml and stays in step with the template."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from grader.checks.keys import probe_cases
 from grader.schemas import load_schema
 from tests.helpers.bake import bake, clean_env, run, standin, unshare_works
 from tests.helpers.sample_marks import (
@@ -168,3 +170,20 @@ def test_grading_the_sample_scores_full_marks_under_the_rehearsal_rubric(
     assert report["facts"]["keys"]["chain_entries"] == len(_tapes(SAMPLE / "cassettes"))
     serve = report["facts"]["loud-miss"]
     assert serve["serve_replayed"] and serve["serve_unseen_status"] == 422 and serve["serve_names_key"]
+    # Rows whose evidence is counts ("36 probes, 0 failed") show what they counted, at places one can open.
+    rows = {row["id"]: row for row in report["rows"]}
+    for row_id in ("canonical-keys", "cassette-hygiene", "make-targets"):
+        details = rows[row_id]["details"]
+        assert details, row_id
+        places = [p for line in details for p in _PLACE.findall(line)]
+        assert places, (row_id, details)
+        for path, line in places:
+            assert (SAMPLE / path).is_file(), (row_id, path)
+            assert 1 <= int(line) <= len((SAMPLE / path).read_text().splitlines()), (row_id, path, line)
+    keys = rows["canonical-keys"]["details"]
+    assert sum("probe: " in line for line in keys) == len({w for *_, w, _ in probe_cases()})
+    assert any("re-hashes to its own name" in line for line in keys)
+    assert any(line.startswith("Makefile:") and " demo: " in line for line in rows["make-targets"]["details"])
+
+
+_PLACE = re.compile(r"(?<![\w/.])((?:[\w.-]+/)*(?:[\w.-]+\.(?:py|json|log|md|toml)|Makefile)):(\d+)")

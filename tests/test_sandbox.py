@@ -487,3 +487,40 @@ def test_each_command_gets_one_cpu_group_for_everything_it_forks(box):
     layer = sandbox.isolation().cpu
     base = Path("/sys/fs/cgroup/cpu" if layer == "cgroup-v1" else "/sys/fs/cgroup")
     assert wait_for(lambda: not any((base / g.lstrip("/")).exists() for s in groups for g in s))
+
+
+MEMORY_GROUPS = sandbox.isolation().memory != "shared"
+
+
+@pytest.mark.skipif(
+    not MEMORY_GROUPS, reason="no cgroup the grader can use on this machine (isolation.memory)"
+)
+def test_the_memory_ceiling_covers_a_command_and_everything_it_forks(box, monkeypatch):
+    """Red-team R6: the address-space rlimit caps one process, so 256 of them could hold ~1 TiB. The ceiling
+    covers the command as a whole: three children that each stay under any per-process limit, together
+    over the ceiling, are not all left alive. (A small ceiling, so the test takes little of a shared host.)"""
+    from grader import cpugroup
+
+    monkeypatch.setattr(cpugroup, "MEMORY_LIMIT", 256 * 1024**2)
+    script = (
+        "import os, time\n"
+        "kids = []\n"
+        "for _ in range(3):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        block = bytearray(128 * 1024 * 1024)\n"
+        "        for i in range(0, len(block), 4096):\n"
+        "            block[i] = 1\n"
+        "        time.sleep(2)\n"
+        "        os._exit(0)\n"
+        "    kids.append(pid)\n"
+        "print(sorted(os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in kids))\n"
+    )
+    done = _run(box, [PY, "-c", script], timeout=60)
+    codes = json.loads(done.stdout.strip() or "[]")
+    assert len(codes) == 3, (done.stdout, done.stderr)
+    assert -9 in codes, codes  # the kernel killed at least one: 384 MiB together is over the ceiling
+
+    monkeypatch.setattr(cpugroup, "MEMORY_LIMIT", 1024 * 1024**2)
+    done = _run(box, [PY, "-c", script], timeout=60)
+    assert json.loads(done.stdout.strip()) == [0, 0, 0], done.stderr  # under it: all three finish

@@ -7,6 +7,7 @@ Keys are assembled at runtime from parts and random characters; none is written 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
 import re
@@ -17,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from grader.checks.replay_doc import replay_doc
 from tests.helpers.bake import ROOT, bake, baked_venv, run
+from tests.helpers.context import folder_context
 
 pytestmark = [pytest.mark.slow, pytest.mark.index]
 
@@ -86,8 +89,9 @@ def test_passes_on_a_clean_recorded_repo(recorded: Path) -> None:
         "ok: no credentials",
         "ok: tape metadata",
         "ok: tape chain",
-        "ok: REPLAY.md sections",
+        "ok: replay-doc",
     ], output
+    assert "ok: replay-doc (REPLAY.md covers 6/6 topics, 0 contradictions)" in lines
     tapes = len(list((recorded / "cassettes").glob("*.json")))
     # Recorded against the stand-in on purpose: make check says the grader's default rubric caps that at 2/3.
     assert (
@@ -113,7 +117,11 @@ def test_a_miss_line_names_the_whole_nearest_tape_and_what_differs(recorded: Pat
     misses = _fails(lines, "offline replay")
     assert misses and misses[-1].startswith("FAIL: offline replay: ... and "), output
     tapes = {p.name for p in (recorded / "cassettes").glob("*.json")}
-    for line in misses[:-1]:
+    # First the suite's own grouped line (the newcomer walk: ten near-identical lines hid the one cause).
+    grouped = misses[0]
+    assert grouped.startswith("FAIL: offline replay: cassette: ") and "miss(es)" in grouped, grouped
+    assert "messages[0].content: whitespace differs" in grouped, grouped
+    for line in misses[1:-1]:
         nearest = re.search(
             r"nearest recorded: cassettes/([0-9a-f]+\.json) differs in (.+?); run `make record`", line
         )
@@ -182,24 +190,144 @@ def test_a_fresh_bake_lists_what_is_left_to_do(tmp_path: Path) -> None:
     assert _fails(lines, "tape metadata") == [
         "FAIL: tape metadata: no tapes in cassettes/: run `make record` and commit them (cassettes/)"
     ]
-    doc = (project / "REPLAY.md").read_text().splitlines()
-    first_section = next(n for n, s in enumerate(doc, 1) if s.startswith("## "))
-    todo_lines = [n for n, s in enumerate(doc, 1) if "TODO" in s and n > first_section]
-    doc_fails = "\n".join(_fails(lines, "REPLAY.md sections"))
-    reported = [int(m) for m in re.findall(r"\(REPLAY\.md:(\d+)\)", doc_fails)]
-    assert reported == todo_lines and todo_lines, output
-    assert 'FAIL: REPLAY.md sections: TODO left in "Recording date"' in output
+    # The template's REPLAY.md, TODOs and all: make check says what the reviewers' replay-doc row will say,
+    # the same count first, then the same findings at the same lines.
+    assert _fails(lines, "replay-doc") == [f"FAIL: replay-doc: {line}" for line in _graded(project)], output
+    assert "FAIL: replay-doc: REPLAY.md covers 0/6 topics, 0 contradictions (missing: " in output
     assert "ok: no credentials (tree only: no git history to scan)" in lines
 
 
-def test_a_missing_replay_section_is_named(recorded: Path) -> None:
-    doc = recorded / "REPLAY.md"
-    doc.write_text(doc.read_text().replace("## Recording date", "## When"))
-    code, lines, output = _check(recorded)
-    assert code != 0
-    assert _fails(lines, "REPLAY.md sections") == [
-        'FAIL: REPLAY.md sections: no "## Recording date" section (REPLAY.md:1)'
-    ], output
+def _graded(repo: Path) -> list[str]:
+    """The grader's replay-doc check on ``repo`` as make check prints it: the summary, then each finding."""
+    result = replay_doc(folder_context(repo))
+    return [result.facts["summary"], *(f"{f.message} ({f.location})" for f in result.findings)]
+
+
+def _previewed(repo: Path) -> list[str]:
+    """The baked tools/selfcheck.py's replay-doc check on ``repo`` (its own module, loaded from the file)."""
+    spec = importlib.util.spec_from_file_location(f"selfcheck_{repo.name}", repo / "tools" / "selfcheck.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    summary, problems = module.check_replay_doc(repo / "cassettes")
+    return [summary, *problems]
+
+
+def _line_of(text: str, needle: str) -> int:
+    return next(n for n, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+_DOC = (SAMPLE / "REPLAY.md").read_text(encoding="utf-8")
+_TEMPLATE_DOC = (ROOT / "template" / "{{cookiecutter.project_slug}}" / "REPLAY.md").read_text(
+    encoding="utf-8"
+)
+
+
+def _without_section(doc: str, heading: str) -> str:
+    start = doc.index(heading)
+    end = doc.find("\n## ", start + 1)
+    return doc[:start] + (doc[end + 1 :] if end != -1 else "")
+
+
+_TODO = "TODO — list any rule you added or removed, and why."
+_VARIANTS = {
+    "complete": _DOC,
+    "a TODO left": _DOC.replace(
+        "No rule was added or removed:", f"{_TODO}\n\nNo rule was added or removed:", 1
+    ),
+    "a section missing": _without_section(_DOC, "## Fields normalized out of the key"),
+    "a topic named differently": _DOC.replace("## Recording date", "## When these tapes were made", 1),
+    "a heading nobody matches": _DOC.replace("## Recording date", "## History", 1),
+    "a field without a reason": _DOC.replace(
+        "| `metadata` | dropped |", "| `seed` |\n| `metadata` | dropped |", 1
+    ),
+    "contradicting the tapes": _DOC.replace(
+        "| `user` | dropped |",
+        "| `temperature` | dropped | sampling noise, not the question |\n| `user` | dropped |",
+    ).replace("## Recording date\n", "## Recording date\n\nFirst tried with gpt-4o.\n", 1),
+    "the template's stub": _TEMPLATE_DOC.split("\n", 1)[1]
+    .replace("{{ cookiecutter.default_model }}", "gpt-4o-mini")
+    .replace("{{ ", "")
+    .replace(" }}", ""),
+}
+
+
+@pytest.mark.parametrize("variant", list(_VARIANTS))
+def test_make_check_counts_and_cites_replay_md_as_the_grader_does(variant: str, tmp_path: Path) -> None:
+    """make check is the replay-doc row's preview: for the same REPLAY.md, the same count of topics and
+    contradictions, the same findings at the same lines (the rule is one data file, tools/replay_doc.json)."""
+    repo = Path(shutil.copytree(SAMPLE, tmp_path / "submission", ignore=_IGNORE))
+    text = _VARIANTS[variant]
+    assert variant == "complete" or text != _DOC
+    (repo / "REPLAY.md").write_text(text, encoding="utf-8")
+
+    graded = _graded(repo)
+    assert _previewed(repo) == graded
+
+    summary, problems = graded[0], graded[1:]
+    if variant in ("complete", "a topic named differently", "a heading nobody matches"):
+        assert (summary, problems) == ("REPLAY.md covers 6/6 topics, 0 contradictions", [])
+    elif variant == "a TODO left":
+        line = _line_of(text, _TODO)
+        assert summary == "REPLAY.md covers 5/6 topics, 0 contradictions (missing: normalized fields)"
+        assert problems == [
+            "does not cover normalized fields: its section still holds unfilled text (TODO, TBD, FIXME or "
+            f"<fill ...>) (REPLAY.md:{line})"
+        ]
+    elif variant == "a section missing":
+        assert summary == "REPLAY.md covers 5/6 topics, 0 contradictions (missing: normalized fields)"
+        assert problems == [
+            "does not cover normalized fields: no heading or filled-in line names it (REPLAY.md:1)"
+        ]
+    elif variant == "a field without a reason":
+        line = _line_of(text, "## Fields normalized out of the key")
+        assert summary == "REPLAY.md covers 5/6 topics, 0 contradictions (missing: normalized fields)"
+        assert problems == [
+            f"does not cover normalized fields: seed listed without a reason (REPLAY.md:{line})"
+        ]
+    elif variant == "contradicting the tapes":
+        assert summary == "REPLAY.md covers 6/6 topics, 2 contradictions"
+        assert problems[0].startswith("says `temperature` is dropped, but cassettes/")
+        assert problems[0].endswith(f"(REPLAY.md:{_line_of(text, '| `temperature` | dropped |')})")
+        assert (
+            problems[1]
+            == f"names model gpt-4o, which no tape carries (REPLAY.md:{_line_of(text, 'gpt-4o.')})"
+        )
+    else:
+        assert summary.startswith("REPLAY.md covers 0/6 topics")
+        assert all(re.search(r"\(REPLAY\.md:\d+\)$", p) for p in problems) and len(problems) == 6
+        # Each at the first TODO of the section meant for it, not at the intro under the `#` title ("... its
+        # model calls", whose "Fill in every `TODO`" is no place to write the model).
+        served = _line_of(text, "Served model: TODO")
+        assert problems[:2] == [
+            f"does not cover {topic}: its section still holds unfilled text (TODO, TBD, FIXME or <fill ...>) "
+            f"(REPLAY.md:{served})"
+            for topic in ("endpoint", "model")
+        ]
+
+
+def test_the_rule_file_is_one_file_in_three_places() -> None:
+    """The grader reads grader/rules/replay_doc.json; the template and the sample carry byte copies."""
+    rule = (ROOT / "grader" / "rules" / "replay_doc.json").read_bytes()
+    assert (
+        ROOT / "template" / "{{cookiecutter.project_slug}}" / "tools" / "replay_doc.json"
+    ).read_bytes() == rule
+    assert (SAMPLE / "tools" / "replay_doc.json").read_bytes() == rule
+
+
+def test_make_check_finds_replay_md_where_the_grader_does(tmp_path: Path) -> None:
+    repo = Path(shutil.copytree(SAMPLE, tmp_path / "submission", ignore=_IGNORE))
+    (repo / "REPLAY.md").rename(repo / "docs-replay.tmp")
+    (repo / "docs").mkdir(exist_ok=True)
+    (repo / "docs-replay.tmp").rename(repo / "docs" / "Replay.md")
+    assert _previewed(repo) == _graded(repo) == ["docs/Replay.md covers 6/6 topics, 0 contradictions"]
+    (repo / "docs" / "Replay.md").unlink()
+    (repo / "REPLAY.md").symlink_to("README.md")
+    assert _previewed(repo)[1:] == _graded(repo)[1:] == ["REPLAY.md is a symlink; not read (REPLAY.md:1)"]
+    (repo / "REPLAY.md").unlink()
+    assert (
+        _previewed(repo)[1:] == _graded(repo)[1:] == ["no REPLAY.md in the repo root or docs/ (REPLAY.md:1)"]
+    )
 
 
 def test_a_key_removed_from_the_tree_is_still_found_in_history(recorded: Path) -> None:

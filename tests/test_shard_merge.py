@@ -166,7 +166,9 @@ def test_rescore_on_the_merged_round_equals_rescore_on_one_batch(
         copy = Path(shutil.copytree(round_[name], tmp_path / name))
         done = run_grade(["rescore", str(copy), "--rubric", str(new)], cwd=tmp_path)
         assert done.returncode == 0, done.stderr
-        outputs[name] = (done.stdout, summary_rows(copy), (copy / "summary.md").read_text())
+        # The history folder is named by the time of each re-score: the one thing allowed to differ.
+        stdout = re.sub(r"history/[^/\s]+/", "history/<stamp>/", done.stdout)
+        outputs[name] = (stdout, summary_rows(copy), (copy / "summary.md").read_text())
     assert outputs["merged"] == outputs["single"]
     moved = [" ".join(line.split()) for line in outputs["merged"][0].splitlines()]
     assert "alice model-metadata weight 2 -> 5 (score 2)" in moved
@@ -184,7 +186,19 @@ def test_merge_refuses_a_missing_duplicate_or_foreign_shard(round_: dict[str, Pa
     work = round_["shards"]
     shard = [str(work / f"shard-{i}") for i in (1, 2, 3)]
     _refused(["merge", str(tmp_path / "a"), shard[0], shard[1]], tmp_path, "shard 3 of 3 missing")
-    _refused(["merge", str(tmp_path / "b"), shard[0], shard[0], shard[2]], tmp_path, "shard 1/3 is also")
+    # The same folder twice, and two folders holding the same slice: each named, with what to do.
+    _refused(
+        ["merge", str(tmp_path / "b"), shard[0], shard[1], shard[0], shard[2]],
+        tmp_path,
+        f"the shard folder {shard[0]} is given twice (it is shard 1 of 3); pass each shard folder once",
+    )
+    again = str(shutil.copytree(work / "shard-1", tmp_path / "shard-1-again"))
+    _refused(
+        ["merge", str(tmp_path / "b"), shard[0], again, shard[1], shard[2]],
+        tmp_path,
+        f"{shard[0]} and {again} are both shard 1 of 3 (the same slice graded twice); pass only one of them",
+    )
+    assert not (tmp_path / "b").exists()
     _refused(["merge", str(tmp_path / "c"), str(round_["single"])], tmp_path, "not a shard")
     # A shard graded from another batch file or another rubric is not part of this round.
     other = Path(shutil.copytree(work / "shard-3", tmp_path / "other"))

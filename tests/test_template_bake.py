@@ -52,6 +52,8 @@ def test_bake_renders_manifest_and_settings_per_provider(tmp_path: Path, provide
     answers = json.loads((project / ".cookiecutter.json").read_text())
     assert answers["provider"] == provider and answers["package_name"] == "acme_triage"
     assert str(tmp_path) not in (project / ".cookiecutter.json").read_text()  # no local paths committed
+    # Nor the template's own path as the candidate typed it (cookiecutter's `_template`, `_output_dir`...).
+    assert not [key for key in answers if key.startswith("_")], answers
 
     for name in (
         "Makefile",
@@ -162,6 +164,30 @@ def test_fresh_bake_triage_tests_fail_loudly_until_recorded(fresh_project: Path,
     # Nothing was ever recorded: there is no change to undo, only a recording to make.
     assert f"cassette: {tickets} miss(es); no tape is recorded yet; run `make record`" in result.stdout
     assert "undo the change" not in result.stdout
+
+
+@pytest.mark.index
+@pytest.mark.slow
+def test_the_default_miss_ledger_holds_the_last_run_only(fresh_project: Path, tmp_path: Path) -> None:
+    """docs/candidate.md: each pytest run starts cassettes/.misses.jsonl afresh; a named one is kept."""
+    venv = baked_venv()
+    tickets = len((fresh_project / "data/tickets.jsonl").read_text().splitlines())
+    stale = json.dumps({"key": "0" * 16, "method": "POST", "path": "/old", "time": "2020-01-01T00:00:00Z"})
+    default = fresh_project / "cassettes" / ".misses.jsonl"
+    default.write_text(stale + "\n")
+    result = run(["make", "test"], fresh_project, venv.env(), offline=True)
+    assert result.returncode != 0
+    misses = [json.loads(line) for line in default.read_text().splitlines()]
+    assert len(misses) == tickets and all(m["path"] != "/old" for m in misses)
+    assert f"cassette: {tickets} miss(es); " in result.stdout
+
+    named = tmp_path / "kept.jsonl"
+    named.write_text(stale + "\n")
+    result = run(["make", "test"], fresh_project, venv.env(CASSETTE_MISS_LOG=str(named)), offline=True)
+    assert result.returncode != 0
+    assert named.read_text().splitlines()[0] == stale and len(named.read_text().splitlines()) == tickets + 1
+    assert f"cassette: {tickets} miss(es); " in result.stdout  # the summary counts this run's misses only
+    default.unlink()
 
 
 @pytest.mark.index

@@ -10,6 +10,7 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from grader.checks import CheckResult, Finding, register
+from grader.details import row_details
 from grader.secrets import Scanner
 from grader.tapes import Interaction, Tape, canonical_key, tapes_of
 
@@ -100,6 +101,15 @@ def _use(
     ]
     if why_unknown:
         details.append(f"unused tapes not decided: the replay run is not available ({why_unknown})")
+    if opened is not None:  # what "0 unused" rests on: each tape the run opened, folded here (10,000 tapes)
+        details += row_details(
+            [
+                f"{t.path}:1 opened by the replay run"
+                for t in tapes
+                if t.format != "invalid" and _norm(t.path) in opened
+            ],
+            [],
+        )
     for tape in unused[:_MAX_LISTED]:
         findings.append(Finding("cassette-hygiene", "tape never opened by the replay run", f"{tape.path}:1"))
     _more(details, unused, "unused tapes", "never opened by the replay run")
@@ -127,16 +137,28 @@ def _contents(
         where = f"{tape.path}:{inter.line or 1}"
         findings.append(Finding("cassette-hygiene", f"duplicate of the request stored at {first}", where))
     _more(details, duplicates, "duplicates", "")
+    requests = sum(len(t.interactions) for t in tapes)
+    if tapes and not duplicates:
+        details.append(f"no request stored twice: {requests} stored requests compared (kit tapes by key)")
 
     limit = int(thresholds.get("cassette_max_interactions", _DEFAULT_MAX_INTERACTIONS))
     blobs = [t for t in tapes if len(t.interactions) > limit]
     for tape in blobs:
         message = f"{len(tape.interactions)} interactions in one file (more than {limit})"
         findings.append(Finding("cassette-hygiene", message, f"{tape.path}:1"))
+    fullest = max(tapes, key=lambda t: len(t.interactions), default=None)
+    if fullest is not None and not blobs:
+        details.append(
+            f"{fullest.path}:1 holds the most interactions, {len(fullest.interactions)} "
+            f"(a conversation blob holds more than {limit})"
+        )
 
     credentials = list(_credential_headers(tapes))
     for name, where in credentials:
         findings.append(Finding("cassette-hygiene", f"credential header {name!r} stored with a value", where))
+    if tapes and not credentials:
+        headers = sum(len(i.request_headers) for t in tapes for i in t.interactions)
+        details.append(f"no request header holds a credential: {headers} stored request headers read")
     return len(invalid), len(duplicates), len(blobs), len(credentials)
 
 
@@ -152,6 +174,11 @@ def _sizes(tapes: list[Tape], thresholds: Mapping[str, float], details: list[str
         details.append(f"tapes total {total_mb} MB, above the {total_cap} MB threshold")
     if largest is not None and largest_cap is not None and largest_mb > float(largest_cap):
         details.append(f"{largest.path} is {largest_mb} MB, above the {largest_cap} MB threshold")
+    elif largest is not None:
+        details.append(
+            f"{largest.path}:1 is the largest tape: {largest.size} bytes ({largest_mb} MB; threshold "
+            f"{largest_cap} MB); all {len(tapes)} tapes {total_mb} MB (threshold {total_cap} MB)"
+        )
     return total_mb, largest_mb
 
 

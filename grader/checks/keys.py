@@ -30,6 +30,7 @@ from grader import keyprobe, walk
 from grader._json import marked_answer
 from grader.chain import chain_rewrites, read_chain
 from grader.checks import CheckResult, Finding, register
+from grader.details import row_details
 from grader.safeio import read_text
 from grader.tapes import canonical_key, tapes_of
 
@@ -42,6 +43,7 @@ MIN_KEY_LEN = 16
 _MARKER = f"@@{secrets.token_hex(6)}@@"  # random, no names: the run sees the script
 _SEEDS = 4
 _MAX_LISTED = 20
+_KEY_FIELD = '"key"'
 
 # Runs inside the sandbox with the submission importable (PYTHONPATH = repo). Prints one marked JSON line.
 _PROBE_SCRIPT = """
@@ -109,7 +111,7 @@ def keys(ctx: Context) -> CheckResult:
         problem = _key_problem(tape.path, tape.key, tape.interactions[0])
         if problem:
             mismatched += 1
-            line = tape.find_line('"key"') or 1
+            line = tape.find_line(_KEY_FIELD) or 1
             findings.append(Finding("canonical-keys", problem, f"{tape.path}:{line}"))
 
     rewrites: list[tuple[str, int]] = []
@@ -124,6 +126,7 @@ def keys(ctx: Context) -> CheckResult:
             findings.append(Finding("tape-chain", message, f"{sha}:{chain.path}:{line}"))
 
     declared = ctx.manifest.key_function or ""
+    probe_lines: list[str] = []  # one line per kind of probe: what it varied, how many pairs kept it right
     first = next((i for tape in tapes for i in tape.interactions if i.path or i.url), None)
     endpoint = next((tape.endpoint for tape in tapes if tape.endpoint), None)
     path = (first.path or urlsplit(first.url or "").path) if first else ""
@@ -131,9 +134,11 @@ def keys(ctx: Context) -> CheckResult:
     volatile_set, optional_set = _volatile_and_optional(provider)
     if declared:
         key_function = declared
-        probes_run, failed_whats, note = _probe(ctx, declared, findings, optional_set)
+        probes_run, failed_whats, note = _probe(ctx, declared, findings, optional_set, probe_lines)
     elif tapes and not kit:
-        key_function, probes_run, failed_whats, note = _probe_found(ctx, tapes, findings, optional_set)
+        key_function, probes_run, failed_whats, note = _probe_found(
+            ctx, tapes, findings, optional_set, probe_lines
+        )
     else:
         key_function, probes_run, failed_whats = "", 0, []
         note = "no key_function in [tool.takehome]: probes not available"
@@ -151,6 +156,18 @@ def keys(ctx: Context) -> CheckResult:
     details = [f"{f.location} {f.message}" for f in findings[:_MAX_LISTED]] + details
     if len(findings) > _MAX_LISTED:
         details.append(f"... and {len(findings) - _MAX_LISTED} more")
+    # What the counts in the evidence rest on, each line checkable against a file (folded when alike).
+    bad = {f.location.rpartition(":")[0] for f in findings if f.rule == "canonical-keys"}
+    rehashed = [
+        f"{t.path}:{t.find_line(_KEY_FIELD) or 1} re-hashes to its own name" for t in kit if t.path not in bad
+    ]
+    details += row_details(rehashed, [])  # folded here: 10,000 tapes are one line, in results.json too
+    details += probe_lines
+    if chain is not None and not chain.error and not chain.problems:
+        details.append(
+            f"{chain.path}:{max(chain.entries, 1)} tape chain intact: {chain.entries} entries, every tape "
+            "matches its last entry"
+        )
 
     facts: dict[str, Any] = {
         "tapes": len(tapes),
@@ -251,7 +268,7 @@ def _provider(path: str, endpoint: str | None, api_key_env: str | None) -> str:
 
 
 def _probe(
-    ctx: Context, key_function: str, findings: list[Finding], optional: set[str]
+    ctx: Context, key_function: str, findings: list[Finding], optional: set[str], lines: list[str]
 ) -> tuple[int, list[str], str]:
     """(probes run, what each failed probe varied, a note for the reviewer) for a declared key_function."""
     if ctx.env is None:
@@ -268,11 +285,11 @@ def _probe(
         result, _audit = ctx.run(argv, label="keys-probe")
     except Exception as exc:  # the sandbox could not run it: not the submission's fault
         return 0, [], f"{_NOT_RUN}{str(exc).splitlines()[0] if str(exc) else exc!r}"
-    return _judge(result, cases, key_function, findings, optional)
+    return _judge(result, cases, key_function, findings, optional, lines, Path(ctx.repo))
 
 
 def _probe_found(
-    ctx: Context, tapes: list[Any], findings: list[Finding], optional: set[str]
+    ctx: Context, tapes: list[Any], findings: list[Finding], optional: set[str], lines: list[str]
 ) -> tuple[str, int, list[str], str]:
     """(key function found, probes run, failed whats, note) for a submission with no declared key_function."""
     if ctx.env is None:
@@ -307,7 +324,7 @@ def _probe_found(
     if not spec:
         why = answer.get("error") or f"printed no answer (exit {result.returncode})"
         return "", 0, [], f"key function candidates {', '.join(specs)} not probed: {str(why)[:300]}"
-    runs, failed, note = _judge(result, cases, spec, findings, optional)
+    runs, failed, note = _judge(result, cases, spec, findings, optional, lines, Path(ctx.repo))
     shown = f"{spec} ({answer.get('shape')})"
     return shown, runs, failed, note or f"probed the submission's own key function {shown}"
 
@@ -318,6 +335,8 @@ def _judge(
     key_function: str,
     findings: list[Finding],
     optional: set[str],
+    lines: list[str],
+    repo: Path,
 ) -> tuple[int, list[str], str]:
     where = f"{key_function.partition(':')[0].replace('.', '/')}.py:1"
     answer = marked_answer(result.stdout, _MARKER)
@@ -333,7 +352,10 @@ def _judge(
         findings.append(Finding("canonical-keys", "key_function probe answer is malformed", where))
         return 0, ["the key function itself"], "key_function probe answer is malformed"
     failed: list[str] = []
+    tally: dict[tuple[str, bool], list[int]] = {}  # (what, keys must be equal) -> [right, pairs]
     for (_a, _b, expect_same, what, seed), got in zip(cases, results, strict=True):
+        counts = tally.setdefault((what, expect_same), [0, 0])
+        counts[1] += 1
         if not isinstance(got, dict) or "error" in got:
             failed.append("the key function itself")
             error = got.get("error") if isinstance(got, dict) else "no answer"
@@ -341,12 +363,43 @@ def _judge(
             findings.append(Finding("canonical-keys", message, where))
             continue
         same = got.get("a") == got.get("b")
+        counts[0] += same == expect_same
         if same != expect_same:
             failed.append(what)
             wrong = "changes the key" if expect_same else "does not change the key"
             extra = " (not required by the take-home)" if what in optional else ""
             findings.append(Finding("canonical-keys", f"{what} {wrong}{extra} (seed {seed})", where))
+    lines += _probe_lines(tally, optional, _definition(repo, key_function) or where)
     return len(cases), failed, ""
+
+
+def _probe_lines(tally: dict[tuple[str, bool], list[int]], optional: set[str], where: str) -> list[str]:
+    """``where probe: reordered keys must keep the key: 4/4 seeded pairs did`` for each kind of probe (a
+    pair on which the key function raised is not one that did)."""
+    out = []
+    for (what, expect_same), (right, total) in tally.items():
+        must = "must keep the key" if expect_same else "must change the key"
+        if what in optional:
+            must = "may keep the key (the kit's layer does; not required by the take-home)"
+        out.append(f"{where} probe: {what} {must}: {right}/{total} seeded pairs did")
+    return out
+
+
+def _definition(repo: Path, key_function: str) -> str | None:
+    """``pkg/cassette.py:301``: where ``module:function`` is defined in the submission, when it is plain to
+    see (a ``def`` at the start of a line of the module's file); None otherwise."""
+    module, _, attr = key_function.partition(":")
+    name = attr.rpartition(".")[2]
+    base = module.replace(".", "/")
+    for rel in (f"{base}.py", f"{base}/__init__.py", f"src/{base}.py", f"src/{base}/__init__.py"):
+        try:  # never through a link, never a FIFO (grader/safeio.py)
+            text = read_text(repo / rel, cap=2_000_000, root=repo, truncate=True)
+        except OSError:
+            continue
+        match = re.search(rf"^(?:async\s+)?def\s+{re.escape(name)}\b", text, re.M) if name else None
+        line = text.count("\n", 0, match.start()) + 1 if match else 1
+        return f"{rel}:{line}"
+    return None
 
 
 _MAX_CONFIG_FILES = 5000  # sources and config files read for a vcrpy `match_on`

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from grader.checks import CheckResult, register
 from grader.checks.replay import suite_passed
-from grader.context import makefile_targets
+from grader.context import makefile_target_lines
 
 if TYPE_CHECKING:
     from grader.context import Context
@@ -33,7 +33,7 @@ def make_targets(ctx: Context) -> CheckResult:
             traceback and no connection attempt (run in a scratch copy)
         summary: e.g. "record, test, demo present; test passed; demo passed; record refuses without a key"
     """
-    targets = makefile_targets(ctx.repo)
+    targets = makefile_target_lines(ctx.repo)
     facts: dict[str, object] = {
         "has_record": "record" in targets,
         "has_test": "test" in targets,
@@ -54,7 +54,8 @@ def make_targets(ctx: Context) -> CheckResult:
             return CheckResult(facts=facts)
         return CheckResult(facts=facts, not_assessable=ctx.install_error)
 
-    details: list[str] = []
+    # One line per target a reviewer can check against the Makefile: where the rule is and what its run did.
+    details: list[str] = [f"Makefile: no `{t}` target" for t in missing]
     parts = [shape]
     if facts["has_test"]:
         rr = ctx.replay_run()
@@ -64,12 +65,18 @@ def make_targets(ctx: Context) -> CheckResult:
         if rr.command != ["make", "test"]:
             # Its recipe makes an environment over the network (`uv run pytest`): not run offline as is.
             parts.append(f"test not run as `make test` (the suite ran as `{' '.join(rr.command)}`)")
-            details.append(f"test: {rr.how}")
+            details.append(f"{targets['test']} test: {rr.how}")
         else:
             parts.append("test passed" if ok else "test failed")
+            verdict = "passed" if ok else "did not pass"
+            details.append(
+                f"{targets['test']} test: ran as `make test`, offline with no credentials; {verdict} by the "
+                "grader's verdict on its JUnit report (the run is offline-replay's)"
+            )
         if not ok and rr.command == ["make", "test"] and rr.run.returncode == 0 and not rr.run.timed_out:
             details.append(
-                "make test exited 0, but the grader's verdict on the run is not a pass (see offline-replay)"
+                f"{targets['test']} make test exited 0, but the grader's verdict on the run is not a pass "
+                "(see offline-replay)"
             )
     if facts["has_demo"]:
         run, audit = ctx.run(
@@ -80,8 +87,8 @@ def make_targets(ctx: Context) -> CheckResult:
         ok = run.returncode == 0 and not run.timed_out and not audit.network_attempts
         facts["demo_passed"] = ok
         parts.append("demo passed" if ok else "demo failed")
-        if not ok:
-            details.append(f"make demo: {_why(run, len(audit.network_attempts))}")
+        how = "exit 0 offline, no connection attempt" if ok else _why(run, len(audit.network_attempts))
+        details.append(f"{targets['demo']} demo: `make demo` in replay, no credentials: {how}")
     if facts["has_record"]:
         scratch = ctx.scratch_copy("record-without-key")
         run, audit = ctx.run(
@@ -100,8 +107,12 @@ def make_targets(ctx: Context) -> CheckResult:
         )
         facts["record_refuses_without_key"] = refused
         parts.append("record refuses without a key" if refused else "record does not refuse cleanly")
-        if not refused:
-            details.append(f"make record without a key: {_why(run, len(audit.network_attempts), output)}")
+        if refused:  # the refusal itself, not make's own "*** [Makefile:19: record] Error 1" after it
+            said = next((line.strip() for line in output.splitlines() if line.strip()), "")
+            how = f"exit {run.returncode}, no traceback, no connection attempt; said: {said[:160]}"
+        else:
+            how = _why(run, len(audit.network_attempts), output)
+        details.append(f"{targets['record']} record: `make record` with no key, in a scratch copy: {how}")
     facts["summary"] = "; ".join(parts)
     return CheckResult(facts=facts, details=details)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -340,6 +341,13 @@ def _tamper_evidence(rr: ReplayRun, results: Results) -> _Evidence:
     return ev
 
 
+_NEEDS_NETWORK = re.compile(
+    r"SocketBlocked|socket|ConnectError|ConnectionError|ConnectTimeout|getaddrinfo|Name or service not known|"
+    r"Temporary failure in name resolution|Network is unreachable|Connection refused|APIConnectionError",
+    re.IGNORECASE,
+)
+
+
 def _left_out(guard: GuardLog, whole: ReplayRun, own_duration: float) -> list[str]:
     """Tests the whole-suite run failed that the suite's own run never ran (red-team F10).
 
@@ -352,13 +360,19 @@ def _left_out(guard: GuardLog, whole: ReplayRun, own_duration: float) -> list[st
     again = whole.guard
     if again is None:
         return out
+    # A left-out test that needs the network (a live test its `-m "not live"` deselects) fails offline for
+    # that reason alone: not counted when the run did try to connect and the failure says so.
+    connected = bool(whole.audit.network_attempts or whole.blocked)
     for nodeid, outcome in again.outcomes.items():
         if outcome not in ("failed", "error") or nodeid in ran:
             continue
         tail = nodeid.rsplit("/", 1)[-1]
         if tail in tails and any(a.endswith("/" + nodeid) or nodeid.endswith("/" + a) for a in ran):
             continue
-        out.append(f"{nodeid} ({again.messages.get(nodeid, outcome)})")
+        message = again.messages.get(nodeid, outcome)
+        if connected and _NEEDS_NETWORK.search(message):
+            continue
+        out.append(f"{nodeid} ({message})")
     if whole.run.timed_out and own_duration < whole.run.duration / 2:
         # The suite's own tests took under half the time: what never finished is what it left out.
         out.append("tests left out of the suite's command did not finish when run (the run timed out)")

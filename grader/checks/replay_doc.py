@@ -1,11 +1,14 @@
 """The replay-doc check: REPLAY.md says what was recorded, what was normalized and why, what replay proves.
 
+The patterns are data, grader/rules/replay_doc.json; the baked project's `make check` (tools/selfcheck.py)
+reads a byte copy of it and follows this module step by step, so a candidate sees the count and the lines this
+check will report (tests/test_selfcheck.py feeds both the same REPLAY.md variants).
+
 Heuristics (a document is prose; these are deliberately simple and reported line by line for the reviewer):
 - The file is ``REPLAY.md`` in any letter case, in the repo root or ``docs/``; a symlink is not read.
 - The document is split into sections at Markdown headings. A topic is covered when a heading matches the
   topic's heading pattern, or, failing that, when a line anywhere matches its keyword pattern. A section that
-  still holds unfilled template text (`TODO`, `TBD`, `FIXME`, `<fill ...>`) covers nothing, as `make check`
-  reports every TODO left.
+  still holds unfilled template text (`TODO`, `TBD`, `FIXME`, `<fill ...>`) covers nothing.
 - Normalized fields are the backticked names (`user`) on list or table lines of the normalization section
   (or, without one, on lines that mention normalizing/dropping). A field has a reason when its line still has
   three words once the backticked names are removed. Any field without one counts as a missing section.
@@ -17,6 +20,7 @@ Heuristics (a document is prose; these are deliberately simple and reported line
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,46 +35,24 @@ if TYPE_CHECKING:
 
 __all__ = ["replay_doc"]
 
-_MAX_BYTES = 512_000
-# Unfilled template text: what a stub asks the author to replace.
-_UNFILLED = re.compile(r"\bTODO\b|\bTBD\b|\bFIXME\b|<fill[^>]*>")
-_HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
-_BACKTICKED = re.compile(r"`([A-Za-z_][A-Za-z0-9_.\-]*)`")
-_LISTISH = re.compile(r"^\s*([-*+]|\d+[.)]|\|)\s*")
-_DROP_WORDS = re.compile(r"\b(drop|dropped|drops|remov|strip|ignor|exclud|delet|omit)", re.IGNORECASE)
-_MODEL_NAME = re.compile(
-    r"(?<![\w/.-])((?:[a-z0-9-]+/)?(?:gpt-[0-9][\w.-]*|o[1-9](?:-mini|-pro)?(?:-\d{4}-\d{2}-\d{2})?"
-    r"|claude-[\w.-]+|gemini-[\w.-]+|mistral-[\w.-]+|llama-?[\w.-]+))(?![\w/-])",
-    re.IGNORECASE,
+# The rule is data shared with the baked project's `make check` (tools/selfcheck.py reads its byte-identical
+# copy, tools/replay_doc.json), so the preview counts the same topics and cites the same lines as this check.
+_RULE: dict[str, Any] = json.loads(
+    (Path(__file__).parents[1] / "rules" / "replay_doc.json").read_text("utf-8")
 )
+_MAX_BYTES = int(_RULE["max_bytes"])
+# Unfilled template text: what a stub asks the author to replace.
+_UNFILLED = re.compile(_RULE["unfilled"])
+_HEADING = re.compile(_RULE["heading"])
+_BACKTICKED = re.compile(_RULE["backticked"])
+_LISTISH = re.compile(_RULE["listish"])
+_DROP_WORDS = re.compile(_RULE["drop_words"])
+_MODEL_NAME = re.compile(_RULE["model_name"])
+_NORMALIZED_LINES = re.compile(_RULE["normalized_lines"])
+_FENCES = tuple(_RULE["fence"])
 
 # topic -> (heading pattern, keyword pattern for lines anywhere)
-_TOPICS: dict[str, tuple[str, str]] = {
-    "endpoint": (
-        r"endpoint|provider|api|base url|host",
-        r"\bendpoint\b|base[ _-]?url|api\.openai\.com|api\.anthropic\.com|openrouter\.ai|googleapis\.com|"
-        r"/v1/(chat/completions|messages|responses)",
-    ),
-    "model": (r"\bmodels?\b", r"\bmodel\b"),
-    "recording date": (
-        r"record(ed|ing)|\bdate\b|\bwhen\b",
-        r"\brecorded\s+(on|at|in)\b|recording date|recorded_at|\b20\d\d-\d\d-\d\d\b",
-    ),
-    "normalized fields": (
-        r"normali[sz]|volatile|canonical|\bkeys?\b|matching",
-        r"normali[sz]|volatile field",
-    ),
-    "what replay proves": (
-        r"\bprov(e|es|en)\b|guarantee|what replay|what .* (shows|means)|verif",
-        r"\bprov(e|es|en)\b|\bguarantees?\b|\bdemonstrates?\b",
-    ),
-    "what replay does not prove": (
-        r"(does not|doesn.t|not|cannot|can.t|won.t)\s+(prov(e|en)|show|tell|guarantee|cover|catch)"
-        r"|limitation|caveat|\bproves?\b.*\b(does not|doesn.t|not)\b",
-        r"(does not|doesn.t|cannot|can.t|won.t|not)\s+(prov(e|en)|show|tell|guarantee|cover|catch|detect)"
-        r"|limitation",
-    ),
-}
+_TOPICS: dict[str, tuple[str, str]] = {t["name"]: (t["heading"], t["keyword"]) for t in _RULE["topics"]}
 
 
 @dataclass
@@ -78,6 +60,7 @@ class _Section:
     title: str
     line: int  # 1-based line of the heading (0 for text before the first heading)
     lines: list[tuple[int, str]] = field(default_factory=list)
+    level: int = 0  # number of #s (0 for text before the first heading)
 
 
 @register("replay-doc")
@@ -86,7 +69,8 @@ def replay_doc(ctx: Context) -> CheckResult:
 
     Topics: endpoint family, model, recording date, normalized fields each with a reason, what replay proves
     and what it does not. Cross-checked against the kit-format tapes (see the module docstring for the
-    heuristics).
+    heuristics). The patterns are grader/rules/replay_doc.json; the baked project's `make check` reads a copy
+    of it and reports the same count and the same lines.
 
     Facts:
         exists: REPLAY.md found (repo root or docs/, any letter case)
@@ -135,8 +119,10 @@ def replay_doc(ctx: Context) -> CheckResult:
             details.append(f"{rel}:{covered[topic]} covers {topic}")
         else:
             # Point where the topic was meant to go: the first unfilled line of its section, as `make check`.
-            line = _unfilled_line(sections, heading_rx)
-            findings.append(Finding("replay-doc", f"does not cover {topic}", f"{rel}:{line}"))
+            line, why = _unfilled_line(sections, heading_rx)
+            if topic == "normalized fields" and unexplained:
+                why = f"{', '.join(name for name, _ in unexplained)} listed without a reason"
+            findings.append(Finding("replay-doc", f"does not cover {topic}: {why}", f"{rel}:{line}"))
 
     kit = [t for t in tapes_of(ctx) if t.format == "kit"]
     contradictions = _stored_dropped_fields(fields, kit, rel) + _unknown_models(sections, tapes_of(ctx), rel)
@@ -163,11 +149,11 @@ def replay_doc(ctx: Context) -> CheckResult:
 
 
 def _find_doc(repo: Path) -> tuple[Path, str] | str | None:
-    for folder in (repo, repo / "docs"):
+    for folder in (repo / name for name in _RULE["folders"]):
         if folder.is_symlink() or not folder.is_dir():
             continue
         for entry in sorted(folder.iterdir()):
-            if entry.name.lower() != "replay.md":
+            if entry.name.lower() != _RULE["file_name"]:
                 continue
             if entry.is_symlink():
                 return f"{entry.relative_to(repo).as_posix()} is a symlink; not read"
@@ -183,29 +169,33 @@ def _sections(text: str) -> list[_Section]:
     sections = [_Section(title="", line=0)]
     in_code = False
     for number, line in enumerate(text.splitlines(), 1):
-        if line.lstrip().startswith(("```", "~~~")):
+        if line.lstrip().startswith(_FENCES):
             in_code = not in_code
         match = None if in_code else _HEADING.match(line)
         if match:
-            sections.append(_Section(title=match.group(2), line=number))
+            sections.append(_Section(title=match.group(2), line=number, level=len(match.group(1))))
         else:
             sections[-1].lines.append((number, line))
     return sections
 
 
-def _unfilled_line(sections: list[_Section], heading_rx: str) -> int:
-    for section in sections:
+def _unfilled_line(sections: list[_Section], heading_rx: str) -> tuple[int, str]:
+    """(the line a missing topic is cited at, why it is missing). A `#` title ("... replays its model calls")
+    is the place only when no section heading names the topic: the stub's intro is not where it goes."""
+    for section in sorted(sections, key=lambda s: s.level == 1):
         if section.line and re.search(heading_rx, _plain(section.title), re.IGNORECASE):
             todo = next((n for n, line in section.lines if _UNFILLED.search(line)), None)
-            return todo or section.line
-    return 1
+            if todo:
+                return todo, "its section still holds unfilled text (TODO, TBD, FIXME or <fill ...>)"
+            return section.line, "its section says nothing about it"
+    return 1, "no heading or filled-in line names it"
 
 
 def _unfilled(section: _Section) -> bool:
     return any(_UNFILLED.search(line) for _, line in section.lines)
 
 
-_EMPHASIS = re.compile(r"\*{1,3}|(?<!\w)_{1,3}|_{1,3}(?!\w)")
+_EMPHASIS = re.compile(_RULE["emphasis"])
 
 
 def _plain(text: str) -> str:
@@ -214,8 +204,8 @@ def _plain(text: str) -> str:
 
 
 def _covers(sections: list[_Section], heading_rx: str, keyword_rx: str) -> int | None:
-    # A section with a TODO left is a stub, whatever its heading promises (`make check` agrees: it reports
-    # every TODO left in REPLAY.md); the stub's own sentences never cover a topic.
+    # A section with a TODO left is a stub, whatever its heading promises; the stub's own sentences never
+    # cover a topic.
     filled = [s for s in sections if not _unfilled(s)]
     for section in filled:
         if section.line and re.search(heading_rx, _plain(section.title), re.IGNORECASE):
@@ -240,11 +230,7 @@ def _normalized_fields(
             candidates += [(n, line, section_drops) for n, line in section.lines]
     else:
         for section in sections:
-            candidates += [
-                (n, line, False)
-                for n, line in section.lines
-                if re.search(r"normali[sz]|\bdropped\b|\bvolatile\b", line, re.IGNORECASE)
-            ]
+            candidates += [(n, line, False) for n, line in section.lines if _NORMALIZED_LINES.search(line)]
     fields: list[tuple[str, int, bool]] = []
     unexplained: list[tuple[str, int]] = []
     for number, line, section_drops in candidates:

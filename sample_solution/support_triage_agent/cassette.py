@@ -102,7 +102,7 @@ class CassetteMiss(LookupError):
         near = f"; {nearest.describe()}" if nearest is not None else "; no tape is recorded yet"
         fix = "run `make record`"
         if nearest is not None:
-            fix = "run `make record` to record it (or undo the change)"
+            fix = "run `make record` to record this request (or undo the change, if you made one)"
         super().__init__(
             f"cassette miss: no tape {key} for {method} {path} (expected {cassette_dir / (key + '.json')})"
             f"{near}; {fix}"

@@ -31,6 +31,11 @@ class ModelError(RuntimeError):
     names the method and URL, so a wrong base URL shows at once."""
 
 
+class ReplayMiss(ModelError):
+    """The endpoint is a replay server (`make serve`) with no tape for this request: a cassette miss, told
+    in full (its key, the nearest recorded request and how it differs)."""
+
+
 @dataclass(frozen=True)
 class Endpoint:
     url: str
@@ -110,6 +115,17 @@ def _answer_text(data: Any, where: str) -> str:
     return text
 
 
+def _replay_miss(response: httpx.Response) -> str:
+    """The message of a replay server's cassette-miss answer (`make serve`'s 422), "" for anything else."""
+    try:
+        error = response.json().get("error")
+    except (ValueError, AttributeError):
+        return ""
+    if isinstance(error, dict) and error.get("type") == "cassette_miss":
+        return str(error.get("message", ""))
+    return ""
+
+
 def _hint(url: str, status: int) -> str:
     if status == 404 and "/v1/v1/" in url:
         # The base URL already ended in /v1 and the path added another: Anthropic's base URL has no /v1.
@@ -132,6 +148,10 @@ def complete(system: str, user: str, *, client: httpx.Client | None = None, mode
     finally:
         if own:
             client.close()
+    if response.status_code == 422:
+        miss = _replay_miss(response)
+        if miss:
+            raise ReplayMiss(f"{where}: {miss}")
     if response.status_code != 200:
         hint = _hint(target.url, response.status_code)
         raise ModelError(

@@ -14,13 +14,13 @@ from typing import Any
 
 from .agent import triage
 from .cassette import CassetteMiss
-from .client import CASSETTE_DIR, build_client
+from .client import CASSETTE_DIR, ReplayMiss, build_client
 
 
-def _miss_in_chain(exc: BaseException | None) -> CassetteMiss | None:
+def _miss_in_chain(exc: BaseException | None) -> CassetteMiss | ReplayMiss | None:
     seen = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, CassetteMiss):
+        if isinstance(exc, (CassetteMiss, ReplayMiss)):
             return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
