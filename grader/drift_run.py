@@ -16,7 +16,10 @@ The command gets the usual variables: a canary key in ``OPENAI_API_KEY``, ``ANTH
 manifest's ``api_key_env``; the stand-in's URL in ``OPENAI_BASE_URL`` (ending in ``/v1``),
 ``ANTHROPIC_BASE_URL`` (without it) and the manifest's ``base_url_env``; ``CASSETTE_MODE=record`` (the
 kit's documented way to reach the endpoint) and ``CASSETTE_DIR`` pointing at a fresh tape folder, so a
-template-built agent records into scratch, never over its committed tapes.
+template-built agent records into scratch, never over its committed tapes. An agent that ignores the base
+URLs reaches the same stand-in if it calls a host of ``grader/rules/intercept.toml``: each lane is a run of
+its own (its own network namespace and stand-in), in which those hosts' HTTPS is answered by a grader-owned
+TLS end with a CA made for that run (grader/intercept.py; docs/security.md, guarantee 12).
 
 The truth log is written by the stand-in inside the sandbox, as the submission's code runs: a submission
 that went looking for it could rewrite it. What it could gain is small (a ticket counts as correct only when
@@ -40,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from grader._json import marked_answer
 from grader.errors import NotAssessable
-from grader.intercept import load_hosts, prepare
+from grader.intercept import InterceptRulesError, load_hosts, prepare
 from grader.safeio import read_bytes
 from grader.sandbox import can_intercept
 from grader.tapes import tapes_of
@@ -309,15 +312,16 @@ def run_tickets(
 ) -> DriftRun:
     """Run ``command`` (default: the triage command) once per ticket against the stand-in playing ``profile``.
 
-    ``lanes``: tickets run that many at a time, each lane against a stand-in of its own (same decisions as
-    one stand-in: they depend on the seed and the request only). ``url``: an endpoint to use instead of a
-    stand-in (the run then has the network, and no truth: calls are empty and a verdict is ``correct`` for
-    any answer in the agent's schema). ``env``: more variables for the command (e.g.
-    ``CASSETTE_REPLAY_UNTIL``); they win over the probe's own. ``keys``: real keys for a live ``url``
-    (variable -> key), given in place of the canaries: passed in the sandboxed process's environment only
-    (``env`` is written to the plan file on disk) and redacted from its output like them.
-    Raises ``NotAssessable``
-    when the grader could not run it (the budget spent, no room); ``ProfileError`` for a bad profile.
+    ``lanes``: tickets run that many at a time, each lane a sandboxed run with a network namespace and a
+    stand-in of its own (same decisions as one stand-in: they depend on the seed and the request only; every
+    run of one message goes to the same lane, so a repeat draws anew).
+    ``url``: an endpoint to use instead of a stand-in (the run then has the network, and no truth: calls are
+    empty and a verdict is ``correct`` for any answer in the agent's schema). ``env``: more variables for
+    the command (e.g. ``CASSETTE_REPLAY_UNTIL``); they win over the probe's own. ``keys``: real keys for a
+    live ``url`` (variable -> key), given in place of the canaries: passed in the sandboxed process's
+    environment only (``env`` is written to the plan file on disk) and redacted from its output like them.
+    Raises ``NotAssessable`` when the grader could not run it (the budget spent, no room, a broken
+    interception rule file); ``ProfileError`` for a bad profile.
     """
     from grader.checks.canary import make_canary
 
@@ -371,10 +375,10 @@ def run_tickets(
         intercept=intercept,
     )
     if len(groups) == 1:
-        answers = [lane(groups[0], 1)]
+        answers = [lane(groups[0])]
     else:
         with ThreadPoolExecutor(max_workers=len(groups), thread_name_prefix="drift-lane") as pool:
-            answers = list(pool.map(lane, groups, range(1, len(groups) + 1)))
+            answers = list(pool.map(lane, groups))
     by_id = {t.id: t for t in tickets}
     order = {t.id: n for n, t in enumerate(tickets)}
     items = [i for a in answers for i in a.items if isinstance(i, dict) and i.get("id") in by_id]
@@ -411,9 +415,32 @@ class _LaneAnswer:
 
 
 def _run_lane(
+    ctx: Context, tickets: list[Ticket], *, tools: Path, intercept: bool, **run: Any
+) -> _LaneAnswer:
+    """One lane: a scratch copy, a plan, and one sandboxed run of the driver (with its own stand-in).
+
+    ``run``: `_run_driver`'s keyword arguments (argv, url, canaries, base_envs, env, label, ticket_timeout,
+    budget)."""
+    scratch = ctx.scratch_copy(_slug(run["label"]))
+    # The lane's own public folder (its plan, hosts file, CA certificate) beside the shared staged tools.
+    own = Path(tempfile.mkdtemp(prefix="p-", dir=tools))
+    own.chmod(0o755)
+    # Only the grader's user can open this folder and it is never shown to the run: it holds the leaf's key
+    # until the TLS end has loaded (and deleted) it. The CA's key is never written anywhere.
+    private = Path(tempfile.mkdtemp(prefix="k-", dir=ctx.workspace.root)) if intercept else None
+    try:
+        return _run_driver(ctx, tickets, scratch, own, private, tools=tools, **run)
+    finally:
+        if private is not None:
+            shutil.rmtree(private, ignore_errors=True)
+
+
+def _run_driver(
     ctx: Context,
     tickets: list[Ticket],
-    number: int,
+    scratch: Path,
+    own: Path,
+    private: Path | None,
     *,
     argv: list[str],
     tools: Path,
@@ -424,25 +451,19 @@ def _run_lane(
     label: str,
     ticket_timeout: float,
     budget: float,
-    intercept: bool,
 ) -> _LaneAnswer:
-    """One lane: a scratch copy, a plan, and one sandboxed run of the driver (with its own stand-in)."""
-    scratch = ctx.scratch_copy(_slug(label))
+    """Write the lane's plan (and, with ``private``, its interception), run the driver, read its answer."""
     tapes = scratch / ".recorded-tapes"
-    # The lane's own public folder (its plan, hosts file, CA certificate) beside the shared staged tools.
-    own = Path(tempfile.mkdtemp(prefix="p-", dir=tools))
-    own.chmod(0o755)
     run_env = {**canaries, "DRIFT_TOOLS": str(tools)}  # a path in env is what the sandbox makes visible
     helper: tuple[str, ...] = ()
     overlays: dict[str, Path] = {}
     prefixes: tuple[str, ...] = ()
-    private: Path | None = None
-    if intercept:
-        # Only the grader's user can open this folder and it is never shown to the run: it holds the leaf's
-        # key until the TLS end has loaded (and deleted) it. The CA's key is never written anywhere.
-        private = Path(tempfile.mkdtemp(prefix="k-", dir=ctx.workspace.root))
+    if private is not None:
         venv = ctx.env.venv if ctx.env else None
-        made = prepare(own, private, forward_port=_STANDIN_PORT, lifetime=budget + 30.0, venv=venv)
+        try:
+            made = prepare(own, private, forward_port=_STANDIN_PORT, lifetime=budget + 30.0, venv=venv)
+        except InterceptRulesError as exc:  # the kit's own data is wrong: not the candidate's doing
+            raise NotAssessable(f"{label}: {exc}") from None
         helper, overlays, prefixes = made.helper, made.overlays, made.path_prefixes
         run_env.update(made.env)
     plan = {
@@ -458,30 +479,25 @@ def _run_lane(
         "secret_envs": sorted(canaries),
         "ticket_timeout": ticket_timeout,
         "lanes": 1,
-        "lane": number,
         # One driver's tickets, a budget of their own: the driver stops starting tickets early enough to
         # report the ones it ran before the run itself is stopped.
         "total_timeout": max(budget - min(5.0, budget / 4), 0.5),
-        "standin_port": _STANDIN_PORT if intercept else 0,
+        "standin_port": _STANDIN_PORT if private is not None else 0,
         "path_prefixes": list(prefixes),
     }
     (own / "plan.json").write_text(json.dumps(plan, ensure_ascii=False), encoding="utf-8")
     (own / "plan.json").chmod(0o644)
-    try:
-        run, _audit = ctx.run(
-            ["python", "-E", "-s", str(tools / "driver.py"), str(own / "plan.json")],
-            cwd=scratch,
-            env=run_env,
-            timeout=budget,
-            loopback=url is None,
-            network=url is not None,
-            label=label,
-            netns_helper=helper,
-            overlays=overlays,
-        )
-    finally:
-        if private is not None:
-            shutil.rmtree(private, ignore_errors=True)
+    run, _audit = ctx.run(
+        ["python", "-E", "-s", str(tools / "driver.py"), str(own / "plan.json")],
+        cwd=scratch,
+        env=run_env,
+        timeout=budget,
+        loopback=url is None,
+        network=url is not None,
+        label=label,
+        netns_helper=helper,
+        overlays=overlays,
+    )
     answer = marked_answer(run.stdout, _MARKER)
     if answer is None or "error" in answer:
         why = answer.get("error") if answer else f"the driver printed no answer (exit {run.returncode})"
