@@ -36,7 +36,7 @@ from grader.errors import BadInput, NotAssessable, describe
 from grader.grading import grade, unassessed_report
 from grader.inert import inert
 from grader.merge import merge_shards
-from grader.progress import make_display
+from grader.progress import Display, make_display
 from grader.report import FORMATS, render
 from grader.rescore import rescore
 from grader.rubric import load_rubric
@@ -216,12 +216,7 @@ def _cmd_grade(args: list[str]) -> int:
     if opts.store is not None:
         check_store_folder(opts.store)
     started = time.monotonic()
-    display = make_display(quiet=opts.quiet)
-    display.start("", 2 + len({row.check for row in rubric.rows}))
-
-    def progress(step: str, seconds: float, message: str) -> None:
-        display.step("", step, seconds, message)
-
+    display, progress = _open_display(opts.quiet, 2 + len({row.check for row in rubric.rows}))
     try:
         try:
             report = grade(
@@ -249,23 +244,43 @@ def _cmd_grade(args: list[str]) -> int:
         # main() prints the one line and exits 1; automation still gets a report to read.
         _fallback_report(opts, rubric, f"internal error in the grader: {describe(exc)}", stdout=False)
         raise
-    text = render(report, opts.format)
-    if opts.output is None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    else:
-        _write_atomic(opts.output, text)
+    _deliver(opts.output, render(report, opts.format))
     total = report["total"]
     if not opts.quiet:
-        where = f" -> {opts.output}" if opts.output is not None else ""
         _say(
             f"[done] {time.monotonic() - started:.1f}s {total['points']}/{total['max']} "
-            f"({total['percent']}%){where}"
+            f"({total['percent']}%){_where(opts.output)}"
         )
     if opts.fail_under is not None and total["percent"] < opts.fail_under:
         _say(f"grade: total {total['percent']}% is below --fail-under {opts.fail_under:g}%")
         return EXIT_BELOW
     return EXIT_OK
+
+
+def _open_display(quiet: bool, steps: int) -> tuple[Display, Callable[[str, float, str], None]]:
+    """A display started for one target of ``steps`` steps, and the progress callback that feeds it."""
+
+    display = make_display(quiet=quiet)
+    display.start("", steps)
+
+    def progress(step: str, seconds: float, message: str) -> None:
+        display.step("", step, seconds, message)
+
+    return display, progress
+
+
+def _deliver(output: Path | None, text: str) -> None:
+    """The report to --output (written atomically) or, without it, to stdout."""
+
+    if output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        _write_atomic(output, text)
+
+
+def _where(output: Path | None) -> str:
+    return f" -> {output}" if output is not None else ""
 
 
 def _fallback_report(opts: argparse.Namespace, rubric: Rubric, reason: str, *, stdout: bool) -> None:
@@ -609,12 +624,7 @@ def _cmd_drift(args: list[str]) -> int:
     # The rule is validated before anything runs: a typo in it should cost seconds, not two arms.
     acceptance = load_acceptance(opts.accept)
     started = time.monotonic()
-    display = make_display(quiet=opts.quiet)
-    display.start("", 0)
-
-    def progress(step: str, seconds: float, message: str) -> None:
-        display.step("", step, seconds, message)
-
+    display, progress = _open_display(opts.quiet, 0)
     try:
         report = drift(
             opts.target,
@@ -635,14 +645,8 @@ def _cmd_drift(args: list[str]) -> int:
         return EXIT_NOT_ASSESSABLE
     finally:
         display.close()
-    text = render(report, opts.format)
-    if opts.output is None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    else:
-        _write_atomic(opts.output, text)
+    _deliver(opts.output, render(report, opts.format))
     verdict = report["acceptance"]["verdict"]
     if not opts.quiet:
-        where = f" -> {opts.output}" if opts.output is not None else ""
-        _say(f"[done] {time.monotonic() - started:.1f}s acceptance: {verdict}{where}")
+        _say(f"[done] {time.monotonic() - started:.1f}s acceptance: {verdict}{_where(opts.output)}")
     return EXIT_OK if verdict == "accept" else EXIT_BELOW

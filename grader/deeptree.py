@@ -3,7 +3,8 @@
 Python 3.11's ``os.walk``, ``shutil.copytree`` and ``shutil.rmtree`` recurse once per folder level, so a
 submission that commits ``d/d/d/…/x.txt`` 1,400 levels deep (git and the kernel accept it) crashed the grader
 with RecursionError before anything was graded. The checkout is pruned right after it is acquired, before any
-walk; the grader's clean-up removes what a run left behind the same way.
+walk; the grader's clean-up removes what a run left behind the same way. Walking a tree is grader/walk.py's
+job (its walks stop at `MAX_DEPTH` too); this module removes.
 """
 
 from __future__ import annotations
@@ -11,30 +12,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["MAX_DEPTH", "prune_deep", "remove_tree", "walk"]
+__all__ = ["MAX_DEPTH", "prune_deep", "remove_tree"]
 
 # Folder levels below the checkout's root; real projects stay far below (node_modules-style trees ~20).
 MAX_DEPTH = 64
-
-
-def walk(top: str | Path, max_depth: int = MAX_DEPTH) -> Iterator[tuple[str, list[str], list[str]]]:
-    """``os.walk(top, followlinks=False)``, top-down (prune by editing the folder list), without recursion and
-    never more than ``max_depth`` levels below ``top``: for trees a submission's run wrote."""
-    stack: list[tuple[str, int]] = [(str(top), 0)]
-    while stack:
-        here, depth = stack.pop()
-        try:
-            entries = list(os.scandir(here))
-        except OSError:
-            continue
-        dirnames = sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
-        filenames = sorted(e.name for e in entries if not e.is_dir(follow_symlinks=False))
-        yield here, dirnames, filenames
-        if depth + 1 < max_depth:
-            stack.extend((os.path.join(here, name), depth + 1) for name in reversed(dirnames))
 
 
 def prune_deep(repo: Path, max_depth: int = MAX_DEPTH) -> list[str]:

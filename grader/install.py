@@ -10,8 +10,9 @@ The only step with network, and an untrusted one (docs/security.md, "Installing"
   download cache. Only if that fails does a second attempt allow building source distributions, with a
   private, throw-away cache: a package's build code runs as the sandbox user and can write the venv being
   built, never the shared cache, another venv or the grader's files.
-* A finished venv is recorded outside it (``<key>.json``: tool versions and a digest of every file, mode and
-  owner) and verified before each reuse; a venv that no longer matches its record is rebuilt.
+* A finished venv is recorded outside it (``<key>.json``: tool versions, a digest of every file, mode and
+  owner, and every entry's status) and verified before each reuse (the status first, the digest when any
+  status moved); a venv that no longer matches its record is rebuilt.
 * Whether a failed install is the submission's fault or the grader's ("not assessable") is decided by the
   grader's own probes (the sandbox starts; the index serves the pinned pytest; the disk had room), never by
   reading the installer's log, which a submission can fill with any words it likes.
@@ -57,11 +58,12 @@ from packaging.utils import canonicalize_name
 
 from grader import audit, sandbox
 from grader.acquire import copy_checkout, no_space, no_space_reason, no_space_text
-from grader.deeptree import remove_tree, walk
+from grader.deeptree import remove_tree
 from grader.errors import GradeError, NotAssessable
 from grader.interpreters import Choice, choose
 from grader.project import Project, read_project
 from grader.requirements import Dependencies, build_extras, read_dependencies
+from grader.walk import tree
 
 __all__ = ["Env", "InstallFailed", "default_cache_root", "ensure_env", "read_requirements"]
 
@@ -722,12 +724,21 @@ def _rewrite_warmup(python: Path, work: Path) -> list[str]:
 
 
 # --- the record beside a finished venv: tool versions and a digest of every file ---------------------------
+#
+# Verifying a reused venv hashed every file of it on every grade (~6,000 files, ~60 MB: 0.15 s CPU before
+# any check could start). The record also keeps each entry's status (`_stats`), and a venv whose entries all
+# still have the status recorded is the venv that was digested: any write, chmod, chown, rename or new link
+# sets an entry's change time (ctime) to the current time, and no system call sets it back (only moving the
+# system clock could, which needs privileges that could rewrite the record itself). Like git's index, which
+# trusts the same fields to skip re-hashing a file. Any difference in status, however small (a cache copied
+# elsewhere gets new ctimes), falls back to the full digest: the content decides, and a venv whose content
+# still matches has its record's status refreshed instead of being rebuilt.
 
 
 def _digest(venv: Path) -> dict[str, str]:
     """relative path -> sha256 of (kind, mode, owner, content or link target), for every entry in ``venv``."""
     out: dict[str, str] = {}
-    for dirpath, dirnames, filenames in walk(venv):
+    for dirpath, dirnames, filenames in tree(venv):
         dirnames.sort()
         for name in sorted((*dirnames, *filenames)):
             path = os.path.join(dirpath, name)
@@ -741,6 +752,23 @@ def _digest(venv: Path) -> dict[str, str]:
                     for chunk in iter(lambda: handle.read(1 << 20), b""):
                         h.update(chunk)
             out[os.path.relpath(path, venv)] = h.hexdigest()
+    return out
+
+
+def _stats(venv: Path) -> dict[str, str]:
+    """relative path -> kind, mode, owner, size, inode, mtime and ctime (ns) of every entry in ``venv``."""
+    out: dict[str, str] = {}
+    top = os.path.join(venv, "")
+    for dirpath, dirnames, filenames in tree(venv):
+        # tree joins every dirpath onto ``venv`` as given: the relative path is what follows it (relpath
+        # would cost more than the lstat).
+        where = os.path.join(dirpath, "")[len(top) :]
+        for name in (*dirnames, *filenames):
+            st = os.lstat(os.path.join(dirpath, name))
+            out[where + name] = (
+                f"{st.st_mode:o}:{st.st_uid}:{st.st_gid}:{st.st_size}:{st.st_ino}:{st.st_mtime_ns}:"
+                f"{st.st_ctime_ns}"
+            )
     return out
 
 
@@ -767,7 +795,7 @@ def _tool_versions(venv: Path, names: list[str]) -> dict[str, str]:
 
 def _seal(venv: Path) -> None:
     """Take group and other write access off everything in ``venv`` (uv leaves its lock file 0666)."""
-    for dirpath, dirnames, filenames in walk(venv):
+    for dirpath, dirnames, filenames in tree(venv):
         for name in (*dirnames, *filenames):
             path = os.path.join(dirpath, name)
             info = os.lstat(path)
@@ -789,12 +817,17 @@ def _write_record(
         "python_note": choice.note,
         "tools": _tool_versions(venv, list(deps.tools)),
         "files": _digest(venv),
+        "stats": _stats(venv),
     }
+    _save_record(path, record)
+    return record
+
+
+def _save_record(path: Path, record: dict[str, object]) -> None:
     partial = path.with_suffix(".partial")
     partial.write_text(json.dumps(record, sort_keys=True) + "\n", encoding="utf-8")
     partial.chmod(0o644)
     partial.replace(path)
-    return record
 
 
 def _read_record(path: Path) -> dict[str, object] | None:
@@ -805,9 +838,15 @@ def _read_record(path: Path) -> dict[str, object] | None:
     return record if isinstance(record, dict) and isinstance(record.get("files"), dict) else None
 
 
-def _changed(venv: Path, record: dict[str, object]) -> str | None:
-    """The first entry of ``venv`` that differs from its record ("added"/"removed"/"changed"), or None."""
+def _changed(venv: Path, record: dict[str, object], path: Path | None = None) -> str | None:
+    """The first entry of ``venv`` that differs from its record ("added"/"removed"/"changed"), or None.
+
+    Every entry with the status the record holds: None without reading a byte (see `_stats`). Otherwise the
+    content decides; when it still matches, the record at ``path`` gets the new status.
+    """
     try:
+        if record.get("stats") == _stats(venv):
+            return None
         now = _digest(venv)
     except OSError as exc:
         return f"unreadable ({exc.strerror})"
@@ -820,6 +859,9 @@ def _changed(venv: Path, record: dict[str, object]) -> str | None:
             return f"{name} removed"
         if now[name] != files[name]:
             return f"{name} changed"
+    if path is not None:
+        with contextlib.suppress(OSError):  # a record left as it was is only slower next time
+            _save_record(path, {**record, "stats": _stats(venv)})
     return None
 
 
@@ -873,7 +915,7 @@ def _ensure_env(repo: Path, *, cache_root: Path, timeout: float) -> Env:
     with open(cache_root / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         record = _read_record(record_path) if target.is_dir() else None
-        changed = _changed(target, record) if record is not None else None
+        changed = _changed(target, record, record_path) if record is not None else None
         if changed is not None:
             notes.append(f"the cached environment {key} no longer matched its record ({changed}): rebuilt")
         cached = record is not None and changed is None

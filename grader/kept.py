@@ -16,7 +16,7 @@ import os
 import shutil
 from pathlib import Path
 
-from grader.deeptree import walk
+from grader.walk import tree
 
 __all__ = ["INERT", "make_inert"]
 
@@ -34,7 +34,7 @@ def make_inert(root: Path, pristine: Path | None) -> list[str]:
     skip = Path(pristine).resolve() if pristine is not None else None
     # Iterative (a run can leave folders nested deeper than Python's recursion limit), and deep enough for
     # any folder a reviewer could still enter.
-    for dirpath, dirnames, filenames in walk(root, max_depth=_DEPTH):
+    for dirpath, dirnames, filenames in tree(root, max_depth=_DEPTH):
         here = Path(dirpath)
         if skip is not None and here.resolve() == skip:
             dirnames[:] = []

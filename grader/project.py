@@ -18,9 +18,9 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from grader._json import mapping
-from grader.deeptree import walk
 from grader.requirements import Problem, poetry_specifier, vet_requirement
 from grader.safeio import read_bytes
+from grader.walk import tree
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -164,7 +164,7 @@ def _tree_digest(repo: Path) -> str:
     """sha256 over every path and regular file's content (link targets for links), .git left out."""
     digest = hashlib.sha256()
     count = 0
-    for dirpath, dirnames, filenames in walk(repo):  # no recursion: see grader/deeptree.py
+    for dirpath, dirnames, filenames in tree(repo):  # no recursion: see grader/deeptree.py
         dirnames[:] = [d for d in dirnames if not (dirpath == str(repo) and d == ".git")]
         for name in sorted(filenames):
             count += 1

@@ -40,6 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader import walk
 from grader.cpugroup import cpu_layer, memory_layer, run_groups
 
 __all__ = [
@@ -398,24 +399,16 @@ _UNSAFE_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX | stat.S_IWGRP | stat.
 
 
 def _chown_tree(root: Path, uid: int, gid: int, *, tame: bool = False) -> None:
-    # lchown: never follow a submission's symlink to chown something outside its tree. Iterative, not
-    # os.walk: a run can leave folders nested deeper than Python's recursion limit (grader/deeptree.py).
+    # lchown: never follow a submission's symlink to chown something outside its tree. All the way down
+    # (no depth limit) and without recursion: a run can leave folders nested deeper than Python's recursion
+    # limit (grader/deeptree.py). A folder that cannot be listed (gone, a path past PATH_MAX) is passed over:
+    # the clean-up removes it all the same.
     _own_one(str(root), uid, gid, tame)
     if not root.is_dir() or root.is_symlink():
         return
-    stack = [str(root)]
-    while stack:
-        try:
-            entries = list(os.scandir(stack.pop()))
-        except OSError:  # gone, or a path past PATH_MAX: the clean-up removes it all the same
-            continue
-        for entry in entries:
-            _own_one(entry.path, uid, gid, tame)
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
-            except OSError:
-                pass
+    for dirpath, dirnames, filenames in walk.tree(root, max_depth=None):
+        for name in (*dirnames, *filenames):
+            _own_one(os.path.join(dirpath, name), uid, gid, tame)
 
 
 def _own_one(path: str, uid: int, gid: int, tame: bool) -> None:

@@ -58,12 +58,14 @@ __all__ = [
 # submission must not be able to tell a graded run from an ordinary `make test` by them (docs/security.md).
 GUARD_MODULE = "_pytest_outcomes"
 RESULTS_MODULE = "_pytest_results"  # grader/audit/_grader_pytest.py, as the run loads it
+_LONGREPR_MODULE = "_pytest_longrepr"  # grader/audit/_pytest_longrepr.py, the same name everywhere
 # Copied, never imported here: it runs inside the submission's pytest process, from a grader-owned folder
 # put first on PYTHONPATH so a same-named file in the submission cannot shadow it.
 _GUARD_FILE = Path(__file__).resolve().parent / "audit" / "_grader_guard.py"
 _STARTUP_FILE = _GUARD_FILE.parent / "_grader_startup.py"
 _CLEAN_FILE = _GUARD_FILE.parent / "_grader_clean.py"
 _RESULTS_FILE = _GUARD_FILE.parent / "_grader_pytest.py"
+_LONGREPR_FILE = _GUARD_FILE.parent / f"{_LONGREPR_MODULE}.py"  # imported by both plugins
 CLEAN_LAUNCHER = "_pytest_main.py"
 _MAX_FILES = 5000
 _MAX_BYTES = 1_000_000
@@ -79,7 +81,7 @@ _SKIP_CALLS = {"skip", "xfail", "skipif"}
 _PYTEST_INTERNALS = {"TestReport", "CallInfo", "CollectReport", "runner", "reports", "skipping", "outcomes"}
 _GRADER_NAMES = re.compile(
     r"\b(GRADER_[A-Z_]+|_grader_(?:pytest|audit|guard)|PY_AUDIT_(?:LOG|ROOT)|PY_SOURCE_PATH|PYTEST_RESULT_LOG"
-    r"|PYTEST_REPORT_(?:FD|NONCE)|PYTEST_RUN_SKIPPED|_pytest_(?:outcomes|results|main))\b"
+    r"|PYTEST_REPORT_(?:FD|NONCE)|PYTEST_RUN_SKIPPED|_pytest_(?:outcomes|results|longrepr|main))\b"
 )
 _CONFIG_TAMPER = re.compile(
     r"(-p\s*no:\S+|--noconftest|PYTEST_ADDOPTS\s*=|PYTEST_DISABLE_PLUGIN_AUTOLOAD|--junit-?xml\S*|-o\s*addopts)"
@@ -95,7 +97,7 @@ _STARTUP_WHY = "runs at interpreter start-up, before the grader's guard, when it
 # the tree stands in for it when the tree's root is put on the start-up path.
 _SHADOWABLE = frozenset(
     {"pytest", "_pytest", "pluggy", "iniconfig", "packaging", "py", "exceptiongroup", "tomli", "colorama"}
-    | {"pytest_socket", GUARD_MODULE, RESULTS_MODULE, "_grader_pytest", "_grader_audit"}
+    | {"pytest_socket", GUARD_MODULE, RESULTS_MODULE, _LONGREPR_MODULE, "_grader_pytest", "_grader_audit"}
     | {"sitecustomize", "usercustomize"}
 )
 _SHADOW_WHY = "which is imported before the grader's guard when its folder is on the path"
@@ -317,14 +319,18 @@ def _modifyitems_why(func: ast.AST) -> str | None:
     return None
 
 
+def _assigned(node: ast.AST) -> list[ast.AST]:
+    """What an assignment statement (plain, augmented or annotated) assigns to; nothing for other nodes."""
+    if isinstance(node, ast.Assign):
+        return list(node.targets)
+    if isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        return [node.target]
+    return []
+
+
 def _assigns_attr(func: ast.AST, attrs: set[str]) -> int | None:
     for sub in ast.walk(func):
-        targets: list[ast.AST] = []
-        if isinstance(sub, ast.Assign):
-            targets = list(sub.targets)
-        elif isinstance(sub, (ast.AugAssign, ast.AnnAssign)):
-            targets = [sub.target]
-        for target in targets:
+        for target in _assigned(sub):
             if isinstance(target, ast.Attribute) and target.attr in attrs and isinstance(sub, ast.stmt):
                 return sub.lineno
         if isinstance(sub, ast.Call) and _dotted(sub.func) == "setattr" and len(sub.args) >= 2:
@@ -404,12 +410,8 @@ def _may_patch_internals(text: str) -> bool:
 def _monkeypatch_rules(rel: str, tree: ast.AST) -> Iterator[Hook]:
     aliases = _internal_aliases(tree) | {"_pytest"}
     for node in ast.walk(tree):
-        targets: list[ast.AST] = []
-        if isinstance(node, ast.Assign):
-            targets = list(node.targets)
-        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-            targets = [node.target]
-        elif isinstance(node, ast.Call) and _dotted(node.func).rsplit(".", 1)[-1] == "setattr" and node.args:
+        targets = _assigned(node)
+        if isinstance(node, ast.Call) and _dotted(node.func).rsplit(".", 1)[-1] == "setattr" and node.args:
             targets = [ast.Attribute(value=node.args[0], attr="?")]
         for target in targets:
             if not isinstance(target, ast.Attribute):
@@ -702,6 +704,7 @@ def write_guard(folder: Path) -> Path:
         (_STARTUP_FILE, "sitecustomize.py"),
         (_CLEAN_FILE, CLEAN_LAUNCHER),
         (_RESULTS_FILE, f"{RESULTS_MODULE}.py"),
+        (_LONGREPR_FILE, f"{_LONGREPR_MODULE}.py"),
     ):
         shutil.copyfile(source, folder / name)
         (folder / name).chmod(0o644)

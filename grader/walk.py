@@ -1,4 +1,9 @@
-"""The one walk of a submission's checkout: which folders are skipped, links never followed, capped.
+"""The grader's one walker: every folder tree it reads is walked here, without recursion, links never entered.
+
+Two shapes over one iteration (``_scan``): `files` and `folders` for a submission's checkout, the rules below
+applied the same way for every check; `tree`, shaped like ``os.walk(top, followlinks=False)`` (folder names to
+prune in place, file names), for trees the grader itself manages (the snapshot's ``.git`` removal, a venv's
+digest and sealing, the kept workspace, the chown back after a run).
 
 Every check that looks for files in a checkout (sources, tapes, config, REPLAY.md's neighbours) walks it
 through `files` or `folders`, so the rules are the same everywhere:
@@ -15,6 +20,10 @@ through `files` or `folders`, so the rules are the same everywhere:
   every machine.
 - **Depth**: never more than `grader.deeptree.MAX_DEPTH` levels down, and without recursion (a checkout
   nested deeper than Python's recursion limit cannot crash a check).
+
+`tree` lists links (to folders too) with the file names and never enters them, skips nothing unless the
+caller prunes, and goes ``max_depth`` levels down (`MAX_DEPTH`; None: all the way, for a clean-up that must
+reach everything a run made).
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ __all__ = [
     "folders",
     "own_source",
     "own_sources",
+    "tree",
 ]
 
 # Version-control data: history is read through git (grader/gitsafe.py), never by walking it.
@@ -79,7 +89,7 @@ def files(
     include: Callable[[str], bool] | None = None,
     links: bool = False,
     depth: int | None = None,
-    max_files: int = MAX_FILES,
+    max_files: int | None = MAX_FILES,
     max_bytes: int | None = None,
 ) -> Iterator[Path]:
     """Regular files below ``root / under`` (see the module's docstring for the rules).
@@ -87,16 +97,19 @@ def files(
     ``include``: a test on the file's name; only files it accepts are yielded and counted against the caps.
     ``links``: also yield links (to files or folders) where they are, never following them.
     ``depth``: how many folder levels below the start to enter (0: its own files only; None: all, up to
-    `MAX_DEPTH`).
+    `MAX_DEPTH`). ``max_files`` None: no cap on the count (a scan that must not miss a file).
     """
-    start = Path(root, under)
     count = 0
     size = 0
-    for folder, names in _folders(
-        start, skip=skip, hidden=hidden, depth=MAX_DEPTH if depth is None else depth
-    ):
-        for name, info in names:
+    for folder, _level, below, others in _scan(str(Path(root, under)), MAX_DEPTH if depth is None else depth):
+        _prune(below, skip, hidden)
+        for entry in others:
+            name = entry.name
             if include is not None and not include(name):
+                continue
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
                 continue
             if stat.S_ISLNK(info.st_mode):
                 if not links:
@@ -105,9 +118,9 @@ def files(
                 continue
             count += 1
             size += info.st_size if stat.S_ISREG(info.st_mode) else 0
-            if count > max_files or (max_bytes is not None and size > max_bytes):
+            if (max_files is not None and count > max_files) or (max_bytes is not None and size > max_bytes):
                 return
-            yield folder / name
+            yield Path(folder, name)
 
 
 def own_sources(root: Path, *, max_files: int = MAX_FILES, max_bytes: int | None = None) -> Iterator[Path]:
@@ -121,37 +134,52 @@ def folders(
     root: Path, *, depth: int, skip: Collection[str] = SKIPPED, hidden: bool = True
 ) -> Iterator[Path]:
     """Real folders below ``root`` (not ``root`` itself), at most ``depth`` levels down, in walk order."""
-    base = len(Path(root).parts)
-    for folder, _names in _folders(Path(root), skip=skip, hidden=hidden, depth=depth):
-        if folder != Path(root) and len(folder.parts) - base <= depth:
-            yield folder
+    for folder, level, below, _others in _scan(str(root), depth):
+        _prune(below, skip, hidden)
+        if level > 0:
+            yield Path(folder)
 
 
-def _folders(
-    start: Path, *, skip: Collection[str], hidden: bool, depth: int
-) -> Iterator[tuple[Path, list[tuple[str, os.stat_result]]]]:
-    """(folder, its entries that are not folders to enter, with their lstat), folder by folder."""
-    base = len(start.parts)
-    pending = [start]
+def tree(top: str | Path, max_depth: int | None = MAX_DEPTH) -> Iterator[tuple[str, list[str], list[str]]]:
+    """``os.walk(top, followlinks=False)``, top-down: (folder, its sub-folder names, its other names), the
+    folder names editable to prune or redirect the walk; links (to folders too) are among the other names.
+    Never more than ``max_depth`` levels below ``top`` (None: no limit), and without recursion."""
+    last = None if max_depth is None else max_depth - 1
+    for folder, _level, below, others in _scan(str(top), last):
+        yield folder, below, [entry.name for entry in others]
+
+
+def _prune(names: list[str], skip: Collection[str], hidden: bool) -> None:
+    names[:] = [n for n in names if n not in skip and (hidden or not n.startswith("."))]
+
+
+def _scan(top: str, last: int | None) -> Iterator[tuple[str, int, list[str], list[os.DirEntry[str]]]]:
+    """(folder, its level below ``top``, names of its real sub-folders, its other entries), folder by folder,
+    depth first in name order, never below level ``last`` (None: no limit).
+
+    The caller may edit the list of sub-folder names before asking for the next folder: only the names left
+    are entered. An unreadable folder is passed over. No recursion: a tree nested deeper than Python's
+    recursion limit is walked like any other.
+    """
+    pending: list[tuple[str, int]] = [(top, 0)]
     while pending:
-        folder = pending.pop()
+        folder, level = pending.pop()
         try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+            with os.scandir(folder) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
         except OSError:
             continue
-        below: list[Path] = []
-        leaves: list[tuple[str, os.stat_result]] = []
+        below: list[str] = []
+        others: list[os.DirEntry[str]] = []
         for entry in entries:
             try:
-                info = entry.stat(follow_symlinks=False)
+                real_folder = entry.is_dir(follow_symlinks=False)
             except OSError:
-                continue
-            if stat.S_ISDIR(info.st_mode):
-                if entry.name in skip or (not hidden and entry.name.startswith(".")):
-                    continue
-                if len(folder.parts) - base < depth:
-                    below.append(folder / entry.name)
+                real_folder = False
+            if real_folder:
+                below.append(entry.name)
             else:
-                leaves.append((entry.name, info))
-        yield folder, leaves
-        pending.extend(reversed(below))  # depth first, in name order
+                others.append(entry)
+        yield folder, level, below, others
+        if last is None or level < last:
+            pending.extend((os.path.join(folder, name), level + 1) for name in reversed(below))

@@ -360,8 +360,9 @@ def test_hanging_suite_is_graded_within_the_timeout(make_submission, grade_cache
     assert row["status"] == "scored" and row["score"] == 0, row
     assert "timed out after 8 s" in row["evidence"]
     assert report["facts"]["replay"]["timed_out"] is True
-    # Stopped at its timeout, not after the test's hour (a generous bound: a busy machine is slow).
-    assert report["timings"]["replay"] < 600
+    # Stopped at its timeout, not after the test's hour: only a replay that waited the hour out reaches it
+    # (no tighter bound: a busy machine is slow, not wrong; speed is measured in `nox -s bench`).
+    assert report["timings"]["replay"] < 3600
 
 
 @pytest.mark.index

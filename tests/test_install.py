@@ -385,6 +385,48 @@ def test_a_tampered_cached_venv_is_rebuilt_and_the_appended_line_never_runs(area
 
 
 @pytest.mark.index
+def test_a_same_size_rewrite_with_its_times_put_back_is_still_caught(area):
+    # A reuse trusts an entry whose recorded status still holds without reading it; what an attacker can
+    # put back (size, mtime, atime) must not be enough: the change time moved, so the content is checked.
+    repo = area / "repo"
+    _pyproject(repo, ["iniconfig"])
+    env = install.ensure_env(repo, cache_root=area / "cache", timeout=300)
+    (plugin,) = [
+        p
+        for p in (_site(env.venv) / "pytest_socket.py", _site(env.venv) / "pytest_socket" / "__init__.py")
+        if p.is_file()
+    ]
+    before = plugin.stat()
+    text = plugin.read_text()
+    swapped = text.replace("import", "imporT", 1)  # same size, different bytes
+    assert swapped != text and len(swapped) == len(text)
+    plugin.write_text(swapped)
+    os.utime(plugin, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert plugin.stat().st_size == before.st_size and plugin.stat().st_mtime_ns == before.st_mtime_ns
+
+    again = install.ensure_env(repo, cache_root=area / "cache", timeout=300)
+    changed = plugin.relative_to(env.venv).as_posix()
+    assert again.cached is False
+    assert again.notes == (f"the cached environment {env.venv.name} no longer matched its record "
+                           f"({changed} changed): rebuilt",)  # fmt: skip
+    assert plugin.read_text() == text
+
+
+@pytest.mark.index
+def test_a_venv_touched_but_not_changed_is_reused_not_rebuilt(area):
+    # New change times alone (a cache copied with its modes and owners, a file touched) are no change: the
+    # content decides, and the venv is reused as it is.
+    repo = area / "repo"
+    _pyproject(repo, ["iniconfig"])
+    env = install.ensure_env(repo, cache_root=area / "cache", timeout=300)
+    touched = env.venv / "pyvenv.cfg"
+    os.utime(touched, ns=(touched.stat().st_atime_ns, touched.stat().st_mtime_ns + 10**9))
+    again = install.ensure_env(repo, cache_root=area / "cache", timeout=300)
+    assert again.cached is True and again.notes == ()
+    assert touched.read_text() and (env.venv / "bin" / "python").exists()
+
+
+@pytest.mark.index
 def test_the_grader_tools_are_installed_at_their_pins(area):
     repo = area / "repo"
     _pyproject(repo, ["iniconfig", "pytest<9"])  # the submission's own bound does not move the pin

@@ -257,7 +257,7 @@ def test_git_config_from_the_submission_or_its_suite_never_runs_in_grade(
 # --- 3. safe opening ---------------------------------------------------------------------------------------
 
 
-def _with_timeout(func, seconds: float = 10.0):
+def _with_timeout(func, seconds: float = 60.0):  # generous: a busy machine is slow, not wrong
     box: dict[str, object] = {}
 
     def work() -> None:
@@ -334,7 +334,8 @@ def test_an_audit_log_replaced_by_the_suite_is_tamper_evidence_not_a_hang(
     repo = make_submission(
         {"pkg/__init__.py": "", "tests/test_flood.py": FLOOD_TEST.format(how=how)}, name=f"cand-{name}"
     )
-    report = _with_timeout(lambda: _grade(repo, grade_cache), 240)
+    # A hang never ends: the deadline only has to outlast a slow grade on a busy machine.
+    report = _with_timeout(lambda: _grade(repo, grade_cache), 900)
     replay = report["facts"]["replay"]
     assert replay["passed"] == 1 and replay["forged"] is True, replay
     row = _rows(report)["offline-replay"]

@@ -177,15 +177,20 @@ def test_a_fresh_bake_lists_what_is_left_to_do(tmp_path: Path) -> None:
 
     replay = _fails(lines, "offline replay")
     assert replay, output
+    tickets = len((project / "data/tickets.jsonl").read_text().splitlines())
+    # First the suite's own grouped cause, its ledger named as the repository holds it.
+    assert replay[0] == (
+        f"FAIL: offline replay: cassette: {tickets} miss(es); no tape is recorded yet; run `make record` "
+        "(cassettes/.misses.jsonl)"
+    ), replay[0]
     assert re.fullmatch(
         # The miss whole (not cut short), without the exception's class name repeating "cassette miss".
         r"FAIL: offline replay: test_triage_matches_label\[01-refund\]: cassette miss: "
         r"no tape [0-9a-f]{16} for POST /v1/chat/completions \(expected cassettes/[0-9a-f]{16}\.json\); "
         r"no tape is recorded yet; run `make record` \(tests/test_triage\.py:\d+\)",
-        replay[0],
-    ), replay[0]
-    tickets = len((project / "data/tickets.jsonl").read_text().splitlines())
-    assert replay[-1] == f"FAIL: offline replay: ... and {tickets - 10} more"
+        replay[1],
+    ), replay[1]
+    assert replay[-1] == f"FAIL: offline replay: ... and {tickets + 1 - 10} more"
 
     assert _fails(lines, "tape metadata") == [
         "FAIL: tape metadata: no tapes in cassettes/: run `make record` and commit them (cassettes/)"

@@ -3,6 +3,8 @@
 
 The steps are the ones docs/examples/batch-shards.yml runs. Cheap on purpose: a two-row rubric over checks
 that read files only (tape metadata, REPLAY.md), so each candidate costs an acquire and a cached install.
+No `index` marker: neither row needs the install, so an offline run (where an install into an empty cache
+fails) scores them as an online one does, the single batch and the shards alike; checked with `unshare -n`.
 """
 
 from __future__ import annotations
@@ -126,7 +128,6 @@ def round_(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-@pytest.mark.index
 def test_shards_are_deterministic_disjoint_slices(round_: dict[str, Path]) -> None:
     shards = round_["shards"]
     slices = [[row["candidate"] for row in summary_rows(shards / f"shard-{i}")] for i in (1, 2, 3)]
@@ -139,7 +140,6 @@ def test_shards_are_deterministic_disjoint_slices(round_: dict[str, Path]) -> No
     )
 
 
-@pytest.mark.index
 def test_merged_round_equals_one_batch(round_: dict[str, Path]) -> None:
     single, merged = round_["single"], round_["merged"]
     assert summary_rows(merged) == summary_rows(single)
@@ -155,7 +155,6 @@ def test_merged_round_equals_one_batch(round_: dict[str, Path]) -> None:
             assert (merged / row["report"]).is_file()
 
 
-@pytest.mark.index
 def test_rescore_on_the_merged_round_equals_rescore_on_one_batch(
     round_: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -181,7 +180,6 @@ def _refused(args: list[str], cwd: Path, words: str) -> None:
     assert done.stderr.count("\n") == 1
 
 
-@pytest.mark.index
 def test_merge_refuses_a_missing_duplicate_or_foreign_shard(round_: dict[str, Path], tmp_path: Path) -> None:
     work = round_["shards"]
     shard = [str(work / f"shard-{i}") for i in (1, 2, 3)]

@@ -141,7 +141,7 @@ def test_rules_option_serves_from_that_file_and_refuses_a_bad_one_in_one_line(tm
         assert json.loads(r.json()["choices"][0]["message"]["content"])["intent"] == "billing"
     finally:
         proc.kill()
-        proc.communicate(timeout=10)
+        proc.communicate(timeout=60)  # a generous deadline: a busy machine is slow, not wrong
     rules.write_text("{")
     bad = subprocess.run(
         [sys.executable, "-m", "grader.standin", "--rules", str(rules)],
@@ -529,7 +529,7 @@ def test_subprocess_sigint_also_exits_zero() -> None:
     try:
         assert url.startswith("http://127.0.0.1:")
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=10)
+        _, err = proc.communicate(timeout=60)  # raises if it never stops
     finally:
         proc.kill()
     assert proc.returncode == 0 and "Traceback" not in err

@@ -100,3 +100,51 @@ def test_key_function_candidates_come_from_importable_packages_only(tmp_path: Pa
         {"pkg/__init__.py": "", "pkg/cassette.py": key, "loose/cassette.py": key, "tests/cassette.py": key},
     )
     assert candidates(root) == ["pkg.cassette:key_for"]
+
+
+# --- tree: the os.walk-shaped walk of trees the grader manages (snapshot, venv, kept workspace) -------------
+
+
+def test_tree_is_os_walk_top_down_with_links_among_the_names_never_entered(tmp_path: Path) -> None:
+    root = _tree(tmp_path / "repo", {"b.txt": "", "a/x.txt": "", "a/sub/y.txt": "", "c/z.txt": ""})
+    outside = _tree(tmp_path / "outside", {"secret.txt": ""})
+    (root / "to-folder").symlink_to(outside)
+    (root / "a" / "to-file").symlink_to(outside / "secret.txt")
+
+    seen = [(os.path.relpath(d, root), names, files) for d, names, files in walk.tree(root)]
+
+    assert seen == [
+        (".", ["a", "c"], ["b.txt", "to-folder"]),
+        ("a", ["sub"], ["to-file", "x.txt"]),
+        ("a/sub", [], ["y.txt"]),
+        ("c", [], ["z.txt"]),
+    ]
+    # What os.walk(followlinks=False) visits, in the same order: the same folders, the same names.
+    expected = [
+        (os.path.relpath(d, root), sorted(n for n in names if not os.path.islink(os.path.join(d, n))))
+        for d, names, _files in _sorted_os_walk(root)
+    ]
+    assert [(d, names) for d, names, _ in seen] == expected
+
+
+def _sorted_os_walk(root: Path):  # type: ignore[no-untyped-def]
+    for d, names, files in os.walk(root, followlinks=False):
+        names.sort()
+        yield d, names, files
+
+
+def test_tree_enters_the_folder_names_the_caller_leaves_and_stops_at_max_depth(
+    tmp_path: Path,
+) -> None:
+    root = _tree(tmp_path, {"keep/k.txt": "", "drop/d.txt": "", "a/b/c/deep.txt": ""})
+    visited = []
+    for d, names, _files in walk.tree(root):
+        names[:] = [n for n in names if n != "drop"]
+        visited.append(os.path.relpath(d, root))
+    assert visited == [".", "a", "a/b", "a/b/c", "keep"]
+
+    shallow = [(os.path.relpath(d, root), names) for d, names, _ in walk.tree(root, max_depth=2)]
+    # Two levels below the top are listed; the names at the last level are listed, not entered.
+    assert shallow == [(".", ["a", "drop", "keep"]), ("a", ["b"]), ("drop", []), ("keep", [])]
+    everything = [os.path.relpath(d, root) for d, _names, _files in walk.tree(root, max_depth=None)]
+    assert everything == [".", "a", "a/b", "a/b/c", "drop", "keep"]

@@ -1,7 +1,8 @@
 """The grader's eyes inside a submission's venv: a PEP 578 audit hook and a pytest result log.
 
-``install_into`` copies the two modules into the venv; the sandbox turns them on through
-``PY_AUDIT_LOG``/``PY_AUDIT_ROOT`` and ``PYTEST_RESULT_LOG``; the readers here parse what they wrote.
+``install_into`` copies the two modules (and the helper the plugin imports) into the venv; the sandbox turns
+them on through ``PY_AUDIT_LOG``/``PY_AUDIT_ROOT`` and ``PYTEST_RESULT_LOG``; the readers here parse what
+they wrote.
 
 Both logs are written by processes the submission controls, so a hostile submission could write junk or
 forge lines into them; the readers skip malformed lines. The third module here, ``_grader_guard.py``, is not
@@ -33,7 +34,8 @@ __all__ = [
 ]
 
 _HERE = Path(__file__).parent
-_MODULES = ("_grader_audit.py", "_grader_pytest.py")
+# _pytest_longrepr.py: what the plugin imports (shared with the guard; a name that says nothing of a grader).
+_MODULES = ("_grader_audit.py", "_grader_pytest.py", "_pytest_longrepr.py")
 _PTH = "_grader_audit.pth"
 _NETWORK_EVENTS = ("socket.connect", "socket.getaddrinfo", "socket.sendto", "socket.refused")
 _FIRST_FAILURES = 10

@@ -10,6 +10,9 @@ import sys
 
 import pytest
 
+# A sibling copied next to this file (tamper.write_guard): the folder first on the run's path.
+from _pytest_longrepr import first_line, message
+
 _FD = os.environ.pop("PYTEST_REPORT_FD", None)
 _UNSKIP = os.environ.pop("PYTEST_RUN_SKIPPED", None) == "1"
 _NONCE = os.environ.pop("PYTEST_REPORT_NONCE", "")
@@ -26,25 +29,6 @@ def _write(record):
             os.write(int(_FD), (json.dumps(record, default=str) + "\n").encode("utf-8", "replace"))
         except OSError:
             pass
-
-
-def _first_line(text):
-    for line in str(text).splitlines():
-        if line.strip():
-            return line.strip()[:500]
-    return ""
-
-
-def _message(report):
-    longrepr = report.longrepr
-    if longrepr is None:
-        return ""
-    if isinstance(longrepr, tuple) and len(longrepr) == 3:
-        return _first_line(longrepr[2])
-    crash = getattr(longrepr, "reprcrash", None)
-    if crash is not None and getattr(crash, "message", None):
-        return _first_line(crash.message)
-    return _first_line(longrepr)
 
 
 def _raw_exc(exc):
@@ -69,7 +53,7 @@ def _raw(call):
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item, call):
     raw = _raw(call)  # read before any other wrapper can change call.excinfo
-    raw_message = _first_line(call.excinfo.exconly()) if call.excinfo is not None else ""
+    raw_message = first_line(call.excinfo.exconly()) if call.excinfo is not None else ""
     if call.when == "call":
         # The test raised inside the runner but the call ended cleanly: an outer pytest_runtest_call
         # wrapper swallowed it. The runner's view wins.
@@ -100,7 +84,7 @@ def _record(report, raw, raw_message):
             "raw_message": raw_message,
             "wasxfail": wasxfail is not None,
             "notrun": isinstance(raw_message, str) and "[NOTRUN]" in raw_message,
-            "longrepr": _message(report) or raw_message,
+            "longrepr": message(report) or raw_message,
             "location": f"{fspath}:{(lineno or 0) + 1}",
         }
     )
@@ -115,7 +99,7 @@ def pytest_collectreport(report):
                 "outcome": "error",
                 "raw": "failed",
                 "wasxfail": False,
-                "longrepr": _message(report),
+                "longrepr": message(report),
                 "location": report.nodeid.split("::")[0],
             }
         )
@@ -325,7 +309,7 @@ def pytest_runtest_call(item):
     try:
         return (yield)
     except BaseException as exc:
-        _RAISED[item.nodeid] = (_raw_exc(exc), _first_line(f"{type(exc).__name__}: {exc}"))
+        _RAISED[item.nodeid] = (_raw_exc(exc), first_line(f"{type(exc).__name__}: {exc}"))
         raise
 
 

@@ -9,6 +9,9 @@ import json
 import os
 import sys
 
+# Copied next to this file wherever it goes (audit.install_into, tamper.write_guard).
+from _pytest_longrepr import message
+
 _LOG = os.environ.get("PYTEST_RESULT_LOG")
 # Under pytest-xdist the controller re-reports every worker's results: only the controller writes.
 _ACTIVE = bool(_LOG) and not os.environ.get("PYTEST_XDIST_WORKER")
@@ -20,25 +23,6 @@ def _write(record):
         _state["file"] = open(_LOG, "a", encoding="utf-8")  # kept open for the whole session
     _state["file"].write(json.dumps(record, default=str) + "\n")
     _state["file"].flush()
-
-
-def _first_line(text):
-    for line in str(text).splitlines():
-        if line.strip():
-            return line.strip()[:500]
-    return ""
-
-
-def _message(report):
-    longrepr = report.longrepr
-    if longrepr is None:
-        return ""
-    if isinstance(longrepr, tuple) and len(longrepr) == 3:  # a skip: (file, line, reason)
-        return _first_line(longrepr[2])
-    crash = getattr(longrepr, "reprcrash", None)
-    if crash is not None and getattr(crash, "message", None):
-        return _first_line(crash.message)
-    return _first_line(longrepr)
 
 
 def _inside(path):
@@ -75,7 +59,7 @@ def pytest_runtest_logreport(report):
             "when": report.when,
             "outcome": report.outcome,
             "wasxfail": hasattr(report, "wasxfail"),
-            "longrepr": _message(report),
+            "longrepr": message(report),
             "location": f"{fspath}:{(lineno or 0) + 1}",
             "crash": _crash_location(report),
         }
@@ -90,7 +74,7 @@ def pytest_collectreport(report):
                 "when": "collect",
                 "outcome": "error",
                 "wasxfail": False,
-                "longrepr": _message(report),
+                "longrepr": message(report),
                 "location": report.nodeid.split("::")[0],
                 "crash": _crash_location(report),
             }

@@ -7,6 +7,7 @@ from urllib.parse import urlsplit
 
 from grader.checks import CheckResult, Finding, register
 from grader.details import counted
+from grader.loopback import is_loopback
 from grader.standin import fingerprints
 from grader.tapes import Tape, tapes_of
 
@@ -75,10 +76,10 @@ def metadata(ctx: Context) -> CheckResult:
     if invalid:
         details.append(f"{invalid} invalid tape(s) not counted (see cassette-hygiene)")
 
-    local = [t for t in tapes if _loopback(t.endpoint)]
+    local = [t for t in tapes if is_loopback(t.endpoint)]
     # Metadata is what the tape says; the answer is what the server did. The stand-in's response ids are a
     # hash of the request, so a tape holding one was answered there whatever endpoint it names.
-    disguised = [t for t in tapes if not _loopback(t.endpoint) and _standin_answered(t)]
+    disguised = [t for t in tapes if not is_loopback(t.endpoint) and _standin_answered(t)]
     loopback = local + disguised
     if local:
         details.insert(
@@ -166,13 +167,6 @@ def _summary(facts: dict[str, object], models: list[str], invalid: int, loopback
         )
         parts.insert(0, f"{which} recorded against a loopback endpoint ({where}), not a real model")
     return "; ".join(parts)
-
-
-def _loopback(endpoint: str | None) -> bool:
-    host = (endpoint or "").strip().lower().strip("[]")
-    # 0.0.0.0 is what a local server reports it listens on; no real endpoint is reached there.
-    unspecified = "0.0.0.0"  # noqa: S104 - compared against, never bound
-    return host in ("localhost", "::1", unspecified) or host.startswith("127.") or host.endswith(".localhost")
 
 
 def _standin_answered(tape: Tape) -> bool:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from grader._json import marked_answer
 from grader.checks import Finding
 from grader.context import makefile_targets
+from grader.loopback import is_loopback
 from grader.tapes import Interaction, tapes_of
 
 if TYPE_CHECKING:
@@ -34,7 +35,6 @@ __all__ = ["ServeProbe", "probe_serve"]
 _LABEL = "serve probe"
 # Random per grade, and no names: the run sees this script (docs/security.md, what a run can see).
 _MARKER = f"@@{_random.token_hex(6)}@@"
-_LOOPBACK = ("127.", "::1", "localhost")
 _NO_SERVER = 97
 
 # The server runs in the wrapper's own process group (the sandbox starts each command in a new session):
@@ -174,7 +174,7 @@ def probe_serve(ctx: Context) -> ServeProbe:
     probe.outbound = [
         f"{e.where} {e.target}"
         for e in audit.network_attempts
-        if e.host is not None and not str(e.host).startswith(_LOOPBACK)
+        if e.host is not None and not is_loopback(str(e.host))
     ]
     if run.returncode == _NO_SERVER:
         return ServeProbe("not available: `make serve` printed no URL in time", outbound=probe.outbound)

@@ -23,11 +23,11 @@ from grader.drift_report.answers import read_exchange, verdict_of
 from grader.drift_report.arms import ArmSpec, run_arms
 from grader.drift_report.model import Ticket, build_report
 from grader.errors import BadInput, NotAssessable
+from grader.loopback import is_loopback
 
 __all__ = ["arm_spec", "drift", "with_key"]
 
 Progress = Callable[[str, float, str], None]
-_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
 def arm_spec(name: str, value: str) -> ArmSpec:
@@ -43,7 +43,7 @@ def arm_spec(name: str, value: str) -> ArmSpec:
             )
         if parts.username or parts.password:
             raise BadInput(f"{option}: put no credentials in the URL; the key comes from the environment")
-        if parts.scheme == "http" and host not in _LOOPBACK:
+        if parts.scheme == "http" and not is_loopback(host):
             raise BadInput(f"{option} {value!r}: plain http would send the key in clear; use https")
         shown = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
         return ArmSpec(name=name, spec=shown, url=value)

@@ -151,47 +151,34 @@ def _check(name: str, text: str, ok: bool, value: float | int, limit: float | in
     return {"rule": name, "ok": ok, "value": value, "limit": limit, "line": text}
 
 
+def _rate_check(name: str, what: str, rate: Rate, limit: float) -> dict[str, Any]:
+    return _check(
+        name,
+        f"{what} {rate.count}/{rate.n} ({percent(rate.value)}) at most {percent(limit)}",
+        rate.value <= limit,
+        round(rate.value, 6),
+        limit,
+    )
+
+
 def _judge(rule: Acceptance, candidate: dict[str, Any], difference: Rate) -> dict[str, Any]:
     checks: list[dict[str, Any]] = []
     n = candidate["runs"]
     if rule.max_violation_rate is not None:
-        rate = Rate(candidate["violations"], n)
+        violations = Rate(candidate["violations"], n)
         checks.append(
-            _check(
-                "max_violation_rate",
-                f"contract violations {rate.count}/{n} ({percent(rate.value)}) at most "
-                f"{percent(rule.max_violation_rate)}",
-                rate.value <= rule.max_violation_rate,
-                round(rate.value, 6),
-                rule.max_violation_rate,
-            )
+            _rate_check("max_violation_rate", "contract violations", violations, rule.max_violation_rate)
         )
     for cls in rule.zero:
         count = candidate["classes"][cls]
         checks.append(_check(f"zero:{cls}", f"{cls} {count}/{n}, must be 0", count == 0, count, 0))
     if rule.max_changed_rate is not None:
         checks.append(
-            _check(
-                "max_changed_rate",
-                f"verdicts changed vs control {difference.count}/{difference.n} "
-                f"({percent(difference.value)}) at most {percent(rule.max_changed_rate)}",
-                difference.value <= rule.max_changed_rate,
-                round(difference.value, 6),
-                rule.max_changed_rate,
-            )
+            _rate_check("max_changed_rate", "verdicts changed vs control", difference, rule.max_changed_rate)
         )
     if rule.max_loud_rate is not None:
         loud = Rate(candidate["classes"]["loud"], n)
-        checks.append(
-            _check(
-                "max_loud_rate",
-                f"loud failures {loud.count}/{n} ({percent(loud.value)}) "
-                f"at most {percent(rule.max_loud_rate)}",
-                loud.value <= rule.max_loud_rate,
-                round(loud.value, 6),
-                rule.max_loud_rate,
-            )
-        )
+        checks.append(_rate_check("max_loud_rate", "loud failures", loud, rule.max_loud_rate))
     return {
         "rule": rule.as_dict(),
         "verdict": "accept" if all(c["ok"] for c in checks) else "reject",

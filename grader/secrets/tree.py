@@ -12,6 +12,7 @@ from grader.secrets.decode import decompress, wide_text
 from grader.secrets.findings import SecretFinding
 from grader.secrets.scanner import Scanner
 from grader.secrets.tapes import looks_like_tape
+from grader.walk import files as walk_files
 
 __all__ = ["MAX_FILE_BYTES", "scan_blob", "scan_tree_with", "walk"]
 
@@ -22,26 +23,18 @@ _HEAD = 8192
 
 
 def walk(repo: Path) -> list[tuple[str, os.stat_result]]:
-    """(repo-relative posix path, lstat) of each regular file, sorted; symlinks and .git are left out."""
+    """(repo-relative posix path, lstat) of each regular file, sorted; symlinks and .git are left out.
+
+    Every file, with no count cap: a secret must not hide behind the ten-thousandth file.
+    """
     out: list[tuple[str, os.stat_result]] = []
-    stack = [""]
-    while stack:
-        rel = stack.pop()
+    for path in walk_files(repo, skip={".git"}, max_files=None):
         try:
-            entries = list(os.scandir(repo / rel if rel else repo))
+            st = path.lstat()
         except OSError:
             continue
-        for entry in entries:
-            child = f"{rel}/{entry.name}" if rel else entry.name
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if stat.S_ISDIR(st.st_mode):
-                if entry.name != ".git":
-                    stack.append(child)
-            elif stat.S_ISREG(st.st_mode):
-                out.append((child, st))
+        if stat.S_ISREG(st.st_mode):
+            out.append((path.relative_to(repo).as_posix(), st))
     return sorted(out)
 
 
