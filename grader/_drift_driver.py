@@ -35,9 +35,13 @@ def _read(path: str, cap: int) -> str:
 def _start_standin(plan: dict[str, Any], work: str, truth: str) -> tuple[subprocess.Popen[bytes] | None, str]:
     url_file, err_file = os.path.join(work, "url"), os.path.join(work, "standin.err")
     options = ["--profile", plan["profile"], "--rules", plan["rules"], "--truth-log", truth]
+    # A fixed port when the grader's TLS end forwards the intercepted hosts here (its own namespace).
+    options += ["--port", str(int(plan.get("standin_port") or 0))]
+    for prefix in plan.get("path_prefixes", []):
+        options += ["--path-prefix", prefix]
     with open(url_file, "w") as out, open(err_file, "w") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-E", "-s", "-c", _BOOT, plan["tools"], "--port", "0", "--quiet", *options],
+            [sys.executable, "-E", "-s", "-c", _BOOT, plan["tools"], "--quiet", *options],
             stdout=out,
             stderr=err,
             stdin=subprocess.DEVNULL,

@@ -320,6 +320,8 @@ class Context:
         pass_fds: Sequence[int] = (),
         suite_probe: bool = False,
         network: bool = False,
+        netns_helper: Sequence[str] = (),
+        overlays: Mapping[str, Path] | None = None,
     ) -> tuple[RunResult, AuditLog]:
         """Run `argv` in the sandbox with the submission's venv, no network and no credentials.
 
@@ -327,6 +329,7 @@ class Context:
         ``network``: the host's network (only `grade drift` against a live endpoint URL asks for it).
         ``suite_probe``: the command runs the suite again (a rerun, a record command that runs it); once the
         replay suite timed out it is skipped, or stopped if already running (NotAssessable).
+        ``netns_helper``, ``overlays``: the drift probe's interception (`grader.sandbox.run`).
         """
         if suite_probe and self._suite_hung.is_set():
             raise self.skip(self._suite_hung_reason)
@@ -350,7 +353,18 @@ class Context:
         cwd = cwd or self.scratch_copy(label)
         with self._in_place(cwd) as cwd:
             return self._run(
-                argv, cwd, env, label, allowed, clipped, pass_fds, suite_probe, loopback, network
+                argv,
+                cwd,
+                env,
+                label,
+                allowed,
+                clipped,
+                pass_fds,
+                suite_probe,
+                loopback,
+                network,
+                netns_helper,
+                overlays,
             )
 
     @contextlib.contextmanager
@@ -383,6 +397,8 @@ class Context:
         suite_probe: bool,
         loopback: bool,
         network: bool,
+        netns_helper: Sequence[str] = (),
+        overlays: Mapping[str, Path] | None = None,
     ) -> tuple[RunResult, AuditLog]:
 
         venv = self.require_env().venv
@@ -420,6 +436,8 @@ class Context:
                     audit_root=cwd,
                     pass_fds=pass_fds,
                     stop=self._suite_hung if suite_probe else None,
+                    netns_helper=netns_helper,
+                    overlays=overlays,
                 )
         finally:
             with self._lock:

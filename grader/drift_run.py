@@ -16,7 +16,10 @@ The command gets the usual variables: a canary key in ``OPENAI_API_KEY``, ``ANTH
 manifest's ``api_key_env``; the stand-in's URL in ``OPENAI_BASE_URL`` (ending in ``/v1``),
 ``ANTHROPIC_BASE_URL`` (without it) and the manifest's ``base_url_env``; ``CASSETTE_MODE=record`` (the
 kit's documented way to reach the endpoint) and ``CASSETTE_DIR`` pointing at a fresh tape folder, so a
-template-built agent records into scratch, never over its committed tapes.
+template-built agent records into scratch, never over its committed tapes. An agent that ignores the base
+URLs reaches the same stand-in if it calls a host of ``grader/rules/intercept.toml``: each lane is a run of
+its own (its own network namespace and stand-in), in which those hosts' HTTPS is answered by a grader-owned
+TLS end with a CA made for that run (grader/intercept.py; docs/security.md, guarantee 12).
 
 The truth log is written by the stand-in inside the sandbox, as the submission's code runs: a submission
 that went looking for it could rewrite it. What it could gain is small (a ticket counts as correct only when
@@ -32,13 +35,17 @@ import shlex
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from grader._json import marked_answer
 from grader.errors import NotAssessable
+from grader.intercept import InterceptRulesError, load_hosts, prepare
 from grader.safeio import read_bytes
+from grader.sandbox import can_intercept
 from grader.tapes import tapes_of
 
 if TYPE_CHECKING:
@@ -69,6 +76,9 @@ _STANDIN_MODULES = ("standin.py", "standin_drift.py", "standin_profile.py")
 _TICKET_TIMEOUT = 30.0
 _BASE_ENVS = ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL")
 _MAX_TICKET_CHARS = 8000
+# Where the stand-in listens when its run has a network namespace of its own (the interception forwards
+# there); any port would do, nothing else listens in that namespace.
+_STANDIN_PORT = 8000
 
 
 @dataclass(frozen=True)
@@ -133,6 +143,9 @@ class DriftRun:
     tapes: Path | None = None  # the scratch tape folder given as CASSETTE_DIR (what a recorder wrote)
     exit_code: int | None = None  # the sandboxed run's own exit code
     details: list[str] = field(default_factory=list)
+    # The hosts whose HTTPS the run's stand-in answered (grader/rules/intercept.toml); () when the run could
+    # not be given the interception (no network namespace or no bwrap on this machine, or a live URL).
+    intercepted: tuple[str, ...] = ()
 
     @property
     def ran(self) -> bool:
@@ -299,15 +312,16 @@ def run_tickets(
 ) -> DriftRun:
     """Run ``command`` (default: the triage command) once per ticket against the stand-in playing ``profile``.
 
-    ``lanes``: tickets run that many at a time, each lane against a stand-in of its own (same decisions as
-    one stand-in: they depend on the seed and the request only). ``url``: an endpoint to use instead of a
-    stand-in (the run then has the network, and no truth: calls are empty and a verdict is ``correct`` for
-    any answer in the agent's schema). ``env``: more variables for the command (e.g.
-    ``CASSETTE_REPLAY_UNTIL``); they win over the probe's own. ``keys``: real keys for a live ``url``
-    (variable -> key), given in place of the canaries: passed in the sandboxed process's environment only
-    (``env`` is written to the plan file on disk) and redacted from its output like them.
-    Raises ``NotAssessable``
-    when the grader could not run it (the budget spent, no room); ``ProfileError`` for a bad profile.
+    ``lanes``: tickets run that many at a time, each lane a sandboxed run with a network namespace and a
+    stand-in of its own (same decisions as one stand-in: they depend on the seed and the request only; every
+    run of one message goes to the same lane, so a repeat draws anew).
+    ``url``: an endpoint to use instead of a stand-in (the run then has the network, and no truth: calls are
+    empty and a verdict is ``correct`` for any answer in the agent's schema). ``env``: more variables for
+    the command (e.g. ``CASSETTE_REPLAY_UNTIL``); they win over the probe's own. ``keys``: real keys for a
+    live ``url`` (variable -> key), given in place of the canaries: passed in the sandboxed process's
+    environment only (``env`` is written to the plan file on disk) and redacted from its output like them.
+    Raises ``NotAssessable`` when the grader could not run it (the budget spent, no room, a broken
+    interception rule file); ``ProfileError`` for a bad profile.
     """
     from grader.checks.canary import make_canary
 
@@ -340,12 +354,118 @@ def run_tickets(
     if base_env and base_env not in _BASE_ENVS and base_env.replace("_", "").isalnum():
         anthropic = "ANTHROPIC" in f"{base_env} {key_env or ''}".upper()
         base_envs.append([base_env, anthropic])
-    scratch = ctx.scratch_copy(_slug(label))
-    tapes = scratch / ".recorded-tapes"
-    # One command as far as --timeout goes: a ticket gets at most that long, and the driver stops starting
-    # tickets early enough to report the ones it ran before the run itself is stopped.
+    # One sandboxed run per lane, each in a network namespace of its own: an agent that hard-codes its
+    # provider's host reaches the one stand-in of its namespace through the interception (443 cannot tell
+    # two lanes apart), so each lane's truth log stays its own.
     budget = float(ctx.timeout)
-    ticket_timeout = min(ticket_timeout, budget)
+    groups = _lanes(tickets, lanes)
+    intercept = url is None and can_intercept()
+    lane = partial(
+        _run_lane,
+        ctx,
+        argv=argv,
+        tools=tools,
+        url=url,
+        canaries=canaries,
+        base_envs=base_envs,
+        env=dict(env or {}),
+        label=label,
+        ticket_timeout=min(ticket_timeout, budget),
+        budget=budget,
+        intercept=intercept,
+    )
+    if len(groups) == 1:
+        answers = [lane(groups[0])]
+    else:
+        with ThreadPoolExecutor(max_workers=len(groups), thread_name_prefix="drift-lane") as pool:
+            answers = list(pool.map(lane, groups))
+    by_id = {t.id: t for t in tickets}
+    order = {t.id: n for n, t in enumerate(tickets)}
+    items = [i for a in answers for i in a.items if isinstance(i, dict) and i.get("id") in by_id]
+    items.sort(key=lambda i: order[i["id"]])
+    ran = [i for i in items if i.get("stopped") is not True]
+    outcomes = tuple(_outcome(by_id[i["id"]], i, truth=url is None) for i in ran)
+    stopped = [str(i["id"]) for i in items if i.get("stopped") is True]
+    left = sorted((str(s) for a in answers for s in a.skipped if s in by_id), key=order.__getitem__)
+    skipped = tuple([*stopped, *left])
+    code = next((a.exit_code for a in answers if a.exit_code), answers[0].exit_code)
+    hosts = tuple(h.name for h in load_hosts()) if intercept else ()
+    return DriftRun("ran", tuple(argv), target, outcomes, skipped, answers[0].tapes, code, intercepted=hosts)
+
+
+def _lanes(tickets: Sequence[Ticket], lanes: int) -> list[list[Ticket]]:
+    """Tickets split into at most ``lanes`` groups, every run of one message in the same group: the same
+    stand-in then sees a repeated message again and draws its drift anew (its nth occurrence), as a model
+    answers a repeated prompt."""
+    distinct = list(dict.fromkeys(t.message for t in tickets))
+    count = max(1, min(int(lanes), len(distinct)))
+    lane_of = {message: n % count for n, message in enumerate(distinct)}
+    groups: list[list[Ticket]] = [[] for _ in range(count)]
+    for ticket in tickets:
+        groups[lane_of[ticket.message]].append(ticket)
+    return groups
+
+
+@dataclass(frozen=True)
+class _LaneAnswer:
+    items: list[dict[str, Any]]
+    skipped: list[str]
+    tapes: Path
+    exit_code: int | None
+
+
+def _run_lane(
+    ctx: Context, tickets: list[Ticket], *, tools: Path, intercept: bool, **run: Any
+) -> _LaneAnswer:
+    """One lane: a scratch copy, a plan, and one sandboxed run of the driver (with its own stand-in).
+
+    ``run``: `_run_driver`'s keyword arguments (argv, url, canaries, base_envs, env, label, ticket_timeout,
+    budget)."""
+    scratch = ctx.scratch_copy(_slug(run["label"]))
+    # The lane's own public folder (its plan, hosts file, CA certificate) beside the shared staged tools.
+    own = Path(tempfile.mkdtemp(prefix="p-", dir=tools))
+    own.chmod(0o755)
+    # Only the grader's user can open this folder and it is never shown to the run: it holds the leaf's key
+    # until the TLS end has loaded (and deleted) it. The CA's key is never written anywhere.
+    private = Path(tempfile.mkdtemp(prefix="k-", dir=ctx.workspace.root)) if intercept else None
+    try:
+        return _run_driver(ctx, tickets, scratch, own, private, tools=tools, **run)
+    finally:
+        if private is not None:
+            shutil.rmtree(private, ignore_errors=True)
+
+
+def _run_driver(
+    ctx: Context,
+    tickets: list[Ticket],
+    scratch: Path,
+    own: Path,
+    private: Path | None,
+    *,
+    argv: list[str],
+    tools: Path,
+    url: str | None,
+    canaries: dict[str, str],
+    base_envs: list[list[Any]],
+    env: dict[str, str],
+    label: str,
+    ticket_timeout: float,
+    budget: float,
+) -> _LaneAnswer:
+    """Write the lane's plan (and, with ``private``, its interception), run the driver, read its answer."""
+    tapes = scratch / ".recorded-tapes"
+    run_env = {**canaries, "DRIFT_TOOLS": str(tools)}  # a path in env is what the sandbox makes visible
+    helper: tuple[str, ...] = ()
+    overlays: dict[str, Path] = {}
+    prefixes: tuple[str, ...] = ()
+    if private is not None:
+        venv = ctx.env.venv if ctx.env else None
+        try:
+            made = prepare(own, private, forward_port=_STANDIN_PORT, lifetime=budget + 30.0, venv=venv)
+        except InterceptRulesError as exc:  # the kit's own data is wrong: not the candidate's doing
+            raise NotAssessable(f"{label}: {exc}") from None
+        helper, overlays, prefixes = made.helper, made.overlays, made.path_prefixes
+        run_env.update(made.env)
     plan = {
         "command": argv,
         "tickets": [{"id": t.id, "message": t.message} for t in tickets],
@@ -355,36 +475,40 @@ def run_tickets(
         "url": url,
         "tapes": str(tapes),
         "base_envs": base_envs,
-        "env": {"CASSETTE_MODE": "record", **dict(env or {})},
+        "env": {"CASSETTE_MODE": "record", **env},
         "secret_envs": sorted(canaries),
         "ticket_timeout": ticket_timeout,
-        "lanes": max(1, int(lanes)),
+        "lanes": 1,
+        # One driver's tickets, a budget of their own: the driver stops starting tickets early enough to
+        # report the ones it ran before the run itself is stopped.
         "total_timeout": max(budget - min(5.0, budget / 4), 0.5),
+        "standin_port": _STANDIN_PORT if private is not None else 0,
+        "path_prefixes": list(prefixes),
     }
-    (tools / "plan.json").write_text(json.dumps(plan, ensure_ascii=False), encoding="utf-8")
-    (tools / "plan.json").chmod(0o644)
+    (own / "plan.json").write_text(json.dumps(plan, ensure_ascii=False), encoding="utf-8")
+    (own / "plan.json").chmod(0o644)
     run, _audit = ctx.run(
-        ["python", "-E", "-s", str(tools / "driver.py"), str(tools / "plan.json")],
+        ["python", "-E", "-s", str(tools / "driver.py"), str(own / "plan.json")],
         cwd=scratch,
-        env={**canaries, "DRIFT_TOOLS": str(tools)},  # a path in env is what the sandbox makes visible
+        env=run_env,
         timeout=budget,
         loopback=url is None,
         network=url is not None,
         label=label,
+        netns_helper=helper,
+        overlays=overlays,
     )
     answer = marked_answer(run.stdout, _MARKER)
     if answer is None or "error" in answer:
         why = answer.get("error") if answer else f"the driver printed no answer (exit {run.returncode})"
+        if answer is None and helper and "intercept:" in run.stderr:
+            why = _last_line(run.stderr)
         if run.timed_out:
             why = f"the run took longer than {budget:g} s"
         raise NotAssessable(f"{label}: {why}")
-    by_id = {t.id: t for t in tickets}
-    items = [i for i in answer.get("tickets", []) if isinstance(i, dict) and i.get("id") in by_id]
-    ran = [i for i in items if i.get("stopped") is not True]
-    outcomes = tuple(_outcome(by_id[i["id"]], i, truth=url is None) for i in ran)
-    stopped = [str(i["id"]) for i in items if i.get("stopped") is True]
-    skipped = tuple([*stopped, *(str(s) for s in answer.get("skipped", []) if s in by_id)])
-    return DriftRun("ran", tuple(argv), target, outcomes, skipped, tapes, run.returncode)
+    items = [i for i in answer.get("tickets", []) if isinstance(i, dict)]
+    skipped = [str(s) for s in answer.get("skipped", [])]
+    return _LaneAnswer(items, skipped, tapes, run.returncode)
 
 
 def _slug(label: str) -> str:

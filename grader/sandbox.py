@@ -46,6 +46,7 @@ from grader.cpugroup import cpu_layer, memory_layer, run_groups
 __all__ = [
     "Isolation",
     "RunResult",
+    "can_intercept",
     "host_shortfall",
     "isolation",
     "owned_folders",
@@ -238,6 +239,13 @@ def isolation() -> Isolation:
         cpu=cpu_layer(),
         memory=memory_layer(),
     )
+
+
+def can_intercept() -> bool:
+    """Whether a run can be given a grader-owned helper in a network namespace of its own and files shown
+    over system files (`run`'s ``netns_helper`` and ``overlays``): both need a netns and bwrap."""
+    caps = _caps()
+    return caps.netns and caps.bwrap is not None
 
 
 def _limits() -> tuple[dict[str, int], list[str]]:
@@ -534,6 +542,7 @@ def _mounts(
     cwd: Path,
     writable: Sequence[Path],
     network: bool,
+    overlays: Mapping[str, Path] | None = None,
 ) -> list[str]:
     """The run's own bind mounts: what it must read (read-only), then what it may write.
 
@@ -566,6 +575,11 @@ def _mounts(
         args += [*_dirs_above(dest), "--ro-bind", read_only[dest], dest]
     for dest in sorted(dict.fromkeys(rw), key=lambda d: d.count("/")):
         args += [*_dirs_above(dest), "--bind", dest, dest]
+    # Last: a file the grader shows over one the run would otherwise see (the drift probe's hosts file and
+    # CA bundle). Only over a regular file that is there: bwrap cannot mount over nothing.
+    for dest, source in sorted((overlays or {}).items()):
+        if os.path.isfile(dest) and not os.path.islink(dest):
+            args += ["--ro-bind", os.fspath(source), dest]
     args += ["--chdir", os.path.abspath(cwd)]
     return args
 
@@ -589,7 +603,15 @@ _LO_UP_PY = (
 )
 
 
-def _wrap(argv: list[str], *, network: bool, loopback: bool, uid: int | None, mounts: list[str]) -> list[str]:
+def _wrap(
+    argv: list[str],
+    *,
+    network: bool,
+    loopback: bool,
+    uid: int | None,
+    mounts: list[str],
+    netns_helper: Sequence[str] = (),
+) -> list[str]:
     caps = _caps()
     inner = list(argv)
     if uid is not None:
@@ -616,6 +638,10 @@ def _wrap(argv: list[str], *, network: bool, loopback: bool, uid: int | None, mo
     if isolate_net and loopback:
         # Bring `lo` up as (namespace) root, outside the mount namespace, then exec the rest.
         up = f"{caps.ip} link set lo up" if caps.ip else f'"{sys.executable}" -c "{_LO_UP_PY}"'
+        if netns_helper:
+            # The grader's own helper, in this namespace only, started (and listening) before the run; it
+            # stays in the run's process group, so the group kill that ends the run ends it too.
+            up = f"{up} && {shlex.join(netns_helper)}"
         inner = ["/bin/sh", "-c", f'{up} && exec "$@"', "sh", *inner]
     return [*prefix, *inner]
 
@@ -661,6 +687,8 @@ def run(
     readable: Sequence[Path] = (),
     pass_fds: Sequence[int] = (),
     stop: threading.Event | None = None,
+    netns_helper: Sequence[str] = (),
+    overlays: Mapping[str, Path] | None = None,
 ) -> RunResult:
     """Run ``argv`` sandboxed; never raises for the command's own failure (see ``RunResult``).
 
@@ -673,6 +701,11 @@ def run(
     ``pass_fds``: descriptors the command inherits (the guard plugin's result log, opened by the grader in a
     folder the sandbox user cannot reach).
     ``stop``: when set while the command runs, it is killed and the result says ``stopped``.
+    ``netns_helper`` (with ``loopback`` and when `can_intercept`): a grader command run as the grader's
+    user inside the run's fresh network namespace, outside its mount namespace, after ``lo`` is up and
+    before ``argv``; it must exit 0 once ready (a server forks and stays in the run's process group).
+    ``overlays``: path inside -> grader file shown there read-only (over an existing regular file only).
+    Both exist for the drift probe's interception (grader/intercept.py); ignored where they cannot apply.
     """
     argv = [str(a) for a in argv]
     cwd, home = Path(cwd), Path(home)
@@ -696,10 +729,20 @@ def run(
                 cwd=cwd,
                 writable=owned[1:],
                 network=network,
+                overlays=overlays if can_intercept() and loopback and not network else None,
             )
-        full = _wrap(argv, network=network, loopback=loopback, uid=uid if drop else None, mounts=mounts)
+        helper = netns_helper if can_intercept() and loopback and not network else ()
+        full = _wrap(
+            argv,
+            network=network,
+            loopback=loopback,
+            uid=uid if drop else None,
+            mounts=mounts,
+            netns_helper=helper,
+        )
         if procs:
-            # Into its own groups before anything of the command's runs; everything it forks stays there.
+            # Into its own groups before anything of the command's runs; everything it forks stays there
+            # (the drift probe's TLS end too: it is part of the run).
             joins = "".join(f"echo $$ > {shlex.quote(str(p))} 2>/dev/null; " for p in procs)
             full = ["/bin/sh", "-c", f'{joins}exec "$@"', "sh", *full]
         if drop:

@@ -465,6 +465,8 @@ class StandinServer(ThreadingHTTPServer):
     allow_reuse_address = True
     # Set by --profile: answers then go through the profile's drift (grader/standin_drift.py).
     drift: Drifter | None = None
+    # Set by --path-prefix: what a provider puts before /v1/ (OpenRouter's /api), dropped before routing.
+    path_prefixes: tuple[str, ...] = ()
 
     def __init__(self, address: tuple[str, int], rules: Rules, log: Callable[[str], None] | None) -> None:
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
@@ -547,6 +549,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self) -> None:
         path = urlsplit(self.path).path
+        for prefix in self.server.path_prefixes:
+            if path.startswith(prefix + "/v1/"):
+                path = path[len(prefix) :]
+                break
         provider = self._provider(path)
         try:
             raw = self._read_body()
@@ -852,7 +858,22 @@ def main(argv: list[str] | None = None) -> int:
         metavar="FILE",
         help="with --profile: append one JSON line per answer (intended label, drift applied) to FILE",
     )
+    parser.add_argument(
+        "--path-prefix",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        help="also answer PREFIX/v1/... as /v1/... (a provider's own path, e.g. /api); repeatable",
+    )
     args = parser.parse_args(argv)
+    bad = [p for p in args.path_prefix if not p.startswith("/") or p.endswith("/") or "?" in p]
+    if bad:
+        print(
+            f"standin: error: --path-prefix {bad[0]!r}: give a path that starts with / and does not end "
+            "with one",
+            file=sys.stderr,
+        )
+        return 2
 
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -866,6 +887,7 @@ def main(argv: list[str] | None = None) -> int:
             rules = drifter.profile.rules
         server, base_url = make_server(args.host, args.port, rules=rules, log=None if args.quiet else log)
         server.drift = drifter
+        server.path_prefixes = tuple(args.path_prefix)
     except RulesError as exc:
         print(f"standin: error: {exc}", file=sys.stderr)
         return 2

@@ -28,7 +28,7 @@ from grader.standin_drift import Drifter
 from grader.standin_profile import load_profile, resolve_profile
 from tests.helpers.git import GIT_ENV
 
-__all__ = ["KINDS", "choose_tickets", "make_agent", "request_body"]
+__all__ = ["BASE_TEXT", "KINDS", "PATHS", "choose_tickets", "make_agent", "request_body"]
 
 SYSTEM = 'Classify the support ticket. Answer with JSON only: {"intent": ..., "needs_human": ...}.'
 BASE_TEXT = "I returned the jacket two weeks ago and still have not received my refund"

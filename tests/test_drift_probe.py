@@ -8,6 +8,8 @@ asserted is what a reviewer reads: the row's score, the per-kind facts, and find
 
 from __future__ import annotations
 
+import hashlib
+import json
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -17,7 +19,9 @@ import pytest
 
 from grader.grading import grade
 from grader.rubric import load_rubric
-from tests.drift_agents import KINDS, choose_tickets, make_agent
+from grader.standin_drift import Drifter
+from grader.standin_profile import load_profile, resolve_profile
+from tests.drift_agents import BASE_TEXT, KINDS, PATHS, choose_tickets, make_agent, request_body
 from tests.helpers.bake import bake
 from tests.helpers.git import GIT_ENV
 
@@ -98,8 +102,8 @@ def test_an_agent_that_never_reaches_the_endpoint_goes_to_a_reviewer(
     tmp_path: Path, grade_cache: Path
 ) -> None:
     # The same agent, told to answer from a canned table instead of the endpoint: nothing drifted reached it.
-    # Neither 3 (nothing was shown) nor 0 (11 of the 12 independent submissions pick their own endpoint, a
-    # way of building an agent, not a drift failure): a reviewer reads the parser.
+    # Neither 3 (nothing was shown) nor 0 (an agent whose live mode the probe cannot find, or whose provider
+    # it does not intercept, is built that way, which is not a drift failure): a reviewer reads the parser.
     repo = make_agent(tmp_path, "openai", "default", ["I want a refund for my jacket"])
     main = repo / "agent" / "__main__.py"
     main.write_text(main.read_text(encoding="utf-8").replace("raw = post(b)", "raise OSError('cached')"))
@@ -110,7 +114,7 @@ def test_an_agent_that_never_reaches_the_endpoint_goes_to_a_reviewer(
     subprocess.run(
         ["git", "commit", "-qam", "cache"], cwd=repo, check=True, env={**GIT_ENV, "PATH": "/usr/bin:/bin"}
     )
-    report = grade(str(repo), rubric=_drift_rubric(12), timeout=120, cache_root=grade_cache, jobs=1)
+    report = grade(str(repo), rubric=_drift_rubric(1), timeout=120, cache_root=grade_cache, jobs=1)
     row, facts = _row(report), report["facts"]["drift"]
     assert facts["unreached"] == 1 and facts["drifted"] == 0
     assert row["status"] == "manual" and row["score"] is None, row
@@ -142,13 +146,51 @@ def test_the_record_targets_own_variables_reach_the_triage_command(
     subprocess.run(["git", "add", "-A"], cwd=repo, check=True, env=_GIT)
     subprocess.run(["git", "commit", "-qm", "own record switch"], cwd=repo, check=True, env=_GIT)
 
-    report = grade(str(repo), rubric=_drift_rubric(12), timeout=120, cache_root=grade_cache, jobs=1)
+    report = grade(
+        str(repo), rubric=_drift_rubric(len(messages)), timeout=120, cache_root=grade_cache, jobs=1
+    )
     row, facts = _row(report), report["facts"]["drift"]
     assert facts["unreached"] == 0 and facts["drifted"] == len(messages), facts
     assert facts["kinds"]["code_fence"]["handled"] == len(chosen["code_fence"])
     assert facts["kinds"]["refusal"]["loud"] == len(chosen["refusal"])
     assert row["score"] == row["max"]
     assert any("from the record target: AGENT_TAPES=record" in d for d in row["details"]), row["details"]
+
+
+def _undrifted_then_drifted(provider: str) -> tuple[str, str]:
+    """A message the drifted profile answers plainly the first time, with a drift the second: (it, kind)."""
+    profile = load_profile(resolve_profile("drifted"))
+    for n in range(1, 5000):
+        message = f"{BASE_TEXT} (order again {n})"
+        canonical = json.dumps(request_body(provider, message), sort_keys=True, separators=(",", ":"))
+        digest = hashlib.sha256(f"{PATHS[provider]}\n{canonical}".encode()).digest()
+        drifter = Drifter(profile)
+        first, second = drifter.choose(digest, _plain), drifter.choose(digest, _plain)
+        if first is None and second is not None and second.kind in ("code_fence", "prose_before", "refusal"):
+            return message, second.kind
+    raise AssertionError("no such message")
+
+
+def _plain(drift: Any) -> bool:
+    return drift.kind != "split_stream"
+
+
+def test_fewer_recorded_inputs_than_the_limit_are_run_again_and_meet_a_drift(
+    tmp_path: Path, grade_cache: Path
+) -> None:
+    # One recorded input whose first answer is plain: once, it shows nothing about the parser (drifted 0,
+    # level 0). Run again up to the limit, the stand-in draws its drift anew, as a model does.
+    message, kind = _undrifted_then_drifted("openai")
+    repo = make_agent(tmp_path, "openai", "default", [message])
+    report = grade(str(repo), rubric=_drift_rubric(3), timeout=120, cache_root=grade_cache, jobs=2)
+    row, facts = _row(report), report["facts"]["drift"]
+    assert facts["tickets"] == 3 and facts["unreached"] == 0, facts
+    lines = [d for d in row["details"] if d.startswith("cassettes/") and d.split(" ")[1] == "ticket"]
+    ids = [line.split(" ticket ")[1].split(" ")[0] for line in lines]
+    assert ids == ["T01", "T01.2", "T01.3"], "\n".join(lines)
+    assert "(no drift): correct" in lines[0], lines[0]
+    assert f"ticket T01.2 ({kind})" in lines[1], lines[1]
+    assert facts["drifted"] >= 1 and kind in facts["kinds"], facts
 
 
 def test_a_submission_with_nothing_to_run_scores_zero_with_the_reason(

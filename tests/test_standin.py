@@ -551,3 +551,28 @@ def test_port_in_use_is_one_clear_line_and_exit_2() -> None:
     assert proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and f"cannot listen on 127.0.0.1:{port}" in lines[0] and "--port" in lines[0]
+
+
+def test_a_path_prefix_is_answered_as_the_plain_path_and_a_bad_one_is_one_line() -> None:
+    # OpenRouter's URLs put /api before /v1: the drift probe answers that host with this server.
+    proc, url = _start("--port", "0", "--path-prefix", "/api")
+    try:
+        origin = url.removesuffix("/v1")
+        prefixed = httpx.post(f"{origin}/api/v1/chat/completions", json=_chat("refund"), headers=OPENAI_KEY)
+        plain = httpx.post(f"{url}/chat/completions", json=_chat("refund"), headers=OPENAI_KEY)
+        other = httpx.post(f"{origin}/other/v1/chat/completions", json=_chat("refund"), headers=OPENAI_KEY)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    assert prefixed.status_code == 200 and prefixed.json() == plain.json()
+    assert other.status_code == 404
+    bad = subprocess.run(
+        [sys.executable, "-m", "grader.standin", "--path-prefix", "api/"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert bad.returncode == 2 and bad.stdout == ""
+    lines = bad.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--path-prefix 'api/'" in lines[0]

@@ -10,17 +10,21 @@ ticket, so its answer can be held to the stand-in's ground truth ticket by ticke
 (usually the whole suite) shows only its exit code. What the record path tells the code, though, the triage
 command gets too: the ``NAME=value`` words that open the Makefile ``record`` recipe's lines
 (``DESKBOT_TAPES=record``), which is how a submission that is not built on the template is told to reach
-the endpoint (grader/drift_run.py ``record_env``).
+the endpoint (grader/drift_run.py ``record_env``). Whatever endpoint the agent picks for itself, a provider
+host listed in grader/rules/intercept.toml reaches the same stand-in: in the probe's own run those names
+resolve to loopback, where a grader-owned TLS end answers with a certificate from a CA made for that run
+(grader/intercept.py, docs/security.md).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from grader.checks import CheckResult, Finding, register
 from grader.details import counted
-from grader.drift_run import DriftRun, TicketOutcome, find_tickets, record_env, run_tickets
+from grader.drift_run import DriftRun, Ticket, TicketOutcome, find_tickets, record_env, run_tickets
 from grader.errors import NotAssessable
 
 if TYPE_CHECKING:
@@ -39,8 +43,23 @@ def _limit(ctx: Context) -> int:
 
 
 def _probe(ctx: Context) -> DriftRun:
-    tickets = find_tickets(ctx, _limit(ctx))
+    tickets = _again(find_tickets(ctx, _limit(ctx)), _limit(ctx))
     return run_tickets(ctx, tickets, profile=_PROFILE, label=_LABEL, env=record_env(ctx))
+
+
+def _again(tickets: list[Ticket], limit: int) -> list[Ticket]:
+    """Fewer recorded inputs than the limit: run them again (``T01.2``, ...) up to it. The stand-in draws a
+    repeated request's drift anew, so three recorded inputs still meet about as many drifted answers as eight
+    (three tickets that all came back undrifted said nothing about the parser)."""
+    out = list(tickets)
+    rounds = 2
+    while tickets and len(out) < limit:
+        for ticket in tickets:
+            if len(out) >= limit:
+                break
+            out.append(replace(ticket, id=f"{ticket.id}.{rounds}"))
+        rounds += 1
+    return out
 
 
 def start_drift(ctx: Context) -> None:
@@ -66,7 +85,9 @@ def drift(ctx: Context) -> CheckResult:
     Facts:
         probe: "ran", or "not available: <why>" (no triage command, no tape with a user message, the
             environment not installed); then every count below is 0
-        tickets: tickets run: recorded user messages from the tapes, each through the triage command once
+        tickets: tickets run: recorded user messages from the tapes, each through the triage command once;
+            fewer recorded messages than ``thresholds.drift_tickets`` are run again (``T01.2``) up to it,
+            since the stand-in draws a repeated request's drift anew
         drifted: tickets whose model answer carried a drift (the stand-in's truth log says which)
         handled: drifted tickets answered with the label the model meant, in the agent's schema
         loud: drifted tickets where the command exited non-zero (a raised error, a refusal to guess)
@@ -74,9 +95,10 @@ def drift(ctx: Context) -> CheckResult:
             refusal, an empty or cut answer or an HTTP error, output not the agent's {intent, needs_human},
             or no answer before the per-ticket timeout
         undrifted_violations: the same kinds of failure on an answer that carried no drift
-        unreached: tickets for which the command made no call to the endpoint it was given; when that is
-            every ticket the row goes to a reviewer (manual): the agent picks its own endpoint, and the probe
-            cannot reach it to drift an answer
+        unreached: tickets for which the command made no call to the stand-in, neither through the base
+            URL it was given nor to a provider host the probe intercepts (grader/rules/intercept.toml: in
+            the probe's run those hosts' HTTPS is answered by the stand-in); when that is every ticket the
+            row goes to a reviewer (manual): the probe cannot reach the agent's endpoint to drift an answer
         not_run: tickets left out because the run's time (--timeout) was spent
         kinds: drift kinds seen, each with its counts {tickets, handled, loud, violations}
         violation_kinds: drift kinds with at least one violation, sorted
@@ -148,22 +170,36 @@ def _result(ctx: Context, run: DriftRun) -> CheckResult:
     details = [
         f"drift probe: `{command}` ran {counted(len(run.outcomes), 'ticket')} against the stand-in's "
         f"{run.target} profile in the sandbox (loopback only, canary keys, CASSETTE_MODE=record, a scratch "
-        f"CASSETTE_DIR{', and from the record target: ' + given if given else ''})"
+        f"CASSETTE_DIR{', and from the record target: ' + given if given else ''}); {_reach(run)}"
     ]
     details += [_line(o) for o in run.outcomes]
     if run.skipped:
         details.append(f"drift probe: not run for lack of time: {', '.join(run.skipped)}")
     manual = None
     if facts["tickets"] and facts["unreached"] == facts["tickets"]:
-        # The agent chose its own endpoint (a hard-coded host, its own settings): the stand-in never got a
-        # call to drift. That is a way of building an agent, not a failure to handle drift; 11 of the 12
-        # independent submissions are built so. A reviewer judges the parser by reading it.
+        # The agent reached neither the base URL nor an intercepted host (a provider not in
+        # grader/rules/intercept.toml, a pinned certificate, its own settings): the stand-in never got a
+        # call to drift. That is a way of building an agent, not a failure to handle drift. A reviewer
+        # judges the parser by reading it.
         manual = (
             f"{facts['summary']}. The probe could not serve this agent a drifted answer: judge by reading "
             "how its parser meets a code fence, prose around the JSON, an unknown label, a refusal or a cut "
             "answer."
         )
     return CheckResult(facts=facts, findings=findings, details=details, manual=manual)
+
+
+def _reach(run: DriftRun) -> str:
+    """How the agent could reach the stand-in: the base-URL variables, and the intercepted hosts if any."""
+    if not run.intercepted:
+        return "the stand-in was given through the base-URL variables only (no interception on this machine)"
+    hosts = ", ".join(run.intercepted[:2]) + (
+        f" and {len(run.intercepted) - 2} more" if len(run.intercepted) > 2 else ""
+    )
+    return (
+        f"the stand-in was given through the base-URL variables and answered HTTPS to {hosts} "
+        "(grader/rules/intercept.toml) with a certificate from a CA made for this run"
+    )
 
 
 def _line(o: TicketOutcome) -> str:
@@ -177,7 +213,8 @@ def _summary(facts: dict[str, Any], bad: list[TicketOutcome], run: DriftRun) -> 
     if facts["unreached"] == facts["tickets"]:
         return (
             f"the triage command made no model call for any of {counted(facts['tickets'], 'ticket')}: "
-            "nothing shows how it meets a drifted answer (does it honour CASSETTE_MODE=record, the base URL?)"
+            "nothing shows how it meets a drifted answer (does it honour CASSETTE_MODE=record, the base URL, "
+            "or call a provider the probe intercepts?)"
         )
     if facts["drifted"] == 0:
         return f"no drifted answer among {counted(facts['tickets'], 'ticket')}: nothing to judge"
