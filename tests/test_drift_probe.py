@@ -121,6 +121,28 @@ def test_an_agent_that_never_reaches_the_endpoint_goes_to_a_reviewer(
     assert "made no model call" in row["evidence"] and "judge by reading" in row["evidence"]
 
 
+def test_an_agent_that_refuses_before_any_call_scores_nothing_not_manual(
+    tmp_path: Path, grade_cache: Path
+) -> None:
+    # Red-team R10: a command that fails (or hangs) in the probe's record mode before calling anything kept
+    # the row out of the total as "manual", raising the percentage above an honest agent's that met a drift.
+    repo = make_agent(tmp_path, "openai", "raising", ["I want a refund for my jacket"])
+    main = repo / "agent" / "__main__.py"
+    main.write_text(main.read_text(encoding="utf-8").replace("raw = post(b)", "raise OSError('refused')"))
+    import subprocess
+
+    from tests.helpers.git import GIT_ENV
+
+    subprocess.run(
+        ["git", "commit", "-qam", "refuse"], cwd=repo, check=True, env={**GIT_ENV, "PATH": "/usr/bin:/bin"}
+    )
+    report = grade(str(repo), rubric=_drift_rubric(1), timeout=120, cache_root=grade_cache, jobs=1)
+    row, facts = _row(report), report["facts"]["drift"]
+    assert facts["unreached"] == 1 and facts["drifted"] == 0
+    assert row["status"] != "manual" and row["score"] == 0, row
+    assert "failed on 1 of them before calling" in row["evidence"], row["evidence"]
+
+
 def test_the_record_targets_own_variables_reach_the_triage_command(
     tmp_path: Path, grade_cache: Path, tickets: dict[str, dict[str, list[str]]]
 ) -> None:

@@ -97,8 +97,10 @@ def drift(ctx: Context) -> CheckResult:
         undrifted_violations: the same kinds of failure on an answer that carried no drift
         unreached: tickets for which the command made no call to the stand-in, neither through the base
             URL it was given nor to a provider host the probe intercepts (grader/rules/intercept.toml: in
-            the probe's run those hosts' HTTPS is answered by the stand-in); when that is every ticket the
-            row goes to a reviewer (manual): the probe cannot reach the agent's endpoint to drift an answer
+            the probe's run those hosts' HTTPS is answered by the stand-in); when that is every ticket and
+            the command answered each (exit 0) the row goes to a reviewer (manual): the probe cannot reach
+            the agent's endpoint to drift an answer; when it failed or hung before calling, nothing was
+            met and the row scores so
         not_run: tickets left out because the run's time (--timeout) was spent
         kinds: drift kinds seen, each with its counts {tickets, handled, loud, violations}
         violation_kinds: drift kinds with at least one violation, sorted
@@ -176,7 +178,8 @@ def _result(ctx: Context, run: DriftRun) -> CheckResult:
     if run.skipped:
         details.append(f"drift probe: not run for lack of time: {', '.join(run.skipped)}")
     manual = None
-    if facts["tickets"] and facts["unreached"] == facts["tickets"]:
+    failed = [o for o in run.outcomes if o.verdict == "unreached" and o.exit_code != 0]
+    if facts["tickets"] and facts["unreached"] == facts["tickets"] and not failed:
         # The agent reached neither the base URL nor an intercepted host (a provider not in
         # grader/rules/intercept.toml, a pinned certificate, its own settings): the stand-in never got a
         # call to drift. That is a way of building an agent, not a failure to handle drift. A reviewer
@@ -210,6 +213,16 @@ def _line(o: TicketOutcome) -> str:
 def _summary(facts: dict[str, Any], bad: list[TicketOutcome], run: DriftRun) -> str:
     if facts["tickets"] == 0:
         return "drift probe ran no ticket: the run's time was spent"
+    failed = [o for o in run.outcomes if o.verdict == "unreached" and o.exit_code != 0]
+    if facts["unreached"] == facts["tickets"] and failed:
+        # Red-team R10: refusing (or hanging) before any call is not a way of building an agent: it only
+        # keeps the probe away. Sent to a reviewer it would leave the total, raising the percentage.
+        how = "timed out" if failed[0].exit_code is None else f"exit {failed[0].exit_code}"
+        return (
+            f"the triage command made no model call for any of {counted(facts['tickets'], 'ticket')} and "
+            f"failed on {len(failed)} of them before calling ({failed[0].ticket.id}: {how}): it did not "
+            "run in the probe's record mode"
+        )
     if facts["unreached"] == facts["tickets"]:
         return (
             f"the triage command made no model call for any of {counted(facts['tickets'], 'ticket')}: "
