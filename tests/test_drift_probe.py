@@ -176,7 +176,8 @@ def test_the_record_targets_own_variables_reach_the_triage_command(
     assert facts["kinds"]["code_fence"]["handled"] == len(chosen["code_fence"])
     assert facts["kinds"]["refusal"]["loud"] == len(chosen["refusal"])
     assert row["score"] == row["max"]
-    assert any("from the record target: AGENT_TAPES=record" in d for d in row["details"]), row["details"]
+    assert any("the record target's own AGENT_TAPES=record" in d for d in row["details"]), row["details"]
+    assert not any(d.count("CASSETTE_MODE=record") > 1 for d in row["details"]), row["details"]
 
 
 def _undrifted_then_drifted(provider: str) -> tuple[str, str]:

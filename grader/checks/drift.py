@@ -168,11 +168,14 @@ def _result(ctx: Context, run: DriftRun) -> CheckResult:
         )
         for o in bad
     ]
-    given = " ".join(f"{k}={v}" for k, v in sorted(record_env(ctx).items()))
+    # The record target's own variables, less the two the probe sets anyway (named once in the line).
+    own = {k: v for k, v in record_env(ctx).items() if k not in ("CASSETTE_MODE", "CASSETTE_DIR")}
+    given = " ".join(f"{k}={v}" for k, v in sorted(own.items()))
+    also = f", and the record target's own {given}" if given else ""
     details = [
         f"drift probe: `{command}` ran {counted(len(run.outcomes), 'ticket')} against the stand-in's "
         f"{run.target} profile in the sandbox (loopback only, canary keys, CASSETTE_MODE=record, a scratch "
-        f"CASSETTE_DIR{', and from the record target: ' + given if given else ''}); {_reach(run)}"
+        f"CASSETTE_DIR{also}); {_reach(run)}"
     ]
     details += [_line(o) for o in run.outcomes]
     if run.skipped:
