@@ -442,17 +442,24 @@ def _suite_command(repo: Path) -> SuiteCommand:
 
 
 def _words(line: str) -> list[str]:
+    """The command's words, less the variable assignments (and ``env``) before it."""
+    return _split_assignments(line)[1]
+
+
+def _split_assignments(line: str) -> tuple[list[str], list[str]]:
+    """(the variable assignments before the command, ``env``'s included; the command's words)."""
     try:
         words = shlex.split(line, comments=True)
     except ValueError:
         words = line.split()
+    assignments: list[str] = []
     while words and _ASSIGNMENT.match(words[0]):  # CASSETTE_MODE=replay uv run pytest
-        words = words[1:]
+        assignments.append(words.pop(0))
     if words[:1] == ["env"]:
         words = words[1:]
         while words and _ASSIGNMENT.match(words[0]):
-            words = words[1:]
-    return words
+            assignments.append(words.pop(0))
+    return assignments, words
 
 
 def _makes_env(line: str) -> bool:
@@ -471,6 +478,14 @@ def _makes_env(line: str) -> bool:
 
 def _pytest_args(line: str) -> list[str] | None:
     """The plain arguments after ``pytest`` in ``line`` (None when it runs no pytest)."""
+    rest = _after_pytest(line)
+    if rest is None:
+        return None
+    return rest if all(_SIMPLE_ARG.match(a) for a in rest) else []
+
+
+def _after_pytest(line: str) -> list[str] | None:
+    """Every word after ``pytest`` in ``line`` up to the next shell operator (None: no pytest there)."""
     words = _words(line)
     for index, word in enumerate(words):
         if _PYTEST.search(word) or (word == "pytest" and words[index - 1 : index] == ["-m"]):
@@ -479,7 +494,7 @@ def _pytest_args(line: str) -> list[str] | None:
                 if arg in ("&&", "||", ";", "|"):
                     break
                 rest.append(arg)
-            return rest if all(_SIMPLE_ARG.match(a) for a in rest) else []
+            return rest
     return None
 
 
@@ -558,7 +573,7 @@ def _narrowing(repo: Path, where: str, lines: list[tuple[int, str]]) -> WholeSui
     number, line = found
     place = f"{where}:{number}"
     env = {}
-    for word in _leading_assignments(line):
+    for word in _split_assignments(line)[0]:
         name, _, value = word.partition("=")
         if (
             "$" not in value
@@ -567,17 +582,7 @@ def _narrowing(repo: Path, where: str, lines: list[tuple[int, str]]) -> WholeSui
             and not _SYSTEM_VARIABLE.match(name)
         ):
             env[name] = value
-    words = _words(line)
-    start = next(
-        i + 1
-        for i, w in enumerate(words)
-        if _PYTEST.search(w) or (w == "pytest" and words[i - 1 : i] == ["-m"])
-    )
-    rest: list[str] = []
-    for arg in words[start:]:
-        if arg in ("&&", "||", ";", "|"):
-            break
-        rest.append(arg)
+    rest = _after_pytest(line) or []
     if any("$" in a or "`" in a for a in rest):
         return WholeSuite(f"{place}: `{line}` (its arguments are not plain words)", [], env)
     kept: list[str] = []
@@ -612,21 +617,6 @@ def _narrowing(repo: Path, where: str, lines: list[tuple[int, str]]) -> WholeSui
                 f"{place}: `{line}` leaves out {rel} (and any test outside {', '.join(paths)})", kept, env
             )
     return None
-
-
-def _leading_assignments(line: str) -> list[str]:
-    try:
-        words = shlex.split(line, comments=True)
-    except ValueError:
-        words = line.split()
-    if words[:1] == ["env"]:
-        words = words[1:]
-    out = []
-    for word in words:
-        if not _ASSIGNMENT.match(word):
-            break
-        out.append(word)
-    return out
 
 
 def _read_text(repo: Path, name: str) -> str | None:
