@@ -20,6 +20,7 @@ import io
 import os
 import re
 import threading
+import traceback
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -355,6 +356,8 @@ def _grade_one(
     except NotAssessable as exc:  # the grader's own environment failed (a full disk): say so plainly
         return _failed(entry, folder, exc.reason, display, store_failure)
     except Exception as exc:  # a grader bug costs this candidate, never the batch
+        if os.environ.get("GRADE_DEBUG") == "1":  # as for one grade: the traceback, for the bug report
+            traceback.print_exc()
         detail = " ".join(str(exc).split())[:300]
         reason = f"internal error in the grader: {type(exc).__name__}{': ' + detail if detail else ''}"
         return _failed(entry, folder, reason, display, store_failure)

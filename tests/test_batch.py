@@ -299,3 +299,38 @@ def test_missing_file_and_non_utf8_are_bad_input(tmp_path: Path) -> None:
     latin.write_bytes(b"./a\n./caf\xe9\n")
     with pytest.raises(BadInput, match=r"latin\.txt:2: not UTF-8"):
         read_batch_file(latin)
+
+
+_RACE = """
+import threading
+from grader import install
+
+found, barrier = [], threading.Barrier(16)
+
+
+def find():
+    barrier.wait()
+    try:
+        found.append(install._uv_bin())
+    except Exception as exc:
+        found.append(repr(exc))
+
+
+threads = [threading.Thread(target=find) for _ in range(16)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(len(set(found)), found[0])
+"""
+
+
+def test_grades_started_at_once_each_find_the_installer() -> None:
+    # CI lost a batch candidate to "TypeError: can only concatenate str (not NoneType)": two grades looked
+    # for uv at once in a fresh interpreter (sysconfig's lazy fill, gh-92452). A fresh interpreter each time.
+    for _ in range(3):
+        done = subprocess.run(
+            [sys.executable, "-c", _RACE], capture_output=True, text=True, check=True, cwd=ROOT
+        )
+        kinds, first = done.stdout.split(maxsplit=1)
+        assert (kinds, "Error" in first) == ("1", False), done.stdout

@@ -219,7 +219,7 @@ def test_two_honest_candidates_on_a_small_disk_grade_normally(tmp_path: Path, sm
     summary = read_summary(out)
     expected = {rid: str(score) for rid, score in default_scores().items()}
     for name in ("alice", "bob"):
-        assert {rid: summary[name][rid] for rid in expected} == expected, summary[name]
+        assert {rid: summary[name][rid] for rid in expected} == expected, summary[name]["reason"]
         assert not _fill_notes(_report(out, name))
 
 
