@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from grader import pysource, walk
-from grader.checks import CheckResult, Finding, register
+from grader.checks import CheckResult, Finding, register, reworded_rerun
 from grader.checks.serve_probe import ServeProbe, probe_serve
 from grader.details import counted
+from grader.errors import NotAssessable
 from grader.safeio import read_text
 from grader.tapes import TAPE_SUFFIXES
 
@@ -29,6 +30,8 @@ _RERUN = "loud-miss withheld-tapes"
 _UNSEEN = "loud-miss unseen-message"
 _UNSEEN_NOW = "loud-miss unseen-message (in the check)"
 _IN_TESTS = "loud-miss unseen-message in a test"
+_REWORDED = "loud-miss withheld-tapes, inputs re-worded"
+_MAX_ANSWERED_SHOWN = 10  # tests that answered a never-recorded request: details and findings for these
 
 # The triage command run inside a pytest test of the submission's own suite (red-team R5: a client that
 # invents answers only under pytest, for requests it never recorded, kept its command line honest). The
@@ -268,7 +271,15 @@ def start_loud_miss(ctx: Context) -> None:
             return None
         return run() if run is not None else None
 
+    def reworded() -> tuple[reworded_rerun.Prepared, ReplayRun | None] | None:
+        try:
+            prepared = reworded_rerun.prepare(ctx, cassette_dir, _is_tape_file)
+        except Exception:
+            return None
+        return prepared, prepared.run() if prepared.run is not None else None
+
     ctx.start_probe(_RERUN, rerun)
+    ctx.start_probe(_REWORDED, reworded)
     if command:
         ctx.start_probe(_UNSEEN, lambda: unseen(command))
         ctx.start_probe(_IN_TESTS, lambda: in_tests(command))
@@ -301,6 +312,21 @@ def _probes(
     return rerun, unseen
 
 
+def _reworded_probe(
+    ctx: Context, cassette_dir: Path
+) -> tuple[reworded_rerun.Prepared, ReplayRun | None] | str:
+    """The re-worded rerun `start_loud_miss` started (waits for it), else run now; a string says why it
+    was not run (the grade's budget spent, the replay suite hung)."""
+    try:
+        started = ctx.probe_result(_REWORDED)
+        if started is not None:
+            return cast("tuple[reworded_rerun.Prepared, ReplayRun | None]", started)
+        prepared = reworded_rerun.prepare(ctx, cassette_dir, _is_tape_file)
+        return prepared, prepared.run() if prepared.run is not None else None
+    except NotAssessable as exc:
+        return str(exc)
+
+
 def _in_tests_probe(ctx: Context, command: list[str] | None) -> tuple[RunResult, AuditLog] | None:
     """The in-tests run `start_loud_miss` started (waits for it), else run now; None when not applicable."""
     if not command:
@@ -320,13 +346,19 @@ def loud_miss(ctx: Context) -> CheckResult:
     copy with every tape withheld (it must fail, name the missing tape, and connect nowhere); and, when the
     manifest has a triage_command, that command on a message no tape holds (it must exit 2, connect nowhere),
     once as a command and once from a test file added to the suite (``python -m <pkg>`` commands).
-    When the Makefile has a ``serve`` target, a fourth (grader/checks/serve_probe.py): the replay server,
+    A fourth reruns the suite with the tapes withheld and every recorded user message re-worded (one word
+    inserted) wherever the repository's text files hold it, so the suite's own calls send requests no tape
+    ever held: a test that failed naming a miss in the withheld-tape rerun must fail naming one again; one
+    that passes or fails on something else answered a never-recorded request (red-team R5, R5b, R5c: a
+    client that stays loud for recorded keys or for the grader's entry points). When no recorded message
+    occurs in any text file the suite's inputs were not reached and nothing is held against it.
+    When the Makefile has a ``serve`` target, a fifth (grader/checks/serve_probe.py): the replay server,
     loopback only, must answer a recorded request with its recorded answer and an unseen one with 422 naming
     a key; a 2xx for the unseen request is one more silent fallback. No server is needed for full marks.
 
     Facts:
-        loud: the withheld-tape rerun failed naming a missing tape, and an unseen message (if probed)
-            exited 2, as a command and inside a test
+        loud: the withheld-tape rerun failed naming a missing tape, an unseen message (if probed)
+            exited 2, as a command and inside a test, and no test answered a re-worded request
         network_attempts: connection attempts in both probes (audit hook, or refused by pytest-socket)
         silent_fallbacks: exception handlers in the submission's code that hide a miss (static scan)
         withheld: tapes withheld for the rerun
@@ -337,6 +369,14 @@ def loud_miss(ctx: Context) -> CheckResult:
         unseen_exit_in_tests: the same command (``python -m <pkg>`` only) run from a test file added to the
             suite, under pytest (-1 when not available or when that test did not run): a client that invents
             answers only under pytest shows here
+        reworded_occurrences: places where a recorded user message was re-worded for the re-worded
+            rerun (the tapes withheld, every recorded message in the repository's text files given one more
+            word, in its JSON, Python or CSV spelling too); 0: no text file holds one, not probed
+        reworded_files: files those places are in
+        reworded_compared: tests that failed naming a miss in the withheld-tape rerun, compared with the
+            re-worded rerun
+        reworded_answered: of those, tests that passed or failed without naming a miss with their inputs
+            re-worded: they answered a request no tape ever held (a finding each, with the test id)
         serve_probed: a `make serve` replay server was started and answered the probe
         serve_replayed: it answered the recorded request with HTTP 200 and the recorded answer
         serve_unseen_status: its HTTP status for a request no tape holds (-1 when not probed)
@@ -359,6 +399,10 @@ def loud_miss(ctx: Context) -> CheckResult:
             "serve_replayed": False,
             "serve_unseen_status": -1,
             "serve_names_key": False,
+            "reworded_occurrences": 0,
+            "reworded_files": 0,
+            "reworded_compared": 0,
+            "reworded_answered": 0,
         },
         findings=[Finding("silent-fallback", f.what, f.location) for f in fallbacks],
         details=[f"{f.location}: {f.what}" for f in fallbacks],
@@ -377,9 +421,10 @@ def loud_miss(ctx: Context) -> CheckResult:
     failed, named = _rerun_facts(found, rerun)
     unseen_ok = _unseen_facts(found, unseen_run, command)
     unseen_ok = _in_tests_facts(found, _in_tests_probe(ctx, command), command) and unseen_ok
+    answered = _reworded_facts(found, _reworded_probe(ctx, cassette_dir), rerun)
     serve = _serve_facts(found, probe_serve(ctx), len(fallbacks))
     _attempt_findings(found, rerun)
-    found.facts["loud"] = failed > 0 and named and not found.attempts and unseen_ok
+    found.facts["loud"] = failed > 0 and named and not found.attempts and unseen_ok and not answered
     found.facts["summary"] = _summary(found, failed, bool(command), fallbacks, serve)
     return found.result()
 
@@ -468,6 +513,59 @@ def _in_tests_facts(
     return code == 102 and not audit.network_attempts
 
 
+def _names_miss(text: str) -> bool:
+    return bool(_NAMES_TAPE.search(_said([text])))
+
+
+def _reworded_facts(
+    found: _Found, probe: tuple[reworded_rerun.Prepared, ReplayRun | None] | str, rerun: ReplayRun
+) -> list[reworded_rerun.Answered]:
+    """The re-worded rerun compared per test with the withheld-tape rerun: its facts, a detail line saying
+    what was re-worded where, and a finding per test that answered a never-recorded request (returned)."""
+    if isinstance(probe, str):
+        found.details.append(f"re-worded rerun not run: {probe}")
+        return []
+    prepared, run = probe
+    done = prepared.rewording
+    found.facts["reworded_occurrences"], found.facts["reworded_files"] = done.occurrences, len(done.files)
+    if run is None:
+        why = (
+            f"none of the {counted(prepared.messages, 'recorded user message')} occurs in the repository's "
+            "text files"
+            if prepared.messages
+            else "no recorded user message to re-word"
+        )
+        found.details.append(
+            f"re-worded rerun not run: {why}, so the suite's own calls were not probed with requests no tape "
+            "ever held (not held against the submission)"
+        )
+        return []
+    compared_answered = reworded_rerun.answered(rerun, run, _names_miss)
+    shown = ", ".join(done.places[:5]) + (", …" if len(done.places) > 5 else "")
+    head = (
+        f"re-worded rerun: {counted(done.found, 'recorded user message')} re-worded at "
+        f"{counted(done.occurrences, 'place')} in {counted(len(done.files), 'file')} ({shown}), "
+        "tapes withheld"
+    )
+    if compared_answered is None:
+        found.details.append(f"{head}: not compared, the run left no per-test outcomes")
+        return []
+    compared, answered = compared_answered
+    found.facts["reworded_compared"], found.facts["reworded_answered"] = compared, len(answered)
+    found.details.append(
+        f"{head}: of {counted(compared, 'test')} that failed naming a miss with the tapes withheld, "
+        f"{len(answered)} answered without one"
+    )
+    for item in answered[:_MAX_ANSWERED_SHOWN]:
+        found.details.append(
+            f"{item.where}: {item.test} {item.how} with its inputs re-worded and every tape withheld: "
+            "it answered a request no tape ever held"
+        )
+        what = f"{item.test} answered a request no tape holds ({item.how})"
+        found.findings.append(Finding("made-up-answer", what, item.where))
+    return answered
+
+
 def _serve_facts(found: _Found, serve: ServeProbe, fallbacks: int) -> ServeProbe:
     """The `make serve` probe's facts, details, outbound attempts and fallback finding."""
     found.facts["serve_probed"], found.facts["serve_replayed"] = serve.ran, serve.replayed
@@ -523,8 +621,15 @@ def _summary(
         )
     elif facts["unseen_exit"] not in (-1, 2):
         summary = f"an unseen message exited {facts['unseen_exit']} instead of 2"
-    else:
+    elif facts["unseen_exit_in_tests"] not in (-1, 2):
         summary = f"an unseen message exited {facts['unseen_exit_in_tests']} inside a test instead of 2"
+    else:
+        first = next(f for f in found.findings if f.rule == "made-up-answer")
+        summary = (
+            f"with its recorded messages re-worded and the tapes withheld, {facts['reworded_answered']} of "
+            f"{counted(facts['reworded_compared'], 'test')} answered a request no tape ever held instead of "
+            f"failing on the miss (first: {first.message.split(' answered ', 1)[0]})"
+        )
     if fallbacks:
         summary += f"; {len(fallbacks)} handlers hide a miss (first: {fallbacks[0].location})"
     if serve.fallback is not None:
