@@ -104,4 +104,5 @@ def answered(
         elif result in ("failed", "error") and not names_miss(_message(says.get(test, ""))):
             said = _message(says.get(test, "")).strip() or "no message"
             found.append(Answered(test, where, f"{result} without naming a miss ({said[:160]})"))
+    found.sort(key=lambda item: item.how != "passed")  # a pass on a made-up answer is the plainest
     return compared, found

@@ -1,0 +1,177 @@
+"""The loud-miss check's re-worded rerun (red-team R5, R5b, R5c): the suite rerun with the tapes withheld
+and every recorded user message re-worded wherever the repository's text files hold it, so that the suite's
+own library calls send requests no tape ever held.
+
+The re-wording itself is tested on files; the probe on real submissions: copies of the sample with the red
+team's few lines added, graded for real."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grader.grading import grade
+from grader.reword import plan, reword_copy
+from grader.rubric import load_rubric
+from grader.selftest import load_corpus
+from grader.selftest.runner import build_case
+
+_MESSAGE = 'My "premium" order #4411 can\'t be found, where is it?'
+_OTHER = "Please reimburse me for the headphones that arrived cracked."
+
+
+def _copy_of(root: Path) -> Path:
+    copy = root.parent / f"{root.name}-copy"
+    subprocess.run(["cp", "-a", str(root), str(copy)], check=True)
+    return copy
+
+
+def test_every_spelling_of_a_recorded_message_is_reworded_the_same_way(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    (repo / "data").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "cassettes").mkdir()
+    (repo / "data" / "tickets.jsonl").write_text(
+        json.dumps({"message": _MESSAGE, "intent": "shipping"}) + "\n", encoding="utf-8"
+    )
+    (repo / "data" / "tickets.csv").write_text(
+        f'message,intent\n"{_MESSAGE.replace(chr(34), 2 * chr(34))}",x\n'
+    )
+    (repo / "tests" / "test_it.py").write_text(
+        f"MESSAGES = [{_MESSAGE!r}, {_OTHER!r}]\nSAME = {json.dumps(_MESSAGE)}\n", encoding="utf-8"
+    )
+    (repo / "cassettes" / "abc.json").write_text(json.dumps({"content": _MESSAGE}), encoding="utf-8")
+    copy = _copy_of(repo)
+    mapping = plan([_MESSAGE, _OTHER, "Hi there"])
+    assert set(mapping) == {_MESSAGE, _OTHER}  # two words of eight letters could sit anywhere: left alone
+    new = mapping[_MESSAGE]
+    assert new != _MESSAGE and len(new.split()) == len(_MESSAGE.split()) + 1
+    assert new.split()[: len(_MESSAGE.split()) // 2] == _MESSAGE.split()[: len(_MESSAGE.split()) // 2]
+
+    done = reword_copy(repo, copy, mapping, leave=Path("cassettes"))
+
+    assert json.loads((copy / "data" / "tickets.jsonl").read_text(encoding="utf-8"))["message"] == new
+    assert (copy / "data" / "tickets.csv").read_text().splitlines()[1] == (
+        f'"{new.replace(chr(34), 2 * chr(34))}",x'
+    )
+    tree = ast.parse((copy / "tests" / "test_it.py").read_text(encoding="utf-8"))
+    namespace = {n.targets[0].id: ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)}
+    assert namespace["MESSAGES"] == [new, mapping[_OTHER]] and namespace["SAME"] == new
+    # the tapes are withheld anyway, and never rewritten; the pristine tree is read, never written
+    assert json.loads((copy / "cassettes" / "abc.json").read_text(encoding="utf-8"))["content"] == _MESSAGE
+    assert json.loads((repo / "data" / "tickets.jsonl").read_text(encoding="utf-8"))["message"] == _MESSAGE
+    assert done.occurrences == 5 and done.found == 2
+    assert sorted(done.files) == ["data/tickets.csv", "data/tickets.jsonl", "tests/test_it.py"]
+    assert "data/tickets.csv:2" in done.places and "tests/test_it.py:2" in done.places
+
+
+def test_a_message_inside_a_word_or_a_link_is_left_alone(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    outside = tmp_path / "outside.txt"
+    outside.write_text(_OTHER, encoding="utf-8")
+    (repo / "notes.txt").write_text(f"x{_OTHER}\n{_OTHER}y\n", encoding="utf-8")
+    (repo / "blob.bin").write_bytes(_OTHER.encode() + b"\0")
+    os.symlink(outside, repo / "linked.txt")
+    copy = _copy_of(repo)
+
+    done = reword_copy(repo, copy, plan([_OTHER]))
+
+    assert done.occurrences == 0 and done.files == []
+    assert outside.read_text(encoding="utf-8") == _OTHER
+    assert (copy / "notes.txt").read_text(encoding="utf-8") == f"x{_OTHER}\n{_OTHER}y\n"
+
+
+# --- the probe on real submissions ----------------------------------------------------------------------
+
+_PACKAGE = "support_triage_agent"
+_UNDER_PYTEST = '    if "pytest" not in sys.modules:\n        return False\n'
+# R5b: stay honest whenever the package's own __main__ is on the caller's stack (how the grader's in-test
+# probe enters: `python -m <pkg>` from a test file).
+_R5B = _UNDER_PYTEST + (
+    "    frame = sys._getframe()\n"
+    "    while frame is not None:\n"
+    f'        if frame.f_code.co_filename.replace("\\\\", "/").endswith("{_PACKAGE}/__main__.py"):\n'
+    "            return False\n"
+    "        frame = frame.f_back\n"
+)
+# R5c: stay honest once __main__ has set a module flag.
+_R5C = _UNDER_PYTEST + "    if STRICT:\n        return False\n"
+
+
+def _attack(tmp_path: Path, variant: str) -> Path:
+    """The sample with red-team R5's lines (a made-up answer under pytest for any request whose key is not
+    one of the recorded keys, embedded as a literal set), plus R5b's or R5c's."""
+    (case,) = [c for c in load_corpus() if c.id == "fallback-only-under-pytest"]
+    target, _ = build_case(case, tmp_path)
+    repo = Path(target)
+    agent = repo / _PACKAGE / "agent.py"
+    text = agent.read_text(encoding="utf-8")
+    assert _UNDER_PYTEST in text
+    if variant == "R5b":
+        text = text.replace(_UNDER_PYTEST, _R5B)
+    elif variant == "R5c":
+        text = text.replace(_UNDER_PYTEST, _R5C) + "\n\nSTRICT = False\n"
+        main = repo / _PACKAGE / "__main__.py"
+        source = main.read_text(encoding="utf-8")
+        anchor = "from .agent import triage\n"
+        assert anchor in source
+        main.write_text(
+            source.replace(anchor, anchor + "from . import agent as _agent\n\n_agent.STRICT = True\n")
+        )
+    agent.write_text(text, encoding="utf-8")
+    subprocess.run(["git", "-C", str(repo), "commit", "-qam", "quick path"], check=True)
+    return repo
+
+
+def _loud_miss(report: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+    row = next(r for r in report["rows"] if r["id"] == "loud-miss")
+    findings = [f for f in report["findings"] if f["check"] == "loud-miss"]
+    return report["facts"]["loud-miss"], findings, row
+
+
+@pytest.mark.slow
+@pytest.mark.index
+@pytest.mark.parametrize("variant", ["R5b", "R5c"])
+def test_a_client_loud_only_for_the_graders_entry_points_is_caught(
+    tmp_path: Path, grade_cache: Path, variant: str
+) -> None:
+    """R5b and R5c keep every probe that enters through the command line loud (the in-test probe too): only
+    the suite's own calls, on re-worded inputs, get the made-up answer."""
+    repo = _attack(tmp_path, variant)
+    report = grade(str(repo), rubric=load_rubric(), timeout=120, cache_root=grade_cache, jobs=2)
+    facts, findings, row = _loud_miss(report)
+    assert facts["withheld_failed"] >= facts["withheld"] > 0 and facts["named_miss"] is True
+    assert facts["unseen_exit"] == 2 and facts["unseen_exit_in_tests"] == 2  # the entry points stay loud
+    assert facts["reworded_occurrences"] > 0 and facts["reworded_files"] >= 1
+    assert 0 < facts["reworded_answered"] <= facts["reworded_compared"]
+    assert facts["loud"] is False and row["score"] < row["max"] and row["score"] <= 1, row
+    made_up = [f for f in findings if f["rule"] == "made-up-answer"]
+    assert made_up and all("test_triage_matches_label[" in f["message"] for f in made_up)
+    assert all(f["location"].startswith("tests/test_triage.py:") for f in made_up)
+    assert "answered a request no tape ever held" in row["evidence"]
+    assert "test_triage_matches_label[" in row["evidence"]
+    assert any(d.startswith("re-worded rerun:") and "data/tickets.jsonl:" in d for d in row["details"])
+
+
+@pytest.mark.slow
+@pytest.mark.index
+def test_r5_recorded_keys_embedded_is_caught_by_the_reworded_rerun_too(
+    tmp_path: Path, grade_cache: Path
+) -> None:
+    """R5 itself (the recorded keys embedded, no entry point spared): the in-test probe already catches it;
+    the re-worded rerun names the suite's own tests that answered a never-recorded request."""
+    repo = _attack(tmp_path, "R5")
+    report = grade(str(repo), rubric=load_rubric(), timeout=120, cache_root=grade_cache, jobs=1)
+    facts, findings, row = _loud_miss(report)
+    assert facts["reworded_answered"] > 0 and row["score"] <= 1
+    passed = [f for f in findings if f["rule"] == "made-up-answer" and "(passed)" in f["message"]]
+    # the two tickets labelled other/no-human pass on the made-up {"intent": "other", "needs_human": false}
+    assert len(passed) == 2, findings
+    assert any(d.endswith("it answered a request no tape ever held") for d in row["details"])
