@@ -125,8 +125,9 @@ def _attack(tmp_path: Path, variant: str) -> Path:
         main.write_text(
             source.replace(anchor, anchor + "from . import agent as _agent\n\n_agent.STRICT = True\n")
         )
-    agent.write_text(text, encoding="utf-8")
-    subprocess.run(["git", "-C", str(repo), "commit", "-qam", "quick path"], check=True)
+    if variant != "R5":
+        agent.write_text(text, encoding="utf-8")
+        subprocess.run(["git", "-C", str(repo), "commit", "-qam", "quick path"], check=True)
     return repo
 
 

@@ -438,6 +438,7 @@ class _Found:
     findings: list[Finding]
     details: list[str]
     attempts: list[tuple[str, str]] = field(default_factory=list)
+    answered: list[str] = field(default_factory=list)  # test ids that answered a re-worded request
 
     def result(self) -> CheckResult:
         return CheckResult(self.facts, self.findings, self.details)
@@ -556,13 +557,13 @@ def _reworded_facts(
         f"{head}: of {counted(compared, 'test')} that failed naming a miss with the tapes withheld, "
         f"{len(answered)} answered without one"
     )
-    for item in answered[:_MAX_ANSWERED_SHOWN]:
-        found.details.append(
-            f"{item.where}: {item.test} {item.how} with its inputs re-worded and every tape withheld: "
-            "it answered a request no tape ever held"
+    for item in answered[:_MAX_ANSWERED_SHOWN]:  # the report lists each finding under the row's details
+        what = (
+            f"{item.test} {item.how} with its inputs re-worded and every tape withheld: it answered a "
+            "request no tape ever held"
         )
-        what = f"{item.test} answered a request no tape holds ({item.how})"
         found.findings.append(Finding("made-up-answer", what, item.where))
+    found.answered = [item.test for item in answered]
     return answered
 
 
@@ -621,15 +622,14 @@ def _summary(
         )
     elif facts["unseen_exit"] not in (-1, 2):
         summary = f"an unseen message exited {facts['unseen_exit']} instead of 2"
-    elif facts["unseen_exit_in_tests"] not in (-1, 2):
-        summary = f"an unseen message exited {facts['unseen_exit_in_tests']} inside a test instead of 2"
-    else:
-        first = next(f for f in found.findings if f.rule == "made-up-answer")
+    elif facts["unseen_exit_in_tests"] in (-1, 2) and found.answered:
         summary = (
             f"with its recorded messages re-worded and the tapes withheld, {facts['reworded_answered']} of "
             f"{counted(facts['reworded_compared'], 'test')} answered a request no tape ever held instead of "
-            f"failing on the miss (first: {first.message.split(' answered ', 1)[0]})"
+            f"failing on the miss (first: {found.answered[0]})"
         )
+    else:
+        summary = f"an unseen message exited {facts['unseen_exit_in_tests']} inside a test instead of 2"
     if fallbacks:
         summary += f"; {len(fallbacks)} handlers hide a miss (first: {fallbacks[0].location})"
     if serve.fallback is not None:
