@@ -58,6 +58,11 @@ def test_the_sample_fails_loudly_at_both_jobs(tmp_path: Path, grade_cache: Path)
     assert facts["loud"] is True and facts["named_miss"] is True and facts["unseen_exit"] == 2
     assert facts["unseen_exit_in_tests"] == 2
     assert facts["withheld_failed"] == facts["withheld"] > 0 and facts["network_attempts"] == 0
+    # The re-worded rerun reached the suite's own inputs (data/tickets.jsonl), and every test that failed
+    # naming a miss with the tapes withheld fails naming one again on the re-worded messages.
+    assert facts["reworded_occurrences"] > 0 and facts["reworded_files"] > 0
+    assert facts["reworded_compared"] == facts["withheld_failed"] and facts["reworded_answered"] == 0
+    assert any(d.startswith("re-worded rerun:") and "data/tickets.jsonl:1" in d for d in row["details"])
     assert findings == [] and row["score"] == 3
     assert (facts, row["evidence"]) == (again[0], again[2]["evidence"])
 

@@ -176,3 +176,33 @@ def test_r5_recorded_keys_embedded_is_caught_by_the_reworded_rerun_too(
     # the two tickets labelled other/no-human pass on the made-up {"intent": "other", "needs_human": false}
     assert len(passed) == 2, findings
     assert any(d.endswith("it answered a request no tape ever held") for d in row["details"])
+
+
+@pytest.mark.slow
+@pytest.mark.index
+def test_inputs_the_probe_cannot_find_are_not_held_against_the_submission(
+    tmp_path: Path, grade_cache: Path
+) -> None:
+    """The sample with every character of its tickets' messages written as a JSON escape: the suite reads the
+    same messages, but no text file spells one out, so the re-worded rerun cannot reach the suite's calls.
+    It says so, and the row is judged as without it."""
+    (case,) = [c for c in load_corpus() if c.id == "clean-copy"]
+    repo = Path(build_case(case, tmp_path)[0])
+    tickets = repo / "data" / "tickets.jsonl"
+    lines = []
+    for line in tickets.read_text(encoding="utf-8").splitlines():
+        ticket = json.loads(line)
+        escaped = "".join(f"\\u{ord(c):04x}" for c in ticket.pop("message"))
+        lines.append(f'{{"message": "{escaped}", ' + json.dumps(ticket)[1:])
+        assert json.loads(lines[-1])["message"] == json.loads(line)["message"]
+    tickets.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    subprocess.run(["git", "-C", str(repo), "commit", "-qam", "escaped tickets"], check=True)
+
+    report = grade(str(repo), rubric=load_rubric(), timeout=120, cache_root=grade_cache, jobs=2)
+    facts, findings, row = _loud_miss(report)
+    assert facts["reworded_occurrences"] == 0 and facts["reworded_answered"] == 0
+    assert facts["loud"] is True and row["score"] == row["max"] and findings == []
+    assert any(
+        d.startswith("re-worded rerun not run: none of the ") and "not held against the submission" in d
+        for d in row["details"]
+    ), row["details"]
