@@ -69,8 +69,16 @@ def reworded(message: str, taken: Collection[str] = ()) -> str:
 
 
 def plan(messages: Iterable[str]) -> dict[str, str]:
-    """Recorded message -> its re-wording, for every message long enough to be found safely."""
-    recorded = {m for m in messages if m}
+    """Recorded message -> its re-wording, for every message long enough to be found safely. A message of
+    several lines is also taken line by line: the agent may have wrapped the customer's words in a template
+    (``<message>\n...\n</message>``) that the suite's inputs never hold."""
+    recorded: set[str] = set()
+    for message in messages:
+        recorded.add(message)
+        lines = message.splitlines()
+        if len(lines) > 1:
+            recorded.update(line.strip() for line in lines)
+    recorded.discard("")
     return {m: reworded(m, recorded) for m in sorted(recorded) if _eligible(m)}
 
 

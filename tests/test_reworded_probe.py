@@ -206,3 +206,16 @@ def test_inputs_the_probe_cannot_find_are_not_held_against_the_submission(
         d.startswith("re-worded rerun not run: none of the ") and "not held against the submission" in d
         for d in row["details"]
     ), row["details"]
+
+
+def test_a_message_the_agent_wrapped_in_a_template_is_found_by_its_lines(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "tickets.json").write_text(json.dumps([{"message": _OTHER}], indent=1), encoding="utf-8")
+    copy = _copy_of(repo)
+
+    done = reword_copy(repo, copy, plan([f"<message>\n{_OTHER}\n</message>"]))
+
+    assert done.occurrences == 1 and done.files == ["tickets.json"]
+    new = json.loads((copy / "tickets.json").read_text(encoding="utf-8"))[0]["message"]
+    assert new != _OTHER and len(new.split()) == len(_OTHER.split()) + 1
