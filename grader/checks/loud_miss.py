@@ -529,6 +529,9 @@ def _reworded_facts(
     prepared, run = probe
     done = prepared.rewording
     found.facts["reworded_occurrences"], found.facts["reworded_files"] = done.occurrences, len(done.files)
+    if run is None and prepared.failed:
+        found.details.append(f"re-worded rerun not run: {prepared.failed}")
+        return []
     if run is None:
         why = (
             f"none of the {counted(prepared.messages, 'recorded user message')} occurs in the repository's "

@@ -54,6 +54,7 @@ class Prepared:
     messages: int
     rewording: Rewording
     run: Callable[[], ReplayRun] | None
+    failed: str = ""  # why the copy could not be re-worded (then no run: a half re-worded copy misleads)
 
 
 def prepare(ctx: Context, cassette_dir: Path, is_tape: Callable[[Path], bool]) -> Prepared:
@@ -62,7 +63,10 @@ def prepare(ctx: Context, cassette_dir: Path, is_tape: Callable[[Path], bool]) -
     if not mapping:
         return Prepared(0, Rewording(), None)
     copy, _ = ctx.scratch_copy_without(LABEL, cassette_dir, is_tape)
-    rewording = reword_copy(ctx.repo, copy, mapping, leave=cassette_dir)
+    try:
+        rewording = reword_copy(ctx.repo, copy, mapping, leave=cassette_dir)
+    except OSError as exc:
+        return Prepared(len(mapping), Rewording(), None, f"the copy could not be re-worded ({exc.strerror})")
     if not rewording.occurrences:
         return Prepared(len(mapping), rewording, None)
     return Prepared(len(mapping), rewording, lambda: ctx.run_suite(copy, label=LABEL))
