@@ -327,19 +327,23 @@ def _tape_folder_by_content(repo: Path, notes: list[str]) -> Path | None:
 
 
 def _discover_triage_command(repo: Path) -> list[str] | None:
-    """``python -m <pkg>`` when exactly one package at the repository root has a ``__main__.py``.
+    """``python -m <pkg>`` when exactly one package at the repository root or in its ``src/`` has a
+    ``__main__.py``.
 
     The take-home's brief names that command line (`python -m <pkg> "message"`, exit 2 on a miss), so it is
-    the submission's contract, not a guess. A src/ layout is left undiscovered: the grader runs the code from
-    the checkout, where such a package is not importable without installing it.
+    the submission's contract, not a guess. A src/ layout counts: every run puts ``src/`` on the path
+    (grader/context.py, `_pythonpath`), as the project's editable install would.
     """
     found = []
-    for child in walk.folders(repo, depth=1, skip=walk.NOT_OWN_CODE, hidden=False):
-        if not child.name.isidentifier():
-            continue
-        main = child / "__main__.py"
-        if (child / "__init__.py").is_file() and main.is_file() and not main.is_symlink():
-            found.append(child.name)
+    src = repo / "src"
+    bases = [repo] + ([src] if src.is_dir() and not src.is_symlink() else [])
+    for base in bases:
+        for child in walk.folders(base, depth=1, skip=walk.NOT_OWN_CODE, hidden=False):
+            if not child.name.isidentifier():
+                continue
+            main = child / "__main__.py"
+            if (child / "__init__.py").is_file() and main.is_file() and not main.is_symlink():
+                found.append(child.name)
     return ["python", "-m", found[0]] if len(found) == 1 else None
 
 
