@@ -41,8 +41,9 @@ def _escaped_py(text: str, quote: str) -> str:
     return escaped.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
 
 
-# How a message may be written down in a text file, as (name, encode): the replacement is written the same
-# way. JSON with and without ASCII escapes, a Python literal in either quote, a CSV field's doubled quotes.
+# How a message may be written down in a text file: the replacement is written the same way. JSON with and
+# without ASCII escapes (a double-quoted YAML scalar too), a Python literal in either quote, a CSV field's
+# doubled quotes, a single-quoted YAML scalar's.
 _FORMS: tuple[Callable[[str], str], ...] = (
     lambda text: text,
     lambda text: json.dumps(text, ensure_ascii=False)[1:-1],
@@ -50,6 +51,7 @@ _FORMS: tuple[Callable[[str], str], ...] = (
     lambda text: _escaped_py(text, "'"),
     lambda text: _escaped_py(text, '"'),
     lambda text: text.replace('"', '""'),
+    lambda text: text.replace("'", "''"),  # a single-quoted YAML scalar
 )
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from grader.grading import grade
 from grader.reword import plan, reword_copy
@@ -43,6 +44,7 @@ def test_every_spelling_of_a_recorded_message_is_reworded_the_same_way(tmp_path:
     (repo / "data" / "tickets.csv").write_text(
         f'message,intent\n"{_MESSAGE.replace(chr(34), 2 * chr(34))}",x\n'
     )
+    (repo / "data" / "tickets.yaml").write_text(f"- message: '{_MESSAGE.replace(chr(39), 2 * chr(39))}'\n")
     (repo / "tests" / "test_it.py").write_text(
         f"MESSAGES = [{_MESSAGE!r}, {_OTHER!r}]\nSAME = {json.dumps(_MESSAGE)}\n", encoding="utf-8"
     )
@@ -61,13 +63,19 @@ def test_every_spelling_of_a_recorded_message_is_reworded_the_same_way(tmp_path:
         f'"{new.replace(chr(34), 2 * chr(34))}",x'
     )
     tree = ast.parse((copy / "tests" / "test_it.py").read_text(encoding="utf-8"))
+    assert yaml.safe_load((copy / "data" / "tickets.yaml").read_text()) == [{"message": new}]
     namespace = {n.targets[0].id: ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)}
     assert namespace["MESSAGES"] == [new, mapping[_OTHER]] and namespace["SAME"] == new
     # the tapes are withheld anyway, and never rewritten; the pristine tree is read, never written
     assert json.loads((copy / "cassettes" / "abc.json").read_text(encoding="utf-8"))["content"] == _MESSAGE
     assert json.loads((repo / "data" / "tickets.jsonl").read_text(encoding="utf-8"))["message"] == _MESSAGE
-    assert done.occurrences == 5 and done.found == 2
-    assert sorted(done.files) == ["data/tickets.csv", "data/tickets.jsonl", "tests/test_it.py"]
+    assert done.occurrences == 6 and done.found == 2
+    assert sorted(done.files) == [
+        "data/tickets.csv",
+        "data/tickets.jsonl",
+        "data/tickets.yaml",
+        "tests/test_it.py",
+    ]
     assert "data/tickets.csv:2" in done.places and "tests/test_it.py:2" in done.places
 
 
