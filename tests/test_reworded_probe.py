@@ -180,7 +180,11 @@ def test_r5_recorded_keys_embedded_is_caught_by_the_reworded_rerun_too(
     report = grade(str(repo), rubric=load_rubric(), timeout=120, cache_root=grade_cache, jobs=1)
     facts, findings, row = _loud_miss(report)
     assert facts["reworded_answered"] > 0 and row["score"] <= 1
-    passed = [f for f in findings if f["rule"] == "made-up-answer" and "(passed)" in f["message"]]
+    passed = [
+        f
+        for f in findings
+        if f["rule"] == "made-up-answer" and "] passed with its inputs re-worded" in f["message"]
+    ]
     # the two tickets labelled other/no-human pass on the made-up {"intent": "other", "needs_human": false}
     assert len(passed) == 2, findings
     assert any(d.endswith("it answered a request no tape ever held") for d in row["details"])
