@@ -17,11 +17,17 @@ from typing import Any
 import pytest
 import yaml
 
+from grader.audit import AuditLog
+from grader.checks.loud_miss import _names_miss
+from grader.checks.reworded_rerun import answered
+from grader.context import ReplayRun
 from grader.grading import grade
 from grader.reword import plan, reword_copy
 from grader.rubric import load_rubric
+from grader.sandbox import RunResult
 from grader.selftest import load_corpus
 from grader.selftest.runner import build_case
+from grader.tamper import GuardLog
 
 _MESSAGE = 'My "premium" order #4411 can\'t be found, where is it?'
 _OTHER = "Please reimburse me for the headphones that arrived cracked."
@@ -231,3 +237,51 @@ def test_a_message_the_agent_wrapped_in_a_template_is_found_by_its_lines(tmp_pat
     assert done.occurrences == 1 and done.files == ["tickets.json"]
     new = json.loads((copy / "tickets.json").read_text(encoding="utf-8"))[0]["message"]
     assert new != _OTHER and len(new.split()) == len(_OTHER.split()) + 1
+
+
+def _suite_run(outcomes: dict[str, tuple[str, str]]) -> ReplayRun:
+    """A suite run as the grader reads it back: per-test outcomes and failure lines from the guard's log."""
+    guard = GuardLog(
+        outcomes={test: outcome for test, (outcome, _) in outcomes.items()},
+        messages={test: f"tests/test_t.py:7: {line}" for test, (_, line) in outcomes.items() if line},
+        records=len(outcomes),
+    )
+    run = RunResult(["make", "test"], 1, "", "", False, 1.0, False)
+    return ReplayRun(
+        command=["make", "test"], run=run, results=None, audit=AuditLog(), junit=None, guard=guard
+    )
+
+
+def test_only_a_miss_that_disappears_counts_as_an_answer() -> None:
+    miss = "support_triage_agent.cassette.CassetteMiss: no tape for key 0123456789abcdef0123 (make record)"
+    withheld = _suite_run(
+        {
+            "t::mocked": ("passed", ""),  # never reaches the cassette layer: not compared
+            "t::parser": ("failed", "ValueError: bad shape"),  # its failure names no miss: not compared
+            "t::answered": ("failed", miss),
+            "t::assertion": ("failed", miss),
+            "t::cut": ("failed", "pkg.client.ReplayMiss: no recording for 0123456789abcdef0123"),
+            "t::loud": ("failed", miss),
+        }
+    )
+    reworded = _suite_run(
+        {
+            "t::mocked": ("passed", ""),
+            "t::parser": ("passed", ""),
+            "t::answered": ("passed", ""),
+            "t::assertion": ("failed", "AssertionError: assert {'intent': 'other'} == {'intent': 'refund'}"),
+            # the same miss, its key and words lost at the line's cap: not an answer
+            "t::cut": ("failed", "pkg.client.ReplayMiss: no recording for 'Where is my parcel, I ordered…"),
+            "t::loud": ("failed", miss.replace("0123", "4567")),
+        }
+    )
+    compared, found = answered(withheld, reworded, _names_miss) or (0, [])
+
+    assert compared == 4
+    assert [(a.test, a.where) for a in found] == [
+        ("t::answered", "tests/test_t.py:7"),
+        ("t::assertion", "tests/test_t.py:7"),
+    ]
+    assert found[0].how == "passed" and found[1].how.startswith(
+        "failed without naming a miss (AssertionError"
+    )

@@ -84,12 +84,18 @@ def _message(line: str) -> str:
     return _LOCATION.sub("", line, count=1)
 
 
+def _kind(line: str) -> str:
+    """What was raised (``CassetteMiss``, ``AssertionError``), from a failure's first line: the same kind as
+    the withheld-tape failure is the same miss, whatever the cut at the line's cap left of its wording."""
+    return _message(line).split(":", 1)[0].strip().rsplit(".", 1)[-1]
+
+
 def answered(
     withheld: ReplayRun, reworded: ReplayRun, names_miss: Callable[[str], bool]
 ) -> tuple[int, list[Answered]] | None:
     """(tests compared: those that failed naming a miss with the tapes withheld, those of them that passed or
-    failed without naming a miss with the inputs re-worded); None when either run left no per-test outcomes
-    (no guard log)."""
+    failed on something else, not naming a miss, with the inputs re-worded); None when either run left no
+    per-test outcomes (no guard log)."""
     before, after = _outcomes(withheld), _outcomes(reworded)
     if before is None or after is None:
         return None
@@ -105,7 +111,11 @@ def answered(
         result = now.get(test)
         if result in ("passed", "xpassed"):
             found.append(Answered(test, where, "passed"))
-        elif result in ("failed", "error") and not names_miss(_message(says.get(test, ""))):
+        elif (
+            result in ("failed", "error")
+            and not names_miss(_message(says.get(test, "")))
+            and _kind(says.get(test, "")) != _kind(why.get(test, ""))
+        ):
             said = _message(says.get(test, "")).strip() or "no message"
             found.append(Answered(test, where, f"{result} without naming a miss ({said[:160]})"))
     found.sort(key=lambda item: item.how != "passed")  # a pass on a made-up answer is the plainest
