@@ -31,7 +31,7 @@ _UNSEEN = "loud-miss unseen-message"
 _UNSEEN_NOW = "loud-miss unseen-message (in the check)"
 _IN_TESTS = "loud-miss unseen-message in a test"
 _REWORDED = "loud-miss withheld-tapes, inputs re-worded"
-_MAX_ANSWERED_SHOWN = 10  # tests that answered a never-recorded request: details and findings for these
+_MAX_ANSWERED_SHOWN = 10  # tests that answered a never-recorded request: a finding for each of these
 
 # The triage command run inside a pytest test of the submission's own suite (red-team R5: a client that
 # invents answers only under pytest, for requests it never recorded, kept its command line honest). The
@@ -321,7 +321,12 @@ def _reworded_probe(
         started = ctx.probe_result(_REWORDED)
         if started is not None:
             return cast("tuple[reworded_rerun.Prepared, ReplayRun | None]", started)
-        prepared = reworded_rerun.prepare(ctx, cassette_dir, _is_tape_file)
+        try:
+            prepared = reworded_rerun.prepare(ctx, cassette_dir, _is_tape_file)
+        except NotAssessable:
+            raise
+        except Exception as exc:  # a probe the grader could not prepare costs the submission nothing
+            return f"its copy could not be prepared ({type(exc).__name__}: {str(exc)[:200]})"
         return prepared, prepared.run() if prepared.run is not None else None
     except NotAssessable as exc:
         return str(exc)
@@ -371,7 +376,7 @@ def loud_miss(ctx: Context) -> CheckResult:
             answers only under pytest shows here
         reworded_occurrences: places where a recorded user message was re-worded for the re-worded
             rerun (the tapes withheld, every recorded message in the repository's text files given one more
-            word, in its JSON, Python or CSV spelling too); 0: no text file holds one, not probed
+            word, in its JSON, Python, CSV or YAML spelling too); 0: no text file holds one, not probed
         reworded_files: files those places are in
         reworded_compared: tests that failed naming a miss in the withheld-tape rerun, compared with the
             re-worded rerun
