@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     from grader.standin_drift import Drifter
     from grader.standin_profile import ProfileError, load_profile, resolve_profile
 
+    # What the standard library imports lazily must be loaded before root is given up: the grader's
+    # interpreter may live where uid 65534 cannot read (a Python under a 0700 /root).
+    "localhost".encode("idna")
     try:
         profile = load_profile(resolve_profile(args.profile))
     except (ProfileError, RulesError) as exc:

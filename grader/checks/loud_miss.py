@@ -322,11 +322,13 @@ def loud_miss(ctx: Context) -> CheckResult:
     once as a command and once from a test file added to the suite (``python -m <pkg>`` commands).
     When the Makefile has a ``serve`` target, a fourth (grader/checks/serve_probe.py): the replay server,
     loopback only, must answer a recorded request with its recorded answer and an unseen one with 422 naming
-    a key; a 2xx for the unseen request is one more silent fallback. No server is needed for full marks.
+    a key; a 2xx for the unseen request is one more silent fallback, and no HTTP answer at all (the server
+    crashed, reset or hung) is not loud. No server is needed for full marks.
 
     Facts:
-        loud: the withheld-tape rerun failed naming a missing tape, and an unseen message (if probed)
-            exited 2, as a command and inside a test
+        loud: the withheld-tape rerun failed naming a missing tape, an unseen message (if probed)
+            exited 2, as a command and inside a test, and `make serve` (if probed) gave an unseen request
+            an HTTP answer
         network_attempts: connection attempts in both probes (audit hook, or refused by pytest-socket)
         silent_fallbacks: exception handlers in the submission's code that hide a miss (static scan)
         withheld: tapes withheld for the rerun
@@ -339,7 +341,8 @@ def loud_miss(ctx: Context) -> CheckResult:
             answers only under pytest shows here
         serve_probed: a `make serve` replay server was started and answered the probe
         serve_replayed: it answered the recorded request with HTTP 200 and the recorded answer
-        serve_unseen_status: its HTTP status for a request no tape holds (-1 when not probed)
+        serve_unseen_status: its HTTP status for a request no tape holds (-1 when not probed, or when it
+            gave no HTTP answer)
         serve_names_key: that answer was HTTP 422 with a key (16+ hex characters) in its body
         summary: one line
     """
@@ -379,7 +382,9 @@ def loud_miss(ctx: Context) -> CheckResult:
     unseen_ok = _in_tests_facts(found, _in_tests_probe(ctx, command), command) and unseen_ok
     serve = _serve_facts(found, probe_serve(ctx), len(fallbacks))
     _attempt_findings(found, rerun)
-    found.facts["loud"] = failed > 0 and named and not found.attempts and unseen_ok
+    # A server that gives an unseen request no HTTP answer (crashed, reset, hung) did not refuse it loudly.
+    serve_ok = not serve.ran or serve.unseen_status > 0
+    found.facts["loud"] = failed > 0 and named and not found.attempts and unseen_ok and serve_ok
     found.facts["summary"] = _summary(found, failed, bool(command), fallbacks, serve)
     return found.result()
 
@@ -523,6 +528,8 @@ def _summary(
         )
     elif facts["unseen_exit"] not in (-1, 2):
         summary = f"an unseen message exited {facts['unseen_exit']} instead of 2"
+    elif serve.ran and serve.unseen_status <= 0:
+        summary = "`make serve` gave no HTTP answer to a request no tape holds (it must answer 422)"
     else:
         summary = f"an unseen message exited {facts['unseen_exit_in_tests']} inside a test instead of 2"
     if fallbacks:
