@@ -125,7 +125,10 @@ def _probe(
     client = [sys.executable, "-I", str(_CLIENT), "--plan", str(private / "plan.json")]
     client += ["--server-output", str(server_output), "--result", str(result)]
     client += ["--url-wait", f"{_URL_WAIT:g}", "--lifetime", f"{_CLIENT_TIME:g}"]
-    argv = ["/bin/sh", "-c", _WRAPPER.format(fd=fd, bound=int(_CLIENT_TIME) + 5)]
+    # The client ends the run when it is done; the bound matters only where helpers share the host's network
+    # (then the run lasts it), and stays under the run's timeout so that an honest server is not a timeout.
+    bound = max(1, min(int(_CLIENT_TIME) + 5, int(ctx.timeout) - 2))
+    argv = ["/bin/sh", "-c", _WRAPPER.format(fd=fd, bound=bound)]
     scratch = ctx.scratch_copy("serve-probe")
     try:
         run, audit = ctx.run(
