@@ -11,14 +11,21 @@ rubric's own rows.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import shutil
+import socket
+import subprocess
+import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from grader import sandbox
 from grader.grading import grade
 from grader.rubric import load_rubric
 from grader.sandbox import isolation
@@ -26,7 +33,7 @@ from grader.sandbox import isolation
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_solution"
 PACKAGE = "support_triage_agent"
 
-pytestmark = pytest.mark.skipif(
+needs_netns = pytest.mark.skipif(
     isolation().network != "namespace+pytest-socket", reason="needs a network namespace"
 )
 
@@ -150,6 +157,7 @@ def _lenient(tmp_path: Path, name: str) -> Path:
     return repo
 
 
+@needs_netns
 def test_an_agent_cannot_read_the_drift_probes_truth_log(tmp_path: Path, grade_cache: Path) -> None:
     control = _lenient(tmp_path, "lenient")
     attack = _lenient(tmp_path, "truth-reader")
@@ -219,6 +227,7 @@ def _making_up(tmp_path: Path, name: str, *, unless_listed: bool) -> Path:
     return repo
 
 
+@needs_netns
 def test_a_server_cannot_find_the_serve_probes_requests(tmp_path: Path, grade_cache: Path) -> None:
     control = _making_up(tmp_path, "making-up", unless_listed=False)
     attack = _making_up(tmp_path, "requests-reader", unless_listed=True)
@@ -236,6 +245,7 @@ def test_a_server_cannot_find_the_serve_probes_requests(tmp_path: Path, grade_ca
     assert "answers an unseen request with HTTP 200" in row["evidence"], row
 
 
+@needs_netns
 def test_a_server_that_dies_on_an_unseen_request_is_not_loud(tmp_path: Path, grade_cache: Path) -> None:
     repo = _copy(tmp_path, "dies-on-miss")
     _serving_only(_serve(repo))
@@ -260,3 +270,48 @@ def test_a_server_that_dies_on_an_unseen_request_is_not_loud(tmp_path: Path, gra
     assert row["score"] < row["max"], row
     assert "gave no HTTP answer" in row["evidence"], row
     assert any("another message: no HTTP answer" in d for d in row["details"]), row["details"]
+
+
+# --- where the machine has no network namespace ----------------------------------------------------------
+
+
+def test_without_a_network_namespace_the_helpers_run_on_the_host_and_end_with_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same sandbox with its network-namespace layer reported missing: the run has the host's network, so
+    # the stand-in helper must listen on the host (a port free there) and be gone when the run ends.
+    without = dataclasses.replace(sandbox._caps(), netns=False)
+    monkeypatch.setattr(sandbox, "_caps", lambda: without)
+    assert sandbox.helpers_share_host_network()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    private = Path(tempfile.mkdtemp(dir=tmp_path))
+    private.chmod(0o700)
+    truth = private / "truth.jsonl"
+    standin = [sys.executable, "-I", str(Path(sandbox.__file__).parent / "_standin_helper.py")]
+    standin += ["--profile", "baseline", "--port", str(port), "--truth-log", str(truth)]
+    standin += ["--error-log", str(private / "err"), "--lifetime", "60"]
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "I want a refund for my order"}]}
+    client = (
+        "import json, sys, urllib.request\n"
+        f"req = urllib.request.Request('http://127.0.0.1:{port}/v1/chat/completions', "
+        f"data={json.dumps(json.dumps(body))}.encode(), "
+        "headers={'content-type': 'application/json', 'authorization': 'Bearer x'})\n"
+        "with urllib.request.urlopen(req) as resp:\n"
+        "    print(resp.status, resp.headers.get('x-standin-truth'))\n"
+    )
+    result = sandbox.run(
+        ["python3", "-I", "-c", client],  # the system interpreter: the sandbox shows /usr
+        cwd=tmp_path / "work",
+        home=tmp_path / "home",
+        timeout=60,
+        loopback=True,
+        netns_helpers=[standin],
+    )
+    assert result.returncode == 0 and result.stdout.split() == ["200", "None"], result
+    lines = [json.loads(line) for line in truth.read_text(encoding="utf-8").splitlines()]
+    assert [(e["intent"], e["status"]) for e in lines] == [("refund", 200)] and "t" in lines[0], lines
+    assert os.stat(truth).st_mode & 0o077 == 0
+    left = subprocess.run(["pgrep", "-f", str(truth)], capture_output=True, text=True, check=False)
+    assert left.stdout.strip() == "", "the helper outlived the run"
