@@ -27,7 +27,7 @@ from grader import diskwatch, sandbox, tamper
 from grader.acquire import copy_checkout, keep_pristine, no_space, no_space_reason, no_space_text
 from grader.audit import AuditLog, Results, read_audit_log, read_result_log
 from grader.errors import NotAssessable
-from grader.manifest import WholeSuite, suite_command
+from grader.manifest import SuiteCommand, WholeSuite, suite_command
 from grader.safeio import UnsafeFile, is_regular, read_bytes
 
 if TYPE_CHECKING:
@@ -164,6 +164,11 @@ class Context:
         self.jobs = 1
         self._logs = workspace.root / "logs"
         self._logs.mkdir(parents=True, exist_ok=True)
+
+    def suite_command(self) -> SuiteCommand:
+        """How the suite is run, from the pristine copy's Makefile or README: read once per grade (every
+        probe's run of the suite uses it; a scratch copy's may have been rewritten)."""
+        return self.memo("suite-command", lambda: suite_command(self.repo))
 
     def memo(self, name: str, make: Callable[[], T]) -> T:
         """``make()``'s value, made once for this grade however many checks ask at once (e.g. the tapes,
@@ -499,7 +504,7 @@ class Context:
             rr.unskipped = self.run_suite(copy, label="replay-unskipped", unskip=True)
         if rr.scan.startup_hooks:
             rr.clean = self.run_suite(self.scratch_copy("replay-clean"), label="replay-clean", clean=True)
-        narrowed = suite_command(self.repo).narrowed
+        narrowed = self.suite_command().narrowed
         if narrowed is not None and guard is not None:
             copy = self.scratch_copy("replay-whole")
             rr.whole = self.run_suite(copy, label="replay-whole", whole=narrowed)
@@ -540,7 +545,7 @@ class Context:
         """
         venv = self.require_env().venv
         # Which command: from the pristine copy's Makefile or README (``cwd``'s may have been rewritten).
-        suite = suite_command(self.repo)
+        suite = self.suite_command()
         command = list(suite.argv)
         # One folder for the run's logs (the result log's, which the sandbox hands over as a *_LOG folder):
         # JUnit and pytest's cache are written there too.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import configparser
 import json
 import os
 import re
@@ -13,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from grader import pysource, walk
+from grader.pytest_config import addopts_text, ini_sections
 from grader.safeio import read_bytes
 
 if sys.version_info >= (3, 11):
@@ -327,19 +327,23 @@ def _tape_folder_by_content(repo: Path, notes: list[str]) -> Path | None:
 
 
 def _discover_triage_command(repo: Path) -> list[str] | None:
-    """``python -m <pkg>`` when exactly one package at the repository root has a ``__main__.py``.
+    """``python -m <pkg>`` when exactly one package at the repository root or in its ``src/`` has a
+    ``__main__.py``.
 
     The take-home's brief names that command line (`python -m <pkg> "message"`, exit 2 on a miss), so it is
-    the submission's contract, not a guess. A src/ layout is left undiscovered: the grader runs the code from
-    the checkout, where such a package is not importable without installing it.
+    the submission's contract, not a guess. A src/ layout counts: every run puts ``src/`` on the path
+    (grader/context.py, `_pythonpath`), as the project's editable install would.
     """
     found = []
-    for child in walk.folders(repo, depth=1, skip=walk.NOT_OWN_CODE, hidden=False):
-        if not child.name.isidentifier():
-            continue
-        main = child / "__main__.py"
-        if (child / "__init__.py").is_file() and main.is_file() and not main.is_symlink():
-            found.append(child.name)
+    src = repo / "src"
+    bases = [repo] + ([src] if src.is_dir() and not src.is_symlink() else [])
+    for base in bases:
+        for child in walk.folders(base, depth=1, skip=walk.NOT_OWN_CODE, hidden=False):
+            if not child.name.isidentifier():
+                continue
+            main = child / "__main__.py"
+            if (child / "__init__.py").is_file() and main.is_file() and not main.is_symlink():
+                found.append(child.name)
     return ["python", "-m", found[0]] if len(found) == 1 else None
 
 
@@ -530,32 +534,11 @@ _DEFAULT_COLLECTION = [
 def _config_narrowing(repo: Path) -> str:
     """Where the pytest configuration narrows what is collected ("" when it does not)."""
     found: list[str] = []
-    try:
-        text = read_bytes(repo / "pyproject.toml", cap=_TOML_CAP, root=repo).decode("utf-8")
-        data = tomllib.loads(text)
-    except (OSError, ValueError, RecursionError):
-        data, text = {}, ""
-    ini = data.get("tool", {}).get("pytest", {}).get("ini_options", {}) if isinstance(data, dict) else {}
-    sections: list[tuple[str, dict[str, object]]] = []
-    if isinstance(ini, dict):
-        sections.append(("pyproject.toml", ini))
-    for name, section in (("pytest.ini", "pytest"), ("setup.cfg", "tool:pytest"), ("tox.ini", "pytest")):
-        raw = _read_text(repo, name)
-        if not raw:
-            continue
-        parser = configparser.ConfigParser(interpolation=None)
-        try:
-            parser.read_string(raw)
-        except configparser.Error:
-            continue
-        if parser.has_section(section):
-            sections.append((name, dict(parser.items(section))))
-    for name, options in sections:
+    for name, options in ini_sections(repo):
         for key in _COLLECTION_KEYS:
             if key in options:
                 found.append(f"{name}: {key} = {options[key]!s}"[:120])
-        addopts = options.get("addopts")
-        shown = " ".join(map(str, addopts)) if isinstance(addopts, list) else str(addopts or "")
+        shown = addopts_text(options)
         if _SELECTING_ADDOPTS.search(shown):
             found.append(f"{name}: addopts = {shown}"[:120])
     return "; ".join(found)

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from grader import pysource, walk
+from grader.pytest_config import addopts_text, ini_sections
 from grader.safeio import UnsafeFile, read_bytes
 
 if sys.version_info >= (3, 11):
@@ -178,31 +179,7 @@ def _rel(repo: Path, path: Path) -> str:
 
 
 def _ini_addopts(repo: Path) -> str:
-    parts: list[str] = []
-    text = _read(repo / "pyproject.toml")
-    if text:
-        try:
-            data = tomllib.loads(text)
-        except (tomllib.TOMLDecodeError, RecursionError):  # a nesting bomb is malformed TOML too
-            data = {}
-        ini = data.get("tool", {}).get("pytest", {}).get("ini_options", {})
-        addopts = ini.get("addopts") if isinstance(ini, dict) else None
-        if isinstance(addopts, list):
-            parts += [str(a) for a in addopts]
-        elif isinstance(addopts, str):
-            parts.append(addopts)
-    for name, section in (("pytest.ini", "pytest"), ("setup.cfg", "tool:pytest"), ("tox.ini", "pytest")):
-        text = _read(repo / name)
-        if not text:
-            continue
-        parser = configparser.ConfigParser(interpolation=None)
-        try:
-            parser.read_string(text)
-        except configparser.Error:
-            continue
-        if parser.has_option(section, "addopts"):
-            parts.append(parser.get(section, "addopts"))
-    return " ".join(parts)
+    return " ".join(addopts_text(options) for _, options in ini_sections(repo))
 
 
 def _entry_point_plugins(repo: Path) -> list[str]:

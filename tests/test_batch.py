@@ -334,3 +334,33 @@ def test_grades_started_at_once_each_find_the_installer() -> None:
         )
         kinds, first = done.stdout.split(maxsplit=1)
         assert (kinds, "Error" in first) == ("1", False), done.stdout
+
+
+_BROKEN_GRADER = """
+import sys
+from grader import batch, cli
+
+
+def broken(*args, **kwargs):
+    raise RuntimeError("a bug in the grader")
+
+
+batch.grade = broken
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_grader_bug_costs_one_candidate_and_debug_shows_where(tmp_path: Path, debug: bool) -> None:
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"{SAMPLE}\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("GRADE_DEBUG", None)
+    if debug:
+        env["GRADE_DEBUG"] = "1"
+    argv = [sys.executable, "-c", _BROKEN_GRADER, "batch", str(listing), "--output", str(tmp_path / "out")]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.DictReader((tmp_path / "out" / "summary.csv").open()))
+    assert rows[0]["reason"] == "internal error in the grader: RuntimeError: a bug in the grader"
+    assert ("Traceback" in done.stderr) is debug, done.stderr

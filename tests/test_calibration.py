@@ -235,6 +235,7 @@ def test_bad_selftest_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
         ("version: 1\ncases:\n  - {id: x, base: sample, steps: [{op: nope}]}\n", "needs 'op', one of"),
         ("version: 1\ncases:\n  - {id: x, base: sample, expect: {loud-miss: [3, 1]}}\n", "low <= high"),
         ("version: 1\ncases:\n  - {id: x, base: sample}\n  - {id: x, base: sample}\n", "duplicate case id"),
+        ("version: 1\ncases:\n  - {id: x, base: sample, expect: {model-drift: manul}}\n", "or 'manual'"),
     ],
 )
 def test_a_malformed_corpus_is_bad_input(tmp_path: Path, text: str, message: str) -> None:
@@ -254,3 +255,38 @@ def test_an_answer_edited_after_recording_caps_offline_replay_naming_both_commit
     assert row["score"] is not None and row["score"] <= 2
     assert planted["file"] in row["evidence"]
     assert planted["commit"] in row["evidence"] and planted["before"] in row["evidence"]
+
+
+def test_a_manual_band_holds_only_a_row_left_to_a_reviewer(tmp_path: Path) -> None:
+    from grader.selftest.runner import _judge
+
+    path = tmp_path / "corpus.yaml"
+    path.write_text("version: 1\ncases:\n  - {id: x, base: sample, expect: {model-drift: manual}}\n")
+    case = load_corpus(path)[0]
+    left = {"rows": [{"id": "model-drift", "status": "manual", "score": None, "evidence": "no call reached"}]}
+    scored = {"rows": [{"id": "model-drift", "status": "scored", "score": 3, "evidence": "5 drifted"}]}
+    (ok,) = _judge(case, left, {})
+    assert ok.ok and ok.line("x") == "x model-drift: ok (manual, as its reviewers expect)"
+    (out,) = _judge(case, scored, {})
+    assert out.problems == ["OUT OF BAND: expected manual (left to a reviewer), got 3"]
+
+
+def test_a_known_gap_is_reported_while_out_of_band_and_fails_once_closed(tmp_path: Path) -> None:
+    from grader.selftest.runner import _judge
+
+    path = tmp_path / "corpus.yaml"
+    path.write_text(
+        "version: 1\ncases:\n  - id: x\n    base: sample\n    expect: {model-drift: [3, 3]}\n"
+        "    known_gaps: {model-drift: its live switch is a flag}\n"
+    )
+    case = load_corpus(path)[0]
+    left = {"rows": [{"id": "model-drift", "status": "manual", "score": None, "evidence": "no call"}]}
+    (gap,) = _judge(case, left, {})
+    assert gap.ok and gap.line("x") == (
+        "x model-drift: known gap (manual; its reviewers' band differs): its live switch is a flag"
+    )
+    closed = {"rows": [{"id": "model-drift", "status": "scored", "score": 3, "evidence": "5 drifted"}]}
+    (now,) = _judge(case, closed, {})
+    assert not now.ok and now.problems == [
+        "KNOWN GAP CLOSED: the row is in band now; remove it from known_gaps"
+    ]

@@ -121,26 +121,54 @@ def test_an_agent_that_never_reaches_the_endpoint_goes_to_a_reviewer(
     assert "made no model call" in row["evidence"] and "judge by reading" in row["evidence"]
 
 
-def test_an_agent_that_refuses_before_any_call_scores_nothing_not_manual(
-    tmp_path: Path, grade_cache: Path
-) -> None:
-    # Red-team R10: a command that fails (or hangs) in the probe's record mode before calling anything kept
-    # the row out of the total as "manual", raising the percentage above an honest agent's that met a drift.
-    repo = make_agent(tmp_path, "openai", "raising", ["I want a refund for my jacket"])
-    main = repo / "agent" / "__main__.py"
-    main.write_text(main.read_text(encoding="utf-8").replace("raw = post(b)", "raise OSError('refused')"))
+def _commit(repo: Path, old: str, new: str) -> None:
     import subprocess
 
     from tests.helpers.git import GIT_ENV
 
+    main = repo / "agent" / "__main__.py"
+    main.write_text(main.read_text(encoding="utf-8").replace(old, new))
     subprocess.run(
-        ["git", "commit", "-qam", "refuse"], cwd=repo, check=True, env={**GIT_ENV, "PATH": "/usr/bin:/bin"}
+        ["git", "commit", "-qam", "change"], cwd=repo, check=True, env={**GIT_ENV, "PATH": "/usr/bin:/bin"}
     )
+
+
+def test_an_agent_that_refuses_the_record_mode_scores_nothing_not_manual(
+    tmp_path: Path, grade_cache: Path
+) -> None:
+    # Red-team R10: a command that fails (or hangs) in the probe's record mode before calling anything, and
+    # answers otherwise, kept the row out of the total as "manual", raising the percentage above an honest
+    # agent's that met a drift.
+    repo = make_agent(tmp_path, "openai", "raising", ["I want a refund for my jacket"])
+    refuse = (
+        "import os\n"
+        "        if os.environ.get('CASSETTE_MODE') == 'record':\n"
+        "            raise OSError('refused')\n"
+        "        print(json.dumps({'intent': 'refund', 'needs_human': False}))\n"
+        "        return 0"
+    )
+    _commit(repo, "raw = post(b)", refuse)
     report = grade(str(repo), rubric=_drift_rubric(1), timeout=120, cache_root=grade_cache, jobs=1)
     row, facts = _row(report), report["facts"]["drift"]
     assert facts["unreached"] == 1 and facts["drifted"] == 0
     assert row["status"] != "manual" and row["score"] == 0, row
     assert "failed on 1 of them before calling" in row["evidence"], row["evidence"]
+
+
+def test_an_agent_that_fails_the_same_without_the_record_switches_goes_to_a_reviewer(
+    tmp_path: Path, grade_cache: Path
+) -> None:
+    # The independent A/triagebot: its prompt wraps the message (<message>...</message>), so the recorded
+    # user message, given back to its command, is an input it never recorded: a loud miss (exit 2) in every
+    # mode, and its live switch (TRIAGEBOT_LIVE=1) is nowhere the probe looks. Not a refusal of the probe:
+    # a reviewer reads the parser, as for any agent the probe cannot reach.
+    repo = make_agent(tmp_path, "openai", "raising", ["I want a refund for my jacket"])
+    _commit(repo, "raw = post(b)", "sys.stderr.write('no tape for this request\\n')\n        return 2")
+    report = grade(str(repo), rubric=_drift_rubric(1), timeout=120, cache_root=grade_cache, jobs=1)
+    row, facts = _row(report), report["facts"]["drift"]
+    assert facts["unreached"] == 1 and facts["drifted"] == 0
+    assert row["status"] == "manual" and row["score"] is None, row
+    assert "failed the same way in plain replay" in row["evidence"] and "exit 2 both times" in row["evidence"]
 
 
 def test_the_record_targets_own_variables_reach_the_triage_command(

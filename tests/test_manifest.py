@@ -215,3 +215,32 @@ def test_without_a_test_target_the_readmes_command_is_used_not_prose_or_recordin
 def test_without_makefile_or_readme_command_the_suite_is_python_m_pytest(tmp_path: Path) -> None:
     suite = _suite(tmp_path, {"README.md": "# nothing to run here\n"})
     assert suite.argv == ["python", "-m", "pytest"]
+
+
+def _package(root: Path, rel: str, main: bool = True) -> None:
+    _write(root, f"{rel}/__init__.py")
+    if main:
+        _write(root, f"{rel}/__main__.py", "print('hi')\n")
+
+
+def test_a_src_layout_package_with_main_is_the_triage_command(tmp_path: Path) -> None:
+    # The brief's `python -m <pkg>` works there too: every run puts src/ on the path.
+    _write(tmp_path, "pyproject.toml", '[project]\nname = "helpdesk"\n')
+    _package(tmp_path, "src/helpdesk_triage")
+    _package(tmp_path, "src/helpers", main=False)
+    assert read_manifest(tmp_path).triage_command == ["python", "-m", "helpdesk_triage"]
+
+
+def test_two_packages_with_main_at_root_and_in_src_leave_the_command_undiscovered(tmp_path: Path) -> None:
+    _package(tmp_path, "triage")
+    _package(tmp_path, "src/other")
+    assert read_manifest(tmp_path).triage_command is None
+
+
+def test_a_src_folder_that_is_a_link_is_not_followed(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    _package(elsewhere, "stolen")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "src").symlink_to(elsewhere)
+    assert read_manifest(repo).triage_command is None

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 __all__ = ["drift", "start_drift"]
 
 _LABEL = "drift probe"
+# The plain-replay control of a command that failed every ticket: one ticket, as long as a ticket may take.
+_CONTROL_TIMEOUT = 30.0
 _DEFAULT_TICKETS = 8
 _PROFILE = "drifted"
 _SHOWN = 3
@@ -100,7 +102,9 @@ def drift(ctx: Context) -> CheckResult:
             the probe's run those hosts' HTTPS is answered by the stand-in); when that is every ticket and
             the command answered each (exit 0) the row goes to a reviewer (manual): the probe cannot reach
             the agent's endpoint to drift an answer; when it failed or hung before calling, nothing was
-            met and the row scores so
+            met and the row scores so, unless the command fails the first such ticket the same way in
+            plain replay (none of the probe's record switches): then it was not refusing the probe, its
+            live mode is one the probe cannot find, and the row goes to a reviewer too
         not_run: tickets left out because the run's time (--timeout) was spent
         kinds: drift kinds seen, each with its counts {tickets, handled, loud, violations}
         violation_kinds: drift kinds with at least one violation, sorted
@@ -157,7 +161,11 @@ def _result(ctx: Context, run: DriftRun) -> CheckResult:
         "violation_kinds": sorted(k for k, row in kinds.items() if row["violations"]),
     }
     bad = [o for o in drifted if o.verdict == "violation"]
-    facts["summary"] = _summary(facts, bad, run)
+    failed = [o for o in run.outcomes if o.verdict == "unreached" and o.exit_code != 0]
+    same = None
+    if facts["tickets"] and facts["unreached"] == facts["tickets"] and failed:
+        same = _fails_without_the_switches(ctx, run, failed[0])
+    facts["summary"] = _summary(facts, bad, run, same)
     command = " ".join(run.command)
     findings = [
         Finding(
@@ -181,8 +189,7 @@ def _result(ctx: Context, run: DriftRun) -> CheckResult:
     if run.skipped:
         details.append(f"drift probe: not run for lack of time: {', '.join(run.skipped)}")
     manual = None
-    failed = [o for o in run.outcomes if o.verdict == "unreached" and o.exit_code != 0]
-    if facts["tickets"] and facts["unreached"] == facts["tickets"] and not failed:
+    if facts["tickets"] and facts["unreached"] == facts["tickets"] and (not failed or same):
         # The agent reached neither the base URL nor an intercepted host (a provider not in
         # grader/rules/intercept.toml, a pinned certificate, its own settings): the stand-in never got a
         # call to drift. That is a way of building an agent, not a failure to handle drift. A reviewer
@@ -193,6 +200,29 @@ def _result(ctx: Context, run: DriftRun) -> CheckResult:
             "answer."
         )
     return CheckResult(facts=facts, findings=findings, details=details, manual=manual)
+
+
+def _fails_without_the_switches(ctx: Context, run: DriftRun, first: TicketOutcome) -> str | None:
+    """When no ticket reached the stand-in and some failed: does the command fail that ticket the same way
+    in plain replay (none of the probe's record switches, no stand-in)? Then its failure is not a refusal
+    of the probe's record mode (red-team R10) but how it answers that input anyway, e.g. a loud replay miss
+    because the prompt wraps the message the tapes recorded. Returns the evidence, or None when it differs.
+    """
+    copy = ctx.scratch_copy("triage-replay")
+    env = {"CASSETTE_MODE": "replay", "CASSETTE_MISS_LOG": str(ctx.log_path("replay", ".misses.jsonl"))}
+    result, _ = ctx.run(
+        [*run.command, first.ticket.message],
+        cwd=copy,
+        env=env,
+        timeout=_CONTROL_TIMEOUT,
+        label="triage-replay",
+    )
+    if first.exit_code is None or result.timed_out or result.returncode != first.exit_code:
+        return None
+    return (
+        f"{first.ticket.id} failed the same way in plain replay, without the probe's record switches "
+        f"(exit {first.exit_code} both times): the command's live mode is one the probe cannot find"
+    )
 
 
 def _reach(run: DriftRun) -> str:
@@ -213,10 +243,15 @@ def _line(o: TicketOutcome) -> str:
     return f"{o.ticket.source} ticket {o.ticket.id} ({drift}): {o.verdict}: {o.reason}"
 
 
-def _summary(facts: dict[str, Any], bad: list[TicketOutcome], run: DriftRun) -> str:
+def _summary(facts: dict[str, Any], bad: list[TicketOutcome], run: DriftRun, same: str | None) -> str:
     if facts["tickets"] == 0:
         return "drift probe ran no ticket: the run's time was spent"
     failed = [o for o in run.outcomes if o.verdict == "unreached" and o.exit_code != 0]
+    if facts["unreached"] == facts["tickets"] and same:
+        return (
+            f"the triage command made no model call for any of {counted(facts['tickets'], 'ticket')} and "
+            f"failed on {len(failed)} of them; {same}"
+        )
     if facts["unreached"] == facts["tickets"] and failed:
         # Red-team R10: refusing (or hanging) before any call is not a way of building an agent: it only
         # keeps the probe away. Sent to a reviewer it would leave the total, raising the percentage.

@@ -105,10 +105,12 @@ def main(args: Sequence[str]) -> int:
             "cases": [r.as_dict() for r in results],
         }
         opts.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-    rows = sum(1 for r in results for v in r.verdicts if v.band is not None)
-    unbanded = sum(1 for r in results for v in r.verdicts if v.band is None)
+    rows = sum(1 for r in results for v in r.verdicts if v.band is not None or v.manual)
+    unbanded = sum(1 for r in results for v in r.verdicts if v.band is None and not v.manual)
+    gaps = sum(1 for r in results for v in r.verdicts if v.known_gap)
     if not failed:
         extra = f"; {unbanded} rows not banded, reported only" if unbanded else ""
+        extra += f"; {gaps} known gaps, reported only" if gaps else ""
         print(f"selftest: all {len(results)} cases in band ({rows} rows{extra}), rubric {rubric.name!r}")
         sys.stdout.flush()
         return EXIT_OK

@@ -18,7 +18,7 @@ BASES = ("sample", "sample-shipped", "bundle")
 # Submissions written by people who never saw the grader, the template or the sample (README.md there).
 INDEPENDENT = Path(__file__).with_name("independent")
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-_CASE_KEYS = {"id", "description", "base", "bundle", "steps", "expect", "evidence"}
+_CASE_KEYS = {"id", "description", "base", "bundle", "steps", "expect", "evidence", "known_gaps"}
 _DEFAULT_BAND = (2, 3)
 
 
@@ -34,6 +34,13 @@ class Case:
     others: tuple[int, int] | None = _DEFAULT_BAND
     evidence: dict[str, list[str]] = field(default_factory=dict)  # row id -> substrings (with {planted})
     bundle: str = ""  # base "bundle": a git bundle under grader/selftest/independent/, cloned as is
+    # rows whose reviewers expect the grader to leave them to a person (`manual` in the corpus file): a
+    # reviewer who judged the property by hand where no probe can reach it, e.g. an agent that never calls
+    # a model from its one-ticket command
+    manual: frozenset[str] = frozenset()
+    # row id -> why the grader still lands outside the reviewers' band: reported, not failed, until the row
+    # lands in band (then the selftest fails until the entry is removed, like a strict xfail)
+    known_gaps: dict[str, str] = field(default_factory=dict)
 
     def band(self, row_id: str) -> tuple[int, int] | None:
         """The band row ``row_id`` must land in for this case; None: not banded (reported, never judged)."""
@@ -51,6 +58,9 @@ def default_corpus_paths() -> list[Path]:
     return [default_corpus_path(), Path(__file__).with_name("independent.yaml")]
 
 
+MANUAL = "manual"  # a band meaning: the row is left to a reviewer (status manual), no score expected
+
+
 def _band(value: object, where: str) -> tuple[int, int]:
     if (
         not isinstance(value, list)
@@ -58,7 +68,7 @@ def _band(value: object, where: str) -> tuple[int, int]:
         or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
         or value[0] > value[1]
     ):
-        raise BadInput(f"{where}: a band is [low, high], two integers with low <= high")
+        raise BadInput(f"{where}: a band is [low, high], two integers with low <= high, or 'manual'")
     return value[0], value[1]
 
 
@@ -96,7 +106,8 @@ def _case(raw: object, where: str, known: dict[str, Any]) -> Case:
     expect_raw = raw.get("expect") or {}
     if not isinstance(expect_raw, dict):
         raise BadInput(f"{where}: 'expect' maps row ids to [low, high]")
-    expect = {str(k): _band(v, f"{where}: expect.{k}") for k, v in expect_raw.items()}
+    manual = frozenset(str(k) for k, v in expect_raw.items() if v == MANUAL)
+    expect = {str(k): _band(v, f"{where}: expect.{k}") for k, v in expect_raw.items() if v != MANUAL}
     # An independent submission's bands are its reviewers', written before any later row existed: a row they
     # did not band is not out of band.
     others = expect.pop("others", None if base == "bundle" else _DEFAULT_BAND)
@@ -105,6 +116,9 @@ def _case(raw: object, where: str, known: dict[str, Any]) -> Case:
         isinstance(v, list) and all(isinstance(s, str) and s for s in v) for v in evidence_raw.values()
     ):
         raise BadInput(f"{where}: 'evidence' maps row ids to lists of non-empty strings")
+    gaps_raw = raw.get("known_gaps") or {}
+    if not isinstance(gaps_raw, dict) or not all(isinstance(v, str) and v.strip() for v in gaps_raw.values()):
+        raise BadInput(f"{where}: 'known_gaps' maps row ids to the reason the grader misses their band")
     return Case(
         id=case_id,
         description=str(raw.get("description") or ""),
@@ -114,6 +128,8 @@ def _case(raw: object, where: str, known: dict[str, Any]) -> Case:
         others=others,
         evidence={str(k): list(v) for k, v in evidence_raw.items()},
         bundle=str(bundle),
+        manual=manual,
+        known_gaps={str(k): " ".join(v.split()) for k, v in gaps_raw.items()},
     )
 
 

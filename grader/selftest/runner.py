@@ -36,6 +36,8 @@ class RowVerdict:
     band: tuple[int, int] | None  # None: not banded (a row the case's reviewers never saw): reported only
     evidence: str
     problems: list[str] = field(default_factory=list)  # empty: in band, evidence as expected
+    manual: bool = False  # the band is "left to a reviewer" (status manual), not a score
+    known_gap: str = ""  # out of band for a reason the corpus names (Case.known_gaps): reported, not failed
 
     @property
     def ok(self) -> bool:
@@ -46,6 +48,11 @@ class RowVerdict:
         evidence = " ".join(self.evidence.split())
         if len(evidence) > _EVIDENCE_SHOWN:
             evidence = evidence[: _EVIDENCE_SHOWN - 1] + "…"
+        if self.ok and self.known_gap:
+            got = "manual" if self.score is None else self.score
+            return f"{case_id} {self.row}: known gap ({got}; its reviewers' band differs): {self.known_gap}"
+        if self.ok and self.manual:
+            return f"{case_id} {self.row}: ok (manual, as its reviewers expect)"
         if self.ok and self.band is None:
             return f"{case_id} {self.row}: not banded ({self.score}; the case's bands predate this row)"
         if self.ok and self.band is not None:
@@ -80,8 +87,9 @@ class CaseResult:
                 {
                     "id": v.row,
                     "score": v.score,
-                    "band": list(v.band) if v.band is not None else None,
+                    "band": "manual" if v.manual else list(v.band) if v.band is not None else None,
                     "ok": v.ok,
+                    "known_gap": v.known_gap,
                     "problems": list(v.problems),
                     "evidence": v.evidence,
                     "details": _row(self.report, v.row).get("details", []),
@@ -146,13 +154,22 @@ def _judge(case: Case, report: dict[str, Any], planted: dict[str, str]) -> list[
     for row_id, row in rows.items():
         band = case.band(row_id)
         score = row.get("score")
-        verdict = RowVerdict(row_id, score, band, str(row.get("evidence", "")))
-        if band is None:
+        verdict = RowVerdict(row_id, score, band, str(row.get("evidence", "")), manual=row_id in case.manual)
+        if verdict.manual:
+            if row.get("status") != "manual":
+                got = score if score is not None else row.get("status")
+                verdict.problems.append(f"OUT OF BAND: expected manual (left to a reviewer), got {got}")
+        elif band is None:
             pass  # reported with its score, judged by nobody: its reviewers never saw this row
         elif score is None:
             verdict.problems.append(f"OUT OF BAND: expected [{band[0]}, {band[1]}], got {row.get('status')}")
         elif not band[0] <= score <= band[1]:
             verdict.problems.append(f"OUT OF BAND: expected [{band[0]}, {band[1]}], got {score}")
+        gap = case.known_gaps.get(row_id)
+        if gap and verdict.problems:
+            verdict.problems, verdict.known_gap = [], gap
+        elif gap:
+            verdict.problems.append("KNOWN GAP CLOSED: the row is in band now; remove it from known_gaps")
         text = "\n".join([verdict.evidence, *map(str, row.get("details", []))])
         for pattern in case.evidence.get(row_id, []):
             expected = _expand(pattern, planted)
@@ -161,7 +178,7 @@ def _judge(case: Case, report: dict[str, Any], planted: dict[str, str]) -> list[
             elif expected not in text:
                 verdict.problems.append(f"EVIDENCE MISSING: expected {expected!r} in the evidence or details")
         verdicts.append(verdict)
-    for row_id in sorted((set(case.expect) | set(case.evidence)) - set(rows)):
+    for row_id in sorted((set(case.expect) | case.manual | set(case.evidence)) - set(rows)):
         missing = RowVerdict(row_id, None, case.band(row_id), "")
         missing.problems.append("ROW MISSING: the rubric has no row with this id")
         verdicts.append(missing)
