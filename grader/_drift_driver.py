@@ -9,8 +9,8 @@ ticket's outcome carries when it began and ended (``time.monotonic()``), by whic
 stand-in's answers, which it alone reads, to tickets. Keys (the grader's canary) come from the environment
 and are replaced by ``[canary]`` in everything this prints.
 
-The driver makes itself non-dumpable first: the commands it starts run as the same user, and a dumpable
-driver's ``/proc/<pid>/fd/1`` would let them write a forged answer into the grader's pipe.
+The driver makes itself non-dumpable first: the commands it starts run as the same user, and could
+otherwise ptrace it or write its memory (``/proc/<pid>/mem``) to forge the answer it prints.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ the sandbox in the lane's network namespace but outside its mount and pid namesp
 its truth log and error log in a folder only the grader's user can open and the run is never shown; its
 answers carry no truth header. The grader reads that log after the lane and gives each answer to the
 ticket that was running when it was sent (the driver's ``time.monotonic()`` stamps; the driver is
-non-dumpable, so the command cannot write into its output).
+non-dumpable, so the command, the same user, cannot ptrace it or write its memory to forge them).
 """
 
 from __future__ import annotations
