@@ -40,14 +40,19 @@ def _listen(port: int) -> socket.socket:
     return sock
 
 
-def _detach(keep: int) -> None:
-    """Stdio to /dev/null (the run's pipes must not stay open on us), every other inherited fd closed."""
+def _detach(*keep: int, stderr: int | None = None) -> None:
+    """Stdio to /dev/null (the run's pipes must not stay open on us; ``stderr``: an fd to log to instead),
+    every other inherited fd closed but ``keep``. Shared by the grader's other helpers beside a run
+    (grader/_standin_helper.py, the serve probe's client)."""
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
-        os.dup2(null, fd)
+        os.dup2(null if fd != 2 or stderr is None else stderr, fd)
     os.close(null)
-    os.closerange(3, keep)
-    os.closerange(keep + 1, 65536)
+    low = 3
+    for fd in sorted(k for k in keep if k >= 3):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 65536)
 
 
 def _real_root() -> bool:

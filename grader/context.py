@@ -325,7 +325,7 @@ class Context:
         pass_fds: Sequence[int] = (),
         suite_probe: bool = False,
         network: bool = False,
-        netns_helper: Sequence[str] = (),
+        netns_helpers: Sequence[Sequence[str]] = (),
         overlays: Mapping[str, Path] | None = None,
     ) -> tuple[RunResult, AuditLog]:
         """Run `argv` in the sandbox with the submission's venv, no network and no credentials.
@@ -334,7 +334,8 @@ class Context:
         ``network``: the host's network (only `grade drift` against a live endpoint URL asks for it).
         ``suite_probe``: the command runs the suite again (a rerun, a record command that runs it); once the
         replay suite timed out it is skipped, or stopped if already running (NotAssessable).
-        ``netns_helper``, ``overlays``: the drift probe's interception (`grader.sandbox.run`).
+        ``netns_helpers``, ``overlays``: grader helpers beside the run, files shown over system files
+        (`grader.sandbox.run`).
         """
         if suite_probe and self._suite_hung.is_set():
             raise self.skip(self._suite_hung_reason)
@@ -368,7 +369,7 @@ class Context:
                 suite_probe,
                 loopback,
                 network,
-                netns_helper,
+                netns_helpers,
                 overlays,
             )
 
@@ -402,7 +403,7 @@ class Context:
         suite_probe: bool,
         loopback: bool,
         network: bool,
-        netns_helper: Sequence[str] = (),
+        netns_helpers: Sequence[Sequence[str]] = (),
         overlays: Mapping[str, Path] | None = None,
     ) -> tuple[RunResult, AuditLog]:
 
@@ -441,7 +442,7 @@ class Context:
                     audit_root=cwd,
                     pass_fds=pass_fds,
                     stop=self._suite_hung if suite_probe else None,
-                    netns_helper=netns_helper,
+                    netns_helpers=netns_helpers,
                     overlays=overlays,
                 )
         finally:

@@ -7,10 +7,10 @@ The one machine behind the `model-drift` row (grader/checks/drift.py) and `grade
 - ``run_tickets(ctx, tickets, profile=...)``: in a throwaway copy of the pristine checkout, the submission's
   triage command (``[tool.takehome] triage_command``, or the discovered ``python -m <pkg>``) runs once per
   ticket, the ticket appended as its last argument, in the sandbox with loopback only, against the kit's
-  stand-in started inside that sandbox with the given profile and a truth log. Each ticket's outcome holds
-  the answers the stand-in sent while it ran (their ground truth: intended label, drift applied, status)
-  and a verdict: ``correct``, ``loud`` (non-zero exit), ``violation`` (a wrong label, a made-up answer, or
-  output that is not the agent's own ``{"intent", "needs_human"}``), or ``unreached`` (no model call).
+  stand-in playing the given profile. Each ticket's outcome holds the answers the stand-in sent while it ran
+  (their ground truth: intended label, drift applied, status) and a verdict: ``correct``, ``loud``
+  (non-zero exit), ``violation`` (a wrong label, a made-up answer, or output that is not the agent's own
+  ``{"intent", "needs_human"}``), or ``unreached`` (no model call).
 
 The command gets the usual variables: a canary key in ``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY`` and the
 manifest's ``api_key_env``; the stand-in's URL in ``OPENAI_BASE_URL`` (ending in ``/v1``),
@@ -21,18 +21,24 @@ URLs reaches the same stand-in if it calls a host of ``grader/rules/intercept.to
 its own (its own network namespace and stand-in), in which those hosts' HTTPS is answered by a grader-owned
 TLS end with a CA made for that run (grader/intercept.py; docs/security.md, guarantee 12).
 
-The truth log is written by the stand-in inside the sandbox, as the submission's code runs: a submission
-that went looking for it could rewrite it. What it could gain is small (a ticket counts as correct only when
-its printed answer matches the truth's label, and a made-up answer after an error or a refusal is caught
-from the status the stand-in logged), and it is the same trust the serve probe places in its client.
+The stand-in runs beside the run, not in it (red-team R9: a command that read the truth log in its own
+HOME answered every drifted ticket with the label the model meant): grader/_standin_helper.py, started by
+the sandbox in the lane's network namespace but outside its mount and pid namespaces, as uid 65534, with
+its truth log and error log in a folder only the grader's user can open and the run is never shown; its
+answers carry no truth header. The grader reads that log after the lane and gives each answer to the
+ticket that was running when it was sent (the driver's ``time.monotonic()`` stamps; the driver is
+non-dumpable, so the command, the same user, cannot ptrace it or write its memory to forge them).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
+import socket
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -45,7 +51,7 @@ from grader._json import marked_answer
 from grader.errors import NotAssessable
 from grader.intercept import InterceptRulesError, load_hosts, prepare
 from grader.safeio import read_bytes
-from grader.sandbox import can_intercept
+from grader.sandbox import can_intercept, helpers_share_host_network
 from grader.tapes import tapes_of
 
 if TYPE_CHECKING:
@@ -72,13 +78,13 @@ ANSWER_KEYS = frozenset({"intent", "needs_human"})
 _NO_ANSWER_DRIFTS = frozenset({"refusal", "empty", "truncated", "http_429", "http_500"})
 _MARKER = "@@GRADER-DRIFT-RUN@@"
 _GRADER = Path(__file__).resolve().parent
-_STANDIN_MODULES = ("standin.py", "standin_drift.py", "standin_profile.py")
 _TICKET_TIMEOUT = 30.0
 _BASE_ENVS = ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL")
 _MAX_TICKET_CHARS = 8000
-# Where the stand-in listens when its run has a network namespace of its own (the interception forwards
-# there); any port would do, nothing else listens in that namespace.
+# Where the stand-in listens in its lane's own network namespace (the interception forwards there); any port
+# would do, nothing else listens in that namespace.
 _STANDIN_PORT = 8000
+_TRUTH_CAP = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -261,37 +267,24 @@ def _recipe_assignments(text: str, target: str) -> dict[str, str]:
 # --- staging --------------------------------------------------------------------------------------------
 
 
-def stage_profile(profile: str | Path, dest: Path) -> str:
-    """Copy the stand-in, its rules and ``profile`` (validated, as JSON) where the sandbox user can read them.
+def stage_profile(profile: str | Path, dest: Path) -> tuple[str, Path]:
+    """Validate ``profile`` and stage the driver where the sandbox user can read it; (name, profile path).
 
-    Returns the profile's name. Raises ``ProfileError`` (one ``file:line`` line) for a bad profile. JSON
-    because the stand-in runs under the submission's interpreter, which need not have PyYAML.
+    Raises ``ProfileError`` (one ``file:line`` line) for a bad profile. The profile itself stays where it
+    is: the stand-in that plays it runs outside the sandbox, from the grader's own files.
     """
-    import yaml
-
-    from grader.standin import RULES_PATH
     from grader.standin_profile import load_profile, resolve_profile
 
-    path = resolve_profile(str(profile))
+    path = Path(os.path.abspath(resolve_profile(str(profile))))
     loaded = load_profile(path)  # validates, with file:line errors
-    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    rules_path = RULES_PATH if raw.get("rules") is None else path.parent / str(raw["rules"])
-    rules_text = rules_path.read_text(encoding="utf-8")
-    rules = json.loads(rules_text) if rules_path.suffix.lower() == ".json" else yaml.safe_load(rules_text)
-    package = dest / "grader"
-    (package / "rules").mkdir(parents=True, exist_ok=True)
-    (package / "__init__.py").write_text("", encoding="utf-8")
-    for name in _STANDIN_MODULES:
-        shutil.copyfile(_GRADER / name, package / name)
+    _stage_driver(dest)
+    return loaded.name, path
+
+
+def _stage_driver(dest: Path) -> None:
     shutil.copyfile(_GRADER / "_drift_driver.py", dest / "driver.py")
-    (package / "rules" / "standin.json").write_text(json.dumps(rules), encoding="utf-8")
-    (dest / "profile.json").write_text(json.dumps({**raw, "rules": "grader/rules/standin.json"}), "utf-8")
-    for folder in (dest, package, package / "rules"):
-        folder.chmod(0o755)
-        for item in folder.iterdir():
-            if item.is_file():
-                item.chmod(0o644)
-    return loaded.name
+    dest.chmod(0o755)
+    (dest / "driver.py").chmod(0o644)
 
 
 # --- running --------------------------------------------------------------------------------------------
@@ -338,11 +331,12 @@ def run_tickets(
     # A folder of its own per call: arms of `grade drift` may run at once under the same label.
     # No label in the name: the run sees the path (docs/security.md, guarantee 11).
     tools = Path(tempfile.mkdtemp(prefix="tools-", dir=ctx.workspace.root))
-    target = url or stage_profile(profile, tools)
+    profile_path: Path | None = None
     if url:
-        shutil.copyfile(_GRADER / "_drift_driver.py", tools / "driver.py")
-        tools.chmod(0o755)
-        (tools / "driver.py").chmod(0o644)
+        target = url
+        _stage_driver(tools)
+    else:
+        target, profile_path = stage_profile(profile, tools)
     canaries = {
         "OPENAI_API_KEY": make_canary("OPENAI_API_KEY"),
         "ANTHROPIC_API_KEY": make_canary("ANTHROPIC"),
@@ -366,6 +360,7 @@ def run_tickets(
         argv=argv,
         tools=tools,
         url=url,
+        profile=profile_path,
         canaries=canaries,
         base_envs=base_envs,
         env=dict(env or {}),
@@ -419,20 +414,20 @@ def _run_lane(
 ) -> _LaneAnswer:
     """One lane: a scratch copy, a plan, and one sandboxed run of the driver (with its own stand-in).
 
-    ``run``: `_run_driver`'s keyword arguments (argv, url, canaries, base_envs, env, label, ticket_timeout,
-    budget)."""
+    ``run``: `_run_driver`'s keyword arguments (argv, url, profile, canaries, base_envs, env, label,
+    ticket_timeout, budget)."""
     scratch = ctx.scratch_copy(_slug(run["label"]))
     # The lane's own public folder (its plan, hosts file, CA certificate) beside the shared staged tools.
     own = Path(tempfile.mkdtemp(prefix="p-", dir=tools))
     own.chmod(0o755)
-    # Only the grader's user can open this folder and it is never shown to the run: it holds the leaf's key
-    # until the TLS end has loaded (and deleted) it. The CA's key is never written anywhere.
-    private = Path(tempfile.mkdtemp(prefix="k-", dir=ctx.workspace.root)) if intercept else None
+    # Only the grader's user can open this folder and it is never shown to the run: the stand-in's truth log
+    # and error log, and the leaf's key until the TLS end has loaded (and deleted) it.
+    private = Path(tempfile.mkdtemp(prefix="k-", dir=ctx.workspace.root))
+    private.chmod(0o700)
     try:
-        return _run_driver(ctx, tickets, scratch, own, private, tools=tools, **run)
+        return _run_driver(ctx, tickets, scratch, own, private, tools=tools, intercept=intercept, **run)
     finally:
-        if private is not None:
-            shutil.rmtree(private, ignore_errors=True)
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def _run_driver(
@@ -440,11 +435,13 @@ def _run_driver(
     tickets: list[Ticket],
     scratch: Path,
     own: Path,
-    private: Path | None,
+    private: Path,
     *,
     argv: list[str],
     tools: Path,
     url: str | None,
+    profile: Path | None,
+    intercept: bool,
     canaries: dict[str, str],
     base_envs: list[list[Any]],
     env: dict[str, str],
@@ -452,38 +449,47 @@ def _run_driver(
     ticket_timeout: float,
     budget: float,
 ) -> _LaneAnswer:
-    """Write the lane's plan (and, with ``private``, its interception), run the driver, read its answer."""
+    """Write the lane's plan (its stand-in and, with ``intercept``, its interception), run the driver, read
+    its answer and give each ticket the stand-in's answers sent while it ran."""
     tapes = scratch / ".recorded-tapes"
     run_env = {**canaries, "DRIFT_TOOLS": str(tools)}  # a path in env is what the sandbox makes visible
-    helper: tuple[str, ...] = ()
+    helpers: list[tuple[str, ...]] = []
     overlays: dict[str, Path] = {}
-    prefixes: tuple[str, ...] = ()
-    if private is not None:
-        venv = ctx.env.venv if ctx.env else None
-        try:
-            made = prepare(own, private, forward_port=_STANDIN_PORT, lifetime=budget + 30.0, venv=venv)
-        except InterceptRulesError as exc:  # the kit's own data is wrong: not the candidate's doing
-            raise NotAssessable(f"{label}: {exc}") from None
-        helper, overlays, prefixes = made.helper, made.overlays, made.path_prefixes
-        run_env.update(made.env)
+    truth = private / "truth.jsonl"
+    if url is None:
+        assert profile is not None
+        port = _free_port() if helpers_share_host_network() else _STANDIN_PORT
+        prefixes: tuple[str, ...] = ()
+        if intercept:
+            venv = ctx.env.venv if ctx.env else None
+            try:
+                made = prepare(own, private, forward_port=port, lifetime=budget + 30.0, venv=venv)
+            except InterceptRulesError as exc:  # the kit's own data is wrong: not the candidate's doing
+                raise NotAssessable(f"{label}: {exc}") from None
+            helpers.append(made.helper)
+            overlays, prefixes = made.overlays, made.path_prefixes
+            run_env.update(made.env)
+        standin = [sys.executable, "-I", str(_GRADER / "_standin_helper.py"), "--profile", str(profile)]
+        standin += ["--port", str(port), "--truth-log", str(truth), "--error-log", str(private / "err")]
+        standin += ["--lifetime", f"{budget + 30.0:g}"]
+        for prefix in prefixes:
+            standin += ["--path-prefix", prefix]
+        helpers.insert(0, tuple(standin))
+        url_used = f"http://127.0.0.1:{port}/v1"
+    else:
+        url_used = url
     plan = {
         "command": argv,
         "tickets": [{"id": t.id, "message": t.message} for t in tickets],
-        "tools": str(tools),
-        "profile": str(tools / "profile.json"),
-        "rules": str(tools / "grader" / "rules" / "standin.json"),
-        "url": url,
+        "url": url_used,
         "tapes": str(tapes),
         "base_envs": base_envs,
         "env": {"CASSETTE_MODE": "record", **env},
         "secret_envs": sorted(canaries),
         "ticket_timeout": ticket_timeout,
-        "lanes": 1,
         # One driver's tickets, a budget of their own: the driver stops starting tickets early enough to
         # report the ones it ran before the run itself is stopped.
         "total_timeout": max(budget - min(5.0, budget / 4), 0.5),
-        "standin_port": _STANDIN_PORT if private is not None else 0,
-        "path_prefixes": list(prefixes),
     }
     (own / "plan.json").write_text(json.dumps(plan, ensure_ascii=False), encoding="utf-8")
     (own / "plan.json").chmod(0o644)
@@ -495,20 +501,56 @@ def _run_driver(
         loopback=url is None,
         network=url is not None,
         label=label,
-        netns_helper=helper,
+        netns_helpers=helpers,
         overlays=overlays,
     )
     answer = marked_answer(run.stdout, _MARKER)
     if answer is None or "error" in answer:
         why = answer.get("error") if answer else f"the driver printed no answer (exit {run.returncode})"
-        if answer is None and helper and "intercept:" in run.stderr:
+        if answer is None and helpers and ("intercept:" in run.stderr or "standin:" in run.stderr):
             why = _last_line(run.stderr)
         if run.timed_out:
             why = f"the run took longer than {budget:g} s"
         raise NotAssessable(f"{label}: {why}")
     items = [i for i in answer.get("tickets", []) if isinstance(i, dict)]
+    if url is None:
+        _give_calls(items, _truth_lines(truth))
     skipped = [str(s) for s in answer.get("skipped", [])]
     return _LaneAnswer(items, skipped, tapes, run.returncode)
+
+
+def _free_port() -> int:
+    """A port free on the host's loopback now (only where the stand-in cannot have a namespace of its own)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _truth_lines(path: Path) -> list[dict[str, Any]]:
+    """The stand-in's truth log (grader-owned, written outside the run): one dict per answer it sent."""
+    try:
+        data = read_bytes(path, cap=_TRUTH_CAP, truncate=True)
+    except OSError:
+        return []
+    lines = []
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("t"), (int, float)):
+            lines.append(entry)
+    return lines
+
+
+def _give_calls(items: list[dict[str, Any]], truth: list[dict[str, Any]]) -> None:
+    """Each ticket's ``calls``: the answers the stand-in sent between the ticket's start and end."""
+    for item in items:
+        began, ended = item.get("began"), item.get("ended")
+        if not isinstance(began, (int, float)) or not isinstance(ended, (int, float)):
+            item["calls"] = []
+            continue
+        item["calls"] = [line for line in truth if began <= line["t"] <= ended]
 
 
 def _slug(label: str) -> str:

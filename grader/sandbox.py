@@ -47,6 +47,7 @@ __all__ = [
     "Isolation",
     "RunResult",
     "can_intercept",
+    "helpers_share_host_network",
     "host_shortfall",
     "isolation",
     "owned_folders",
@@ -242,10 +243,16 @@ def isolation() -> Isolation:
 
 
 def can_intercept() -> bool:
-    """Whether a run can be given a grader-owned helper in a network namespace of its own and files shown
-    over system files (`run`'s ``netns_helper`` and ``overlays``): both need a netns and bwrap."""
+    """Whether a run can be given the drift probe's interception: a TLS end on 443 in a network namespace
+    of its own and files shown over system files (`run`'s ``netns_helpers`` and ``overlays``): both needed."""
     caps = _caps()
     return caps.netns and caps.bwrap is not None
+
+
+def helpers_share_host_network() -> bool:
+    """Whether `run`'s ``netns_helpers`` run on the host's network (no network namespace on this machine:
+    the run has the host's network too), so a helper must listen on a port free on the host."""
+    return not _caps().netns
 
 
 def _limits() -> tuple[dict[str, int], list[str]]:
@@ -610,7 +617,7 @@ def _wrap(
     loopback: bool,
     uid: int | None,
     mounts: list[str],
-    netns_helper: Sequence[str] = (),
+    netns_helpers: Sequence[Sequence[str]] = (),
 ) -> list[str]:
     caps = _caps()
     inner = list(argv)
@@ -638,10 +645,10 @@ def _wrap(
     if isolate_net and loopback:
         # Bring `lo` up as (namespace) root, outside the mount namespace, then exec the rest.
         up = f"{caps.ip} link set lo up" if caps.ip else f'"{sys.executable}" -c "{_LO_UP_PY}"'
-        if netns_helper:
-            # The grader's own helper, in this namespace only, started (and listening) before the run; it
-            # stays in the run's process group, so the group kill that ends the run ends it too.
-            up = f"{up} && {shlex.join(netns_helper)}"
+        for helper in netns_helpers:
+            # The grader's own helpers, in this namespace only, each started (and listening) before the run;
+            # they stay in the run's process group, so the group kill that ends the run ends them too.
+            up = f"{up} && {shlex.join(helper)}"
         inner = ["/bin/sh", "-c", f'{up} && exec "$@"', "sh", *inner]
     return [*prefix, *inner]
 
@@ -687,7 +694,7 @@ def run(
     readable: Sequence[Path] = (),
     pass_fds: Sequence[int] = (),
     stop: threading.Event | None = None,
-    netns_helper: Sequence[str] = (),
+    netns_helpers: Sequence[Sequence[str]] = (),
     overlays: Mapping[str, Path] | None = None,
 ) -> RunResult:
     """Run ``argv`` sandboxed; never raises for the command's own failure (see ``RunResult``).
@@ -701,11 +708,15 @@ def run(
     ``pass_fds``: descriptors the command inherits (the guard plugin's result log, opened by the grader in a
     folder the sandbox user cannot reach).
     ``stop``: when set while the command runs, it is killed and the result says ``stopped``.
-    ``netns_helper`` (with ``loopback`` and when `can_intercept`): a grader command run as the grader's
-    user inside the run's fresh network namespace, outside its mount namespace, after ``lo`` is up and
-    before ``argv``; it must exit 0 once ready (a server forks and stays in the run's process group).
-    ``overlays``: path inside -> grader file shown there read-only (over an existing regular file only).
-    Both exist for the drift probe's interception (grader/intercept.py); ignored where they cannot apply.
+    ``netns_helpers`` (with ``loopback``, without ``network``): grader commands, each run in turn as the
+    grader's user inside the run's fresh network namespace, outside its mount namespace and (with bwrap) its
+    pid namespace, after ``lo`` is up and before ``argv``; each must exit 0 once ready (a server forks, gives
+    up root and stays in the run's process group, which the end of the run kills). Where the machine has no
+    network namespace the run has the host's network, and the helpers run on the host the same way, each
+    in a session of its own that is killed after the run. What they read and write lives in folders the
+    run is never shown: the drift probe's stand-in and TLS end, the serve probe's client.
+    ``overlays``: path inside -> grader file shown there read-only (over an existing regular file only;
+    the drift probe's hosts file and CA bundle, grader/intercept.py); only where `can_intercept`.
     """
     argv = [str(a) for a in argv]
     cwd, home = Path(cwd), Path(home)
@@ -731,14 +742,15 @@ def run(
                 network=network,
                 overlays=overlays if can_intercept() and loopback and not network else None,
             )
-        helper = netns_helper if can_intercept() and loopback and not network else ()
+        helpers = [list(h) for h in netns_helpers] if loopback and not network else []
+        in_netns = helpers if _caps().netns else []
         full = _wrap(
             argv,
             network=network,
             loopback=loopback,
             uid=uid if drop else None,
             mounts=mounts,
-            netns_helper=helper,
+            netns_helpers=in_netns,
         )
         if procs:
             # Into its own groups before anything of the command's runs; everything it forks stays there
@@ -750,7 +762,13 @@ def run(
                 _chown_tree(path, uid, uid)
         start = time.monotonic()
         try:
-            result = _start_and_collect(full, argv, cwd, child_env, timeout, output_cap, pass_fds, stop)
+            with _host_helpers(helpers if not _caps().netns else [], child_env) as failed:
+                if failed is not None:
+                    result = RunResult(argv, failed.returncode, "", failed.stderr, False, 0.0, False)
+                else:
+                    result = _start_and_collect(
+                        full, argv, cwd, child_env, timeout, output_cap, pass_fds, stop
+                    )
         finally:
             if drop:
                 # Hand everything back (the command is dead: its pid namespace is gone), so the grader's later
@@ -761,6 +779,41 @@ def run(
     result.duration = time.monotonic() - start
     result.user = "unprivileged" if drop else "grader"
     return result
+
+
+@contextmanager
+def _host_helpers(
+    helpers: Sequence[Sequence[str]], env: Mapping[str, str]
+) -> Iterator[subprocess.CompletedProcess[str] | None]:
+    """`run`'s helpers on a machine without network namespaces: started in turn on the host (each in a
+    session of its own, so its forked server can be killed with it); yields the first that failed, if any."""
+    groups: list[int] = []
+    failed: subprocess.CompletedProcess[str] | None = None
+    try:
+        for helper in helpers:
+            proc = subprocess.Popen(
+                list(helper),
+                cwd="/",
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+            groups.append(proc.pid)
+            try:
+                _out, err = proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc.pid)
+                _out, err = proc.communicate()
+            if proc.returncode != 0:
+                failed = subprocess.CompletedProcess(helper, proc.returncode or 1, "", err)
+                break
+        yield failed
+    finally:
+        for pgid in groups:
+            _kill_group(pgid)
 
 
 def _start_and_collect(

@@ -67,9 +67,21 @@ _ERRORS = {
 class Drifter:
     """Answers for a server started with a profile (the stand-in's hook calls `answer`)."""
 
-    def __init__(self, profile: Profile, truth_log: Path | None = None) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        truth_log: Path | None = None,
+        *,
+        sink: Callable[[dict[str, object]], None] | None = None,
+        header: bool = True,
+    ) -> None:
+        """``truth_log``: a file each answer's truth line is appended to; ``sink``: called with each line
+        instead (the drift probe's stand-in writes to a file it opened before giving up root);
+        ``header=False``: no `x-standin-truth` header (the probe's runs must not read the truth)."""
         self.profile = profile
         self._truth_log = truth_log
+        self._sink = sink
+        self._header = header
         self._lock = threading.Lock()
         self._seen: dict[bytes, int] = {}
 
@@ -99,7 +111,8 @@ class Drifter:
         headers = handler._common_headers(
             provider, reply.digest, reply.served if provider == "openai" else None
         )
-        headers[TRUTH_HEADER] = json.dumps({**truth, "drift": kind})
+        if self._header:
+            headers[TRUTH_HEADER] = json.dumps({**truth, "drift": kind})
         status = int(kind.removeprefix("http_")) if kind.startswith("http_") else 200
         self._record(provider, path, stream, reply.served, truth, kind, status)
         if drift is not None and status != 200:
@@ -127,12 +140,17 @@ class Drifter:
         kind: str,
         status: int,
     ) -> None:
-        if self._truth_log is None:
+        if self._truth_log is None and self._sink is None:
             return
         line = {"provider": provider, "path": path, "stream": stream, "model": model, **truth}
         line.update(drift=kind, status=status)
-        with self._lock, self._truth_log.open("a", encoding="utf-8") as out:
-            out.write(json.dumps(line) + "\n")
+        with self._lock:
+            if self._sink is not None:
+                self._sink(line)
+                return
+            assert self._truth_log is not None
+            with self._truth_log.open("a", encoding="utf-8") as out:
+                out.write(json.dumps(line) + "\n")
 
 
 def _applies(drift: Drift, truth: dict[str, object], stream: bool) -> bool:

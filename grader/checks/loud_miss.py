@@ -359,11 +359,13 @@ def loud_miss(ctx: Context) -> CheckResult:
     occurs in any text file the suite's inputs were not reached and nothing is held against it.
     When the Makefile has a ``serve`` target, a fifth (grader/checks/serve_probe.py): the replay server,
     loopback only, must answer a recorded request with its recorded answer and an unseen one with 422 naming
-    a key; a 2xx for the unseen request is one more silent fallback. No server is needed for full marks.
+    a key; a 2xx for the unseen request is one more silent fallback, and no HTTP answer at all (the server
+    crashed, reset or hung) is not loud. No server is needed for full marks.
 
     Facts:
         loud: the withheld-tape rerun failed naming a missing tape, an unseen message (if probed)
-            exited 2, as a command and inside a test, and no test answered a re-worded request
+            exited 2, as a command and inside a test, `make serve` (if probed) gave an unseen request an
+            HTTP answer, and no test answered a re-worded request
         network_attempts: connection attempts in both probes (audit hook, or refused by pytest-socket)
         silent_fallbacks: exception handlers in the submission's code that hide a miss (static scan)
         withheld: tapes withheld for the rerun
@@ -384,7 +386,8 @@ def loud_miss(ctx: Context) -> CheckResult:
             re-worded: they answered a request no tape ever held (a finding each, with the test id)
         serve_probed: a `make serve` replay server was started and answered the probe
         serve_replayed: it answered the recorded request with HTTP 200 and the recorded answer
-        serve_unseen_status: its HTTP status for a request no tape holds (-1 when not probed)
+        serve_unseen_status: its HTTP status for a request no tape holds (-1 when not probed, or when it
+            gave no HTTP answer)
         serve_names_key: that answer was HTTP 422 with a key (16+ hex characters) in its body
         summary: one line
     """
@@ -429,7 +432,11 @@ def loud_miss(ctx: Context) -> CheckResult:
     answered = _reworded_facts(found, _reworded_probe(ctx, cassette_dir), rerun)
     serve = _serve_facts(found, probe_serve(ctx), len(fallbacks))
     _attempt_findings(found, rerun)
-    found.facts["loud"] = failed > 0 and named and not found.attempts and unseen_ok and not answered
+    # A server that gives an unseen request no HTTP answer (crashed, reset, hung) did not refuse it loudly.
+    serve_ok = not serve.ran or serve.unseen_status > 0
+    found.facts["loud"] = (
+        failed > 0 and named and not found.attempts and unseen_ok and serve_ok and not answered
+    )
     found.facts["summary"] = _summary(found, failed, bool(command), fallbacks, serve)
     return found.result()
 
@@ -630,6 +637,8 @@ def _summary(
         )
     elif facts["unseen_exit"] not in (-1, 2):
         summary = f"an unseen message exited {facts['unseen_exit']} instead of 2"
+    elif serve.ran and serve.unseen_status <= 0:
+        summary = "`make serve` gave no HTTP answer to a request no tape holds (it must answer 422)"
     elif facts["unseen_exit_in_tests"] in (-1, 2) and found.answered:
         summary = (
             f"with its recorded messages re-worded and the tapes withheld, {facts['reworded_answered']} of "

@@ -1,30 +1,38 @@
 """The replay-server probe: when the Makefile has a ``serve`` target, does it replay and refuse loudly?
 
 Not a check of its own: the `loud-miss` check calls `probe_serve` and reports its facts (``serve_*``); a
-server that answers an unseen request with 200 counts as one more silent fallback. No rubric row needs a
-server for full marks.
+server that answers an unseen request with 200 counts as one more silent fallback, and one that gives it
+no HTTP answer at all (it crashed, reset or hung) keeps `loud` false. No rubric row needs a server for full
+marks.
 
 In a scratch copy of the checkout, ``make serve`` starts in the sandbox with loopback only (a fresh network
-namespace with ``lo`` up, nothing else reachable). A grader-owned client (standard library only, started
-with ``python -E -s`` from a read-only folder beside the checkout) reads the first loopback URL the server
-prints, then sends two requests to its origin: a recorded one (the first tape's stored request, to its stored
-path) and the same request with its last message changed, which no tape holds. The first must answer 200
-with the recorded body (or stream); the second 422 with a JSON error naming a key (16+ hex characters).
-The client's verdict is what the grader's own script measured; nothing the server prints is scored.
+namespace with ``lo`` up, nothing else reachable); its stdout goes to a descriptor the run inherits, on a
+file in a folder only the grader's user can open. The grader's client (grader/_serve_client.py) runs
+beside the run, not in it (red-team R13): in the same network namespace, outside its mount and pid
+namespaces, as uid 65534. It reads the first loopback URL the server prints, then sends two requests to its
+origin: a recorded one (the first tape's stored request, to its stored path) and the same request with its
+last message changed, made by the client when it sends it, which no tape and no file holds. The first must
+answer 200 with the recorded body (or stream); the second 422 with a JSON error naming a key (16+ hex
+characters). The client's result file is what the grader reads; nothing the server prints is scored, and
+nothing in the run's environment or filesystem names the probe's inputs.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
-import secrets as _random
+import shutil
+import sys
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grader._json import marked_answer
 from grader.checks import Finding
 from grader.context import makefile_targets
 from grader.loopback import is_loopback
+from grader.safeio import read_bytes
 from grader.tapes import Interaction, tapes_of
 
 if TYPE_CHECKING:
@@ -33,60 +41,20 @@ if TYPE_CHECKING:
 __all__ = ["ServeProbe", "probe_serve"]
 
 _LABEL = "serve probe"
-# Random per grade, and no names: the run sees this script (docs/security.md, what a run can see).
-_MARKER = f"@@{_random.token_hex(6)}@@"
-_NO_SERVER = 97
+_CLIENT = Path(__file__).resolve().parents[1] / "_serve_client.py"
+_URL_WAIT = 20.0
+# Two requests of at most 20 s each after the URL, and start-up retries: the client's time at most.
+_CLIENT_TIME = _URL_WAIT + 2 * 25.0
+_RESULT_CAP = 4_000_000
 
-# The server runs in the wrapper's own process group (the sandbox starts each command in a new session):
-# `kill 0` stops make and the server it started, and the trap keeps the wrapper's exit status.
+# The server runs in the wrapper's process group; the run lasts until the grader's client, beside it, has
+# its answers and ends the run (or, where helpers share the host's network, until this bound). The server's
+# stdout is the descriptor the grader passed (dash takes one-digit descriptors only: Python dups it).
 _WRAPPER = """\
-out="$HOME/.serve-out"
-: >"$out"
-make serve >"$out" 2>"$HOME/.serve-err" </dev/null &
-i=0
-while ! grep -q "http://" "$out" && [ "$i" -lt 400 ]; do sleep 0.05; i=$((i + 1)); done
-if grep -q "http://" "$out"; then
-  python -E -s "$SERVE_TOOLS/client.py" "$out" "$SERVE_TOOLS/requests.json"
-  status=$?
-else
-  echo "make serve printed no URL" >&2
-  status={code}
-fi
-trap 'exit "$status"' TERM
-kill -TERM 0
-wait
-exit "$status"
+python -E -s -c "import os, sys; fd = int(sys.argv[1]); os.dup2(fd, 1); os.close(fd); \
+os.execvp(sys.argv[2], sys.argv[2:])" {fd} make serve 2>"$HOME/.serve-err" </dev/null &
+sleep {bound}
 """
-
-# Runs in the sandbox under the submission's interpreter, standard library only. Prints one marked line.
-_CLIENT = r"""
-import json, re, sys, time, urllib.error, urllib.request
-text = open(sys.argv[1], encoding="utf-8", errors="replace").read()
-match = re.search(r"http://(127\.0\.0\.1|localhost|\[::1\]):(\d+)", text)
-if not match:
-    print(MARKER + json.dumps({"error": "the server printed no loopback URL"}))
-    sys.exit(0)
-origin = "http://%s:%s" % (match.group(1), match.group(2))
-plan = json.load(open(sys.argv[2], encoding="utf-8"))
-out = {"origin": origin}
-for name in ("recorded", "unseen"):
-    req = plan[name]
-    data = json.dumps(req["body"]).encode("utf-8")
-    request = urllib.request.Request(origin + req["path"], data=data, method=req["method"],
-                                     headers={"content-type": "application/json"})
-    for attempt in range(40):
-        try:
-            with urllib.request.urlopen(request, timeout=20) as resp:
-                out[name] = {"status": resp.status, "body": resp.read(2000000).decode("utf-8", "replace")}
-            break
-        except urllib.error.HTTPError as exc:
-            out[name] = {"status": exc.code, "body": exc.read(200000).decode("utf-8", "replace")}
-            break
-        except OSError as exc:  # not listening yet: the URL may be printed before the socket accepts
-            out[name] = {"status": -1, "body": str(exc)[:300]}
-            time.sleep(0.1)
-print(MARKER + json.dumps(out))
-""".replace("MARKER", repr(_MARKER))
 
 _KEY = re.compile(r"\b[0-9a-f]{16,64}\b")
 
@@ -119,29 +87,6 @@ def _recorded(ctx: Context) -> tuple[Interaction, str] | None:
     return None
 
 
-def _unseen(body: dict[str, Any]) -> dict[str, Any]:
-    """The same request with its last message changed (or a field added when it has no messages)."""
-    # Like a customer's own words (no tape holds a random order number); nothing says "probe".
-    probe = f" (order #{100000 + _random.randbelow(900000)})"
-    messages = body.get("messages")
-    if isinstance(messages, list) and messages and isinstance(messages[-1], dict):
-        last = dict(messages[-1])
-        if isinstance(last.get("content"), str):
-            last["content"] += probe
-            return {**body, "messages": [*messages[:-1], last]}
-    return {**body, "note": probe.strip()}
-
-
-def _stage(dest: Any, plan: dict[str, Any]) -> Any:
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / "client.py").write_text(_CLIENT, encoding="utf-8")
-    (dest / "requests.json").write_text(json.dumps(plan, ensure_ascii=False), encoding="utf-8")
-    dest.chmod(0o755)
-    for item in dest.iterdir():
-        item.chmod(0o644)
-    return dest
-
-
 def _same_answer(inter: Interaction, body: str) -> bool:
     if inter.response_body is not None:
         try:
@@ -161,36 +106,64 @@ def probe_serve(ctx: Context) -> ServeProbe:
     if found is None:
         return ServeProbe("not available: no tape holds a JSON request to replay")
     inter, where = found
-    body = inter.request_body
-    plan = {
-        "recorded": {"method": (inter.method or "POST").upper(), "path": inter.path, "body": body},
-        "unseen": {"method": (inter.method or "POST").upper(), "path": inter.path, "body": _unseen(body)},
-    }
-    tools = _stage(ctx.workspace.root / "serve-tools", plan)
+    recorded = {"method": (inter.method or "POST").upper(), "path": inter.path, "body": inter.request_body}
+    # Only the grader's user can open this folder, and the run is never shown it.
+    private = Path(tempfile.mkdtemp(prefix="k-", dir=ctx.workspace.root))
+    try:
+        return _probe(ctx, inter, where, recorded, private)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def _probe(
+    ctx: Context, inter: Interaction, where: str, recorded: dict[str, Any], private: Path
+) -> ServeProbe:
+    private.chmod(0o700)
+    (private / "plan.json").write_text(json.dumps({"recorded": recorded}, ensure_ascii=False), "utf-8")
+    server_output, result = private / "server-output", private / "result.json"
+    fd = os.open(server_output, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+    client = [sys.executable, "-I", str(_CLIENT), "--plan", str(private / "plan.json")]
+    client += ["--server-output", str(server_output), "--result", str(result)]
+    client += ["--url-wait", f"{_URL_WAIT:g}", "--lifetime", f"{_CLIENT_TIME:g}"]
+    # The client ends the run when it is done; the bound matters only where helpers share the host's network
+    # (then the run lasts it), and stays under the run's timeout so that an honest server is not a timeout.
+    bound = max(1, min(int(_CLIENT_TIME) + 5, int(ctx.timeout) - 2))
+    argv = ["/bin/sh", "-c", _WRAPPER.format(fd=fd, bound=bound)]
     scratch = ctx.scratch_copy("serve-probe")
-    argv = ["/bin/sh", "-c", _WRAPPER.format(code=_NO_SERVER)]
-    run, audit = ctx.run(argv, cwd=scratch, env={"SERVE_TOOLS": str(tools)}, loopback=True, label=_LABEL)
-    probe = ServeProbe("ran")
-    probe.outbound = [
+    try:
+        run, audit = ctx.run(
+            argv, cwd=scratch, loopback=True, label=_LABEL, pass_fds=(fd,), netns_helpers=[client]
+        )
+    finally:
+        os.close(fd)
+    outbound = [
         f"{e.where} {e.target}"
         for e in audit.network_attempts
         if e.host is not None and not is_loopback(str(e.host))
     ]
-    if run.returncode == _NO_SERVER:
-        return ServeProbe("not available: `make serve` printed no URL in time", outbound=probe.outbound)
-    answer = marked_answer(run.stdout, _MARKER)
-    if answer is None or "error" in answer:
-        why = answer.get("error") if answer else f"the probe printed no answer (exit {run.returncode})"
-        return ServeProbe(f"not available: {why}", outbound=probe.outbound)
-    recorded, unseen = answer.get("recorded") or {}, answer.get("unseen") or {}
-    probe.replayed = recorded.get("status") == 200 and _same_answer(inter, str(recorded.get("body", "")))
-    probe.unseen_status = int(unseen.get("status", -1))
+    answer = _client_answer(result)
+    if answer is None:
+        said = _last_line(run.stderr)
+        why = f"the probe's client gave no answer (exit {run.returncode}{': ' + said if said else ''})"
+        return ServeProbe(f"not available: {why}", outbound=outbound)
+    if answer.get("error") == "no-url":
+        return ServeProbe("not available: `make serve` printed no loopback URL in time", outbound=outbound)
+    probe = ServeProbe("ran", outbound=outbound)
+    recorded_answer, unseen = answer.get("recorded") or {}, answer.get("unseen") or {}
+    probe.replayed = recorded_answer.get("status") == 200 and _same_answer(
+        inter, str(recorded_answer.get("body", ""))
+    )
+    probe.unseen_status = _status(unseen)
     probe.names_key = probe.unseen_status == 422 and bool(_KEY.search(str(unseen.get("body", ""))))
+    unseen_said = (
+        f"HTTP {probe.unseen_status}{' naming its key' if probe.names_key else ''}"
+        if probe.unseen_status > 0
+        else f"no HTTP answer ({_one_line(unseen.get('body'))})"
+    )
     probe.details.append(
-        f"serve probe: `make serve` replayed the request of {where}: HTTP {recorded.get('status')}"
+        f"serve probe: `make serve` replayed the request of {where}: HTTP {recorded_answer.get('status')}"
         f"{' with the recorded answer' if probe.replayed else ', not the recorded answer'}; the same request "
-        f"with another message: HTTP {probe.unseen_status}"
-        f"{' naming its key' if probe.names_key else ''}"
+        f"with another message: {unseen_said}"
     )
     if 200 <= probe.unseen_status < 300:
         probe.fallback = Finding(
@@ -199,6 +172,33 @@ def probe_serve(ctx: Context) -> ServeProbe:
             f"{_makefile_line(ctx)}",
         )
     return probe
+
+
+def _client_answer(path: Path) -> dict[str, Any] | None:
+    try:
+        raw = read_bytes(path, cap=_RESULT_CAP, truncate=True)
+    except OSError:
+        return None
+    try:
+        value = json.loads(raw.decode("utf-8", errors="replace"))
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _status(answer: dict[str, Any]) -> int:
+    status = answer.get("status")
+    return status if isinstance(status, int) else -1
+
+
+def _one_line(text: object) -> str:
+    words = " ".join(str(text or "").split())
+    return (words[:117] + "...") if len(words) > 120 else (words or "the connection ended")
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:200] if lines else ""
 
 
 def _makefile_line(ctx: Context) -> str:
