@@ -172,3 +172,31 @@ def test_stopping_early_ends_the_git_reader(tmp_path: Path) -> None:
     assert first_sha == blobs[0] and first.startswith(b"file ")
     stream.close()  # the rest is never read: git is killed, nothing hangs
     assert [sha for sha, _ in _cat_blobs(repo, blobs)] == blobs
+
+
+def test_a_key_in_a_commit_message_a_tag_message_or_a_branch_name_is_found_there(tmp_path: Path) -> None:
+    # Red team 4, F1: a clone carries these as surely as its files; the scan read only files.
+    repo = _repo(tmp_path)
+    message = f"tune prompt\n\nexport OPENROUTER_API_KEY={KEY}"
+    _git(repo, "commit", "-q", "--allow-empty", "-m", message, when=2)
+    said = _git(repo, "rev-parse", "--short=7", "HEAD")
+    _git(repo, "tag", "-a", "v0", "-m", f"release\nHF_TOKEN={OTHER}", when=3)
+    third = expand("sk-or-v1-{{hex:64}}", "history:branch-name")
+    _git(repo, "branch", f"wip-{third}")
+
+    assert scan_tree(repo) == []
+    found = {f.location: f for f in scan_history(repo)}
+    # refs are listed by name: refs/heads/main, then the branch named after a key (line 2)
+    assert set(found) == {f"{said}:commit message:3", "tag v0:tag message:7", "refs:2"}, found
+    assert all(f.kind == "history" for f in found.values())
+    for secret in (KEY, OTHER, third):
+        assert secret not in repr(found)
+
+
+def test_the_same_key_in_many_commit_messages_is_one_finding_at_the_first(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    for when in (2, 3, 4):
+        _git(repo, "commit", "-q", "--allow-empty", "-m", f"try {when}: key {KEY}", when=when)
+    first = _git(repo, "rev-list", "--reverse", "HEAD").splitlines()[1][:7]
+    (finding,) = scan_history(repo)
+    assert finding.location == f"{first}:commit message:1"

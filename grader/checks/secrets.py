@@ -44,7 +44,8 @@ def secrets(ctx: Context) -> CheckResult:
         in_tree: findings in working-tree files that are not tapes
         in_tapes: findings in tapes (recordings) of the working tree
         in_history: findings in git history, one per secret at the commit that introduced it (a key still
-            in the tree is counted here too)
+            in the tree is counted here too); commit messages, annotated tag messages and ref names
+            included (`sha:commit message:line`, `tag NAME:tag message:line`, `refs:line`)
         in_output: findings in the output of commands the grader ran
         rules_loaded: number of secret rules in grader/rules/secrets.toml
         bytes_scanned: bytes read from files, blobs and outputs

@@ -3,6 +3,10 @@
 A secret that was committed and later deleted is still in every clone; it is reported once, at the commit
 that introduced it (``short-sha:path:line``). A blob whose content the same scanner already scanned in the
 working tree is neither unpacked nor scanned again: its tree findings are taken as they are.
+
+What a clone carries besides files is read too (red team 4, F1): every commit's message
+(``short-sha:commit message:line``), every annotated tag's message (``tag NAME:tag message:line``) and the
+names of the refs themselves (``refs:line``, a branch named after a key).
 """
 
 from __future__ import annotations
@@ -72,8 +76,9 @@ def scan_history_with(
         found = scan_blob(scanner, data, path, commit=_UNKNOWN, kind="history", tape_dirs=tape_dirs)
         if found:
             by_blob[sha] = found
+    messages = _message_findings(scanner, repo)
     if not by_blob:
-        return []
+        return messages
     origins = _introductions(repo, set(by_blob))
     best: dict[tuple[str, str], tuple[int, SecretFinding]] = {}
     for sha, found in by_blob.items():
@@ -82,7 +87,48 @@ def scan_history_with(
             key = (finding.rule, finding.fingerprint)
             if key not in best or order < best[key][0]:
                 best[key] = (order, replace(finding, commit=commit, path=path))
-    return [finding for _, finding in sorted(best.values(), key=lambda item: item[0])]
+    return [finding for _, finding in sorted(best.values(), key=lambda item: item[0])] + messages
+
+
+_MESSAGE_CAP = MAX_FILE_BYTES  # one message, like one file
+
+
+def _message_findings(scanner: Scanner, repo: Path) -> list[SecretFinding]:
+    """Findings in commit messages, annotated tag messages and ref names, each once (oldest commit first)."""
+    found: list[SecretFinding] = []
+    seen: set[tuple[str, str]] = set()
+    for commit, text in _commit_messages(repo):
+        for f in scanner.scan_bytes(text, source="commit message", kind="history", commit=commit):
+            if (f.rule, f.fingerprint) not in seen:
+                seen.add((f.rule, f.fingerprint))
+                found.append(f)
+    refs = _git(repo, "for-each-ref", "--format=%(objecttype) %(refname)")
+    names = []
+    for line in refs.decode("utf-8", "surrogateescape").splitlines():
+        kind, _, ref = line.partition(" ")
+        names.append(ref)
+        if kind == "tag":
+            message = _git(repo, "cat-file", "tag", ref)[:_MESSAGE_CAP]
+            label = ref.removeprefix("refs/tags/")
+            for f in scanner.scan_bytes(message, source="tag message", kind="history", commit=f"tag {label}"):
+                if (f.rule, f.fingerprint) not in seen:
+                    seen.add((f.rule, f.fingerprint))
+                    found.append(f)
+    listing = "\n".join(names).encode("utf-8", "surrogateescape")
+    for f in scanner.scan_bytes(listing, source="refs", kind="history"):
+        if (f.rule, f.fingerprint) not in seen:
+            seen.add((f.rule, f.fingerprint))
+            found.append(f)
+    return found
+
+
+def _commit_messages(repo: Path) -> Iterator[tuple[str, bytes]]:
+    """(short sha, raw message) of every commit reachable from any ref, oldest first."""
+    out = _git(repo, "log", "--all", "--reverse", "--format=%h%x00%B%x00")
+    parts = out.split(b"\0")
+    for i in range(0, len(parts) - 1, 2):
+        sha = parts[i].strip().decode("ascii", "replace")
+        yield sha, parts[i + 1][:_MESSAGE_CAP]
 
 
 def _blobs(repo: Path, tape_dirs: tuple[str, ...], scanner: Scanner) -> list[tuple[str, str]]:
