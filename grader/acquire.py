@@ -170,6 +170,8 @@ def _clone(url: str, ref: str | None, root: Path, source: str) -> Path:
             [
                 "clone",
                 "--no-recurse-submodules",
+                # The commit's tree is measured before any file is written (`_check_tree`).
+                "--no-checkout",
                 "--no-local",
                 "--template=",
                 "--quiet",
@@ -189,7 +191,51 @@ def _clone(url: str, ref: str | None, root: Path, source: str) -> Path:
     _harden(repo, home)
     if ref:
         _checkout(repo, ref, home, source)
+    elif _git(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], cwd=repo, home=home).returncode == 0:
+        _check_tree(repo, "HEAD", home, source)
+        done = _git(["reset", "--hard", "--quiet", "HEAD"], cwd=repo, home=home)
+        if done.returncode != 0:
+            raise BadInput(
+                f"{redact(source)}: cannot check out HEAD: {done.stderr.strip().splitlines()[-1:]}"
+            )
     return repo
+
+
+def _check_tree(repo: Path, commit: str, home: Path, source: str) -> None:
+    """Refuse a commit whose tree holds more than the archive caps allow, before any file is written.
+
+    git stores a tree once however often it is referenced, so a repository of a few kilobytes can name
+    millions of files (red team 4, F2: 100,000 files from 0.7 MB, each copy of the checkout taking minutes
+    and the workspace disk). The listing is read as git writes it and stopped at the cap.
+    """
+    argv = gitsafe.argv("ls-tree", "-r", "-l", "-z", "--full-tree", commit, protocols=_PROTOCOLS)
+    files = total = 0
+    with subprocess.Popen(
+        argv, cwd=repo, env=gitsafe.env(home, None), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    ) as proc:
+        assert proc.stdout is not None
+        pending = b""
+        try:
+            while chunk := proc.stdout.read(1 << 16):
+                *records, pending = (pending + chunk).split(b"\0")
+                for record in records:
+                    files += 1
+                    size = record.split(b"\t", 1)[0].split()[-1:]
+                    total += int(size[0]) if size and size[0].isdigit() else 0
+                if files > MAX_FILES or total > MAX_TOTAL_BYTES:
+                    break
+        finally:
+            proc.kill()
+    if files > MAX_FILES:
+        raise BadInput(
+            f"{redact(source)}: the commit holds more than {MAX_FILES} files; a submission is a small "
+            "project (grade a clone without generated or vendored files)"
+        )
+    if total > MAX_TOTAL_BYTES:
+        raise BadInput(
+            f"{redact(source)}: the commit holds more than {MAX_TOTAL_BYTES // 1024**2} MB of files; a "
+            "submission is a small project (grade a clone without generated or vendored files)"
+        )
 
 
 def _harden(repo: Path, home: Path) -> None:
@@ -210,6 +256,7 @@ def _checkout(repo: Path, ref: str, home: Path, source: str) -> None:
         if fetched.returncode != 0:
             raise BadInput(f"{redact(source)}: no branch, tag or commit named {ref!r}")
         sha = _git(["rev-parse", "FETCH_HEAD"], cwd=repo, home=home).stdout.strip()
+    _check_tree(repo, sha, home, source)
     done = _git(["checkout", "--quiet", "--detach", sha], cwd=repo, home=home)
     if done.returncode != 0:
         raise BadInput(f"{redact(source)}: cannot check out {ref!r}: {done.stderr.strip().splitlines()[-1:]}")

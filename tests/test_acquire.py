@@ -384,3 +384,50 @@ def test_a_folder_whose_git_is_a_file_is_refused(tmp_path: Path) -> None:
     (folder / "agent.py").write_text("x = 1\n")
     with pytest.raises(BadInput, match=r"\.git is not a folder"):
         acquire(str(folder), tmp_path / "ws")
+
+
+def _tree_bomb(repo: Path, levels: int) -> str:
+    """A commit whose tree names 10**levels files while git stores one blob and ``levels`` trees."""
+    blob = subprocess.run(
+        ["git", "hash-object", "-w", "--stdin"],
+        cwd=repo,
+        input="x\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    entry, mode, kind = blob, "100644", "blob"
+    for _ in range(levels):
+        listing = "".join(f"{mode} {kind} {entry}\tn{i}\n" for i in range(10))
+        entry = subprocess.run(
+            ["git", "mktree"], cwd=repo, input=listing, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        mode, kind = "040000", "tree"
+    root = subprocess.run(
+        ["git", "mktree"], cwd=repo, input=f"040000 tree {entry}\tvendor\n", capture_output=True, text=True,
+        check=True,
+    ).stdout.strip()  # fmt: skip
+    head = git("rev-parse", "HEAD", cwd=repo).strip()
+    commit = git("commit-tree", root, "-p", head, "-m", "vendor", cwd=repo).strip()
+    git("update-ref", "refs/heads/main", commit, cwd=repo)
+    return commit
+
+
+def test_a_tree_bomb_is_refused_before_anything_is_checked_out(source_repo, tmp_path):
+    # Red team 4, F2: 100,000 files named by a few kilobytes of trees; each copy of the checkout took minutes.
+    _tree_bomb(source_repo, levels=5)
+    with pytest.raises(BadInput, match="the commit holds more than 20000 files") as refused:
+        acquire(str(source_repo), tmp_path / "ws")
+    assert "\n" not in str(refused.value)
+    written = [p for p in (tmp_path / "ws" / "repo").rglob("*") if ".git" not in p.parts]
+    assert written == []
+
+
+def test_a_tree_bomb_on_the_ref_asked_for_is_refused_too(source_repo, tmp_path):
+    bomb = _tree_bomb(source_repo, levels=5)
+    git("branch", "bomb", bomb, cwd=source_repo)
+    git("reset", "-q", "--hard", "HEAD~1", cwd=source_repo)
+    with pytest.raises(BadInput, match="more than 20000 files"):
+        acquire(f"{source_repo}#bomb", tmp_path / "ws")
+    ws = acquire(str(source_repo), tmp_path / "ws2")  # its main, without the bomb, is graded as usual
+    assert (ws.repo / "app.py").is_file()
