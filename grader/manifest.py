@@ -520,7 +520,7 @@ _NARROWING_OPTIONS = ("--ignore", "--ignore-glob", "--deselect", "--pyargs", "-k
 
 # Keys of the pytest configuration that decide which tests are collected (red-team R12): set at all, the
 # whole-suite run puts pytest's defaults back. addopts counts when it selects (-k, -m, --ignore...).
-_COLLECTION_KEYS = ("python_files", "python_functions", "python_classes")
+_COLLECTION_KEYS = ("python_files", "python_functions", "python_classes", "norecursedirs")
 _SELECTING_ADDOPTS = re.compile(r"(?:^|\s)(?:-k|-m|--ignore|--ignore-glob|--deselect)(?:[\s=]|$)")
 # What the whole-suite run passes to undo them: pytest's own defaults, the configuration's addopts off.
 _DEFAULT_COLLECTION = [
@@ -528,6 +528,7 @@ _DEFAULT_COLLECTION = [
     "-o", "python_files=test_*.py *_test.py",
     "-o", "python_functions=test*",
     "-o", "python_classes=Test*",
+    "-o", "norecursedirs=*.egg .* _darcs build CVS dist node_modules venv {arch}",
 ]  # fmt: skip
 
 

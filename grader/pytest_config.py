@@ -1,9 +1,10 @@
 """A submission's pytest configuration, read once for every check that asks what it sets.
 
-pytest takes its options from the first of pytest.ini, pyproject.toml (``[tool.pytest.ini_options]``),
-tox.ini and setup.cfg that has a pytest section. The grader reads every one of them: a check that asks
-"does the configuration narrow the suite" or "does it switch a plugin off" must see an option wherever the
-submission wrote it, since which file pytest picks can depend on where it is started.
+pytest takes its options from the first of pytest.ini, .pytest.ini, pyproject.toml
+(``[tool.pytest.ini_options]``), tox.ini and setup.cfg that has a pytest section. The grader reads every
+one of them: a check that asks "does the configuration narrow the suite" or "does it switch a plugin off"
+must see an option wherever the submission wrote it, since which file pytest picks can depend on where it
+is started.
 """
 
 from __future__ import annotations
@@ -23,7 +24,12 @@ __all__ = ["addopts_text", "ini_sections"]
 
 _CAP = 2_000_000
 # (file, its pytest section) in pytest's own order of preference
-_INI_FILES = (("pytest.ini", "pytest"), ("tox.ini", "pytest"), ("setup.cfg", "tool:pytest"))
+_INI_FILES = (
+    ("pytest.ini", "pytest"),
+    (".pytest.ini", "pytest"),  # the hidden spelling pytest also reads first (red team 4, F6)
+    ("tox.ini", "pytest"),
+    ("setup.cfg", "tool:pytest"),
+)
 
 
 def ini_sections(repo: Path) -> list[tuple[str, dict[str, object]]]:

@@ -207,6 +207,32 @@ def test_a_configuration_that_hides_failing_tests_is_caught(make_submission, gra
     assert row["score"] <= 1 and "the pytest configuration selects tests" in row["evidence"], row
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("config", "text"),
+    [
+        (".pytest.ini", "[pytest]\naddopts = -ra --ignore=tests/edge\n"),
+        ("pyproject.toml", '[tool.pytest.ini_options]\nnorecursedirs = ["edge", ".*", "build", "dist"]\n'),
+    ],
+)
+def test_failing_tests_left_out_by_a_hidden_ini_or_norecursedirs_are_caught(
+    make_submission, grade_cache, config: str, text: str
+) -> None:
+    # Red team 4, F6: pytest reads .pytest.ini first, and norecursedirs keeps it out of a folder.
+    pyproject = '[project]\nname = "submission"\nversion = "0.1.0"\n'
+    files = {"tests/test_good.py": GOOD, "tests/edge/test_bad.py": BAD}
+    if config == ".pytest.ini":
+        files[config] = text
+    else:
+        pyproject += "\n" + text
+    report = _grade(make_submission(files, pyproject=pyproject), grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["failed"] == 0 and facts["hidden_failures"] == 3, facts
+    row = _row(report)
+    assert row["score"] <= 1 and "the pytest configuration selects tests" in row["evidence"], row
+
+
 def test_configuration_that_selects_nothing_leaves_nothing_out(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(
         '[tool.pytest.ini_options]\naddopts = "-ra --record-mode=none"\ntestpaths = ["tests"]\n'
