@@ -293,6 +293,43 @@ def test_guard_unskip_mode_runs_skipped_and_not_run_tests(tmp_path: Path) -> Non
     assert forced.outcomes == {"test_s.py::test_skipped": "failed", "test_s.py::test_notrun": "failed"}
 
 
+def test_guard_unskip_mode_runs_unittest_skipped_and_expected_failures(tmp_path: Path) -> None:
+    # Red team 4, F7: unittest's decorators skip and xfail without a pytest mark.
+    files = {
+        "test_u.py": """
+            import unittest
+
+
+            class Edge(unittest.TestCase):
+                @unittest.skip("flaky on CI")
+                def test_skipped(self):
+                    self.assertEqual(1, 2, "hidden one")
+
+                @unittest.expectedFailure
+                def test_expected(self):
+                    self.assertEqual(1, 2, "hidden two")
+
+                def test_ok(self):
+                    pass
+
+
+            @unittest.skipIf(True, "not here")
+            class Whole(unittest.TestCase):
+                def test_inside(self):
+                    self.assertEqual(1, 2, "hidden three")
+            """,
+    }
+    normal = _run_guarded(tmp_path / "a", files)
+    assert normal.count("skipped") == 2 and normal.count("xfailed") == 1, normal.outcomes
+    forced = _run_guarded(tmp_path / "b", files, unskip=True)
+    assert forced.outcomes == {
+        "test_u.py::Edge::test_skipped": "failed",
+        "test_u.py::Edge::test_expected": "failed",
+        "test_u.py::Edge::test_ok": "passed",
+        "test_u.py::Whole::test_inside": "failed",
+    }
+
+
 def test_lines_without_the_nonce_are_foreign(tmp_path: Path) -> None:
     log = tmp_path / "guard.jsonl"
     log.write_text(

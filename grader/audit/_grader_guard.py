@@ -120,6 +120,25 @@ def _strip(node):
             pass
 
 
+# unittest's decorators skip without a pytest mark (red team 4, F7): skip/skipIf/skipUnless replace a method
+# with a wrapper raising SkipTest (the original kept as __wrapped__) or flag a class (pytest then registers
+# a skipping fixture while it collects it); expectedFailure flags the method.
+def _strip_unittest(item):
+    cls = getattr(item, "cls", None)
+    if cls is None:
+        return
+    name = getattr(item, "originalname", None) or item.name
+    method = getattr(cls, name, None)
+    try:
+        if getattr(method, "__unittest_skip__", False) and callable(getattr(method, "__wrapped__", None)):
+            setattr(cls, name, method.__wrapped__)
+            item._obj = None  # collection cached the wrapper, bound: fetched again from the class
+        elif getattr(method, "__unittest_expecting_failure__", False):
+            method.__unittest_expecting_failure__ = False
+    except (AttributeError, TypeError):
+        pass
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_collection_modifyitems(session, config, items):
     yield
@@ -127,6 +146,7 @@ def pytest_collection_modifyitems(session, config, items):
         for item in items:
             for node in item.listchain():
                 _strip(node)
+            _strip_unittest(item)
 
 
 class _SourceTrees(dict):
@@ -355,6 +375,12 @@ def _own(code):
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_pycollect_makeitem(collector, name, obj):
+    # Before pytest collects a unittest class: a skipped one would get its skipping fixture there.
+    if _UNSKIP and isinstance(obj, type) and getattr(obj, "__unittest_skip__", False):
+        try:
+            obj.__unittest_skip__ = False
+        except (AttributeError, TypeError):
+            pass
     outcome = yield
     try:
         made = outcome.get_result()
