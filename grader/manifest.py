@@ -521,7 +521,11 @@ _NARROWING_OPTIONS = ("--ignore", "--ignore-glob", "--deselect", "--pyargs", "-k
 # Keys of the pytest configuration that decide which tests are collected (red-team R12): set at all, the
 # whole-suite run puts pytest's defaults back. addopts counts when it selects (-k, -m, --ignore...).
 _COLLECTION_KEYS = ("python_files", "python_functions", "python_classes", "norecursedirs")
-_SELECTING_ADDOPTS = re.compile(r"(?:^|\s)(?:-k|-m|--ignore|--ignore-glob|--deselect)(?:[\s=]|$)")
+_SELECTING_ADDOPTS = re.compile(
+    r"(?:^|\s)(?:-k|-m|--ignore|--ignore-glob|--deselect)(?:[\s=]|$)"
+    # a collection key overridden from inside addopts (red team 4, F6: -o python_files=test_[a-t]*.py)
+    r"|(?:^|\s)(?:-o|--override-ini)(?:\s*|=)['\"]?(?:python_files|python_functions|python_classes|norecursedirs)="
+)
 # What the whole-suite run passes to undo them: pytest's own defaults, the configuration's addopts off.
 _DEFAULT_COLLECTION = [
     "-o", "addopts=",

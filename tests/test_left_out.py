@@ -213,6 +213,7 @@ def test_a_configuration_that_hides_failing_tests_is_caught(make_submission, gra
     [
         (".pytest.ini", "[pytest]\naddopts = -ra --ignore=tests/edge\n"),
         ("pyproject.toml", '[tool.pytest.ini_options]\nnorecursedirs = ["edge", ".*", "build", "dist"]\n'),
+        ("pyproject.toml", '[tool.pytest.ini_options]\naddopts = "-ra -o python_files=test_good.py"\n'),
     ],
 )
 def test_failing_tests_left_out_by_a_hidden_ini_or_norecursedirs_are_caught(
