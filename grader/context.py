@@ -27,7 +27,13 @@ from grader import diskwatch, sandbox, tamper
 from grader.acquire import copy_checkout, keep_pristine, no_space, no_space_reason, no_space_text
 from grader.audit import AuditLog, Results, read_audit_log, read_result_log
 from grader.errors import NotAssessable
-from grader.manifest import SuiteCommand, WholeSuite, suite_command
+from grader.manifest import (
+    SuiteCommand,
+    WholeSuite,
+    suite_command,
+    tests_the_run_changed,
+    whole_suite_because,
+)
 from grader.safeio import UnsafeFile, is_regular, read_bytes
 
 if TYPE_CHECKING:
@@ -505,6 +511,11 @@ class Context:
         if rr.scan.startup_hooks:
             rr.clean = self.run_suite(self.scratch_copy("replay-clean"), label="replay-clean", clean=True)
         narrowed = self.suite_command().narrowed
+        changed = tests_the_run_changed(self.repo, self.checkout)
+        if changed:
+            more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+            why = f"the suite's run deleted or rewrote its own test files ({', '.join(changed[:3])}{more})"
+            narrowed = whole_suite_because(narrowed, why)
         if narrowed is not None and guard is not None:
             copy = self.scratch_copy("replay-whole")
             rr.whole = self.run_suite(copy, label="replay-whole", whole=narrowed)

@@ -28,6 +28,8 @@ __all__ = [
     "not_a_submission",
     "read_manifest",
     "suite_command",
+    "tests_the_run_changed",
+    "whole_suite_because",
 ]
 
 # Ordered: the kit's own layout first, then the layouts pytest-recording and pytest-vcr use by default
@@ -547,6 +549,34 @@ def _config_narrowing(repo: Path) -> str:
         if _SELECTING_ADDOPTS.search(shown):
             found.append(f"{name}: addopts = {shown}"[:120])
     return "; ".join(found)
+
+
+def tests_the_run_changed(pristine: Path, after: Path) -> list[str]:
+    """Test files of ``pristine`` that ``after`` (the checkout the suite ran in) no longer holds as they were.
+
+    A `make test` whose prerequisite deletes or rewrites failing tests before pytest starts (red team 4,
+    F8) leaves pytest nothing to fail; the whole-suite run then runs them from a fresh copy. Read safely:
+    a test file the run replaced with a link or a FIFO counts as changed.
+    """
+    changed = []
+    for path in walk.files(pristine, include=_is_test_file, skip=walk.SKIPPED):
+        rel = path.relative_to(pristine)
+        try:
+            before = read_bytes(path, cap=_MAKEFILE_CAP, root=pristine)
+            now = read_bytes(after / rel, cap=_MAKEFILE_CAP, root=after)
+        except OSError:
+            changed.append(rel.as_posix())
+            continue
+        if before != now:
+            changed.append(rel.as_posix())
+    return sorted(changed)
+
+
+def whole_suite_because(narrowed: WholeSuite | None, why: str) -> WholeSuite:
+    """``narrowed`` with one more reason to run every test the repository holds (or that run, if none)."""
+    if narrowed is None:
+        return WholeSuite(why, list(_DEFAULT_COLLECTION), {})
+    return WholeSuite("; ".join(x for x in (narrowed.why, why) if x), narrowed.args, narrowed.env)
 
 
 def _is_test_file(name: str) -> bool:

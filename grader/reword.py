@@ -59,7 +59,7 @@ def _eligible(message: str) -> bool:
     return len(message) >= _MIN_CHARS and len(message.split()) >= 2
 
 
-def reworded(message: str, taken: Collection[str] = ()) -> str:
+def _reworded(message: str, taken: Collection[str] = ()) -> str:
     """``message`` with one word inserted at a random word boundary of its second half, not in ``taken``."""
     words = message.split(" ")
     while True:
@@ -81,7 +81,7 @@ def plan(messages: Iterable[str]) -> dict[str, str]:
         if len(lines) > 1:
             recorded.update(line.strip() for line in lines)
     recorded.discard("")
-    return {m: reworded(m, recorded) for m in sorted(recorded) if _eligible(m)}
+    return {m: _reworded(m, recorded) for m in sorted(recorded) if _eligible(m)}
 
 
 @dataclass
