@@ -226,26 +226,37 @@ def test_scan_never_follows_links_and_survives_bad_files(tmp_path: Path) -> None
 # --- the guard plugin in a real pytest process -------------------------------------------------------------
 
 
-def _run_guarded(tmp_path: Path, files: dict[str, str], *, unskip: bool = False) -> tamper.GuardLog:
+def _run_guarded(
+    tmp_path: Path,
+    files: dict[str, str],
+    *,
+    unskip: bool = False,
+    extra_env: dict[str, str] | None = None,
+    plugins: tuple[str, ...] = (),
+) -> tamper.GuardLog:
     project = _write(tmp_path / "project", files)
     plugin_dir = tmp_path / "plugin"
     tamper.write_guard(plugin_dir)
     log = tmp_path / "guard.jsonl"
     nonce = secrets.token_hex(8)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    audit_dir = Path(tamper.__file__).with_name("audit")  # the grader's other plugin, when asked for
     env = {
         **os.environ,
-        "PYTHONPATH": str(plugin_dir),
+        "PYTHONPATH": os.pathsep.join([str(plugin_dir), *([str(audit_dir)] if plugins else [])]),
         "PYTEST_REPORT_FD": str(fd),
         "PYTEST_REPORT_NONCE": nonce,
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        **(extra_env or {}),
     }
     env.pop("PYTEST_ADDOPTS", None)
     if unskip:
         env["PYTEST_RUN_SKIPPED"] = "1"
+    more = [arg for plugin in plugins for arg in ("-p", plugin)]
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", tamper.GUARD_MODULE, *more, "-p", "no:cacheprovider"]
     try:
         subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", tamper.GUARD_MODULE, "-p", "no:cacheprovider"],
+            argv,
             cwd=project,
             env=env,
             pass_fds=(fd,),
@@ -441,3 +452,45 @@ def test_committed_bytecode_never_runs_in_place_of_the_source(
     report = grade(str(repo), rubric=load_rubric(), timeout=120, cache_root=grade_cache, jobs=1)
     replay = report["facts"]["replay"]
     assert (replay["passed"], replay["failed"]) == (2, 0), replay
+
+
+def test_an_honest_suite_with_subtests_is_counted_alike_by_the_guard_and_the_result_log(
+    tmp_path: Path,
+) -> None:
+    # Red team 4, F9: each subtest's report carries its test's id; counted by the result log and not by the
+    # guard, the two disagreed and an honest suite was called forged.
+    from grader.audit import read_result_log
+    from grader.context import _mismatch
+
+    files = {
+        "test_sub.py": """
+            import unittest
+
+
+            class Shapes(unittest.TestCase):
+                def test_each_shape(self):
+                    for shape in ("plain", "fenced"):
+                        with self.subTest(shape=shape):
+                            self.assertEqual(shape, "plain")
+
+
+            def test_with_fixture(subtests):
+                for shape in ("plain", "fenced"):
+                    with subtests.test(shape=shape):
+                        assert shape == "plain"
+
+
+            def test_plain():
+                pass
+            """,
+    }
+    results = tmp_path / "results.jsonl"
+    guard = _run_guarded(
+        tmp_path / "p",
+        files,
+        extra_env={"PYTEST_RESULT_LOG": str(results)},
+        plugins=("_grader_pytest",),
+    )
+    logged = read_result_log(results)
+    assert guard.count("failed") == 2 and guard.count("passed") == 1, guard.outcomes
+    assert _mismatch(guard, logged) == ""

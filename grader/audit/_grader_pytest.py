@@ -52,14 +52,25 @@ def _crash_location(report):
 def pytest_runtest_logreport(report):
     if not _ACTIVE:
         return
+    # A subtest (pytest's `subtests` fixture, unittest's subTest) is reported besides its test's own report,
+    # under the same id. Like the guard, this log counts the test once, failed when any of its subtests
+    # failed; counted apart, an honest suite with subtests looked forged (red team 4, F9).
+    if type(report).__name__ in ("SubtestReport", "SubTestReport"):
+        if report.failed:
+            _state.setdefault("subfailed", {})[(report.nodeid, report.when)] = message(report)
+        return
+    outcome, longrepr = report.outcome, message(report)
+    failed_inside = _state.get("subfailed", {}).pop((report.nodeid, report.when), None)
+    if outcome == "passed" and failed_inside is not None:
+        outcome, longrepr = "failed", failed_inside or "a subtest failed"
     fspath, lineno, _ = report.location
     _write(
         {
             "nodeid": report.nodeid,
             "when": report.when,
-            "outcome": report.outcome,
+            "outcome": outcome,
             "wasxfail": hasattr(report, "wasxfail"),
-            "longrepr": message(report),
+            "longrepr": longrepr,
             "location": f"{fspath}:{(lineno or 0) + 1}",
             "crash": _crash_location(report),
         }
