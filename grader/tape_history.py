@@ -37,6 +37,8 @@ __all__ = ["TapeEdit", "TapeHistory", "tape_edits"]
 
 _RESPONSE_KEY = re.compile(r'^\s*"?response"?\s*:')  # where the answer starts, JSON or YAML
 _SHORT = 7  # commit ids as the history scan shows them
+_RAW_DIFF = ("--raw", "--no-abbrev", "--no-textconv", "--no-ext-diff")  # `git diff` takes no signature flag
+_MAX_MERGES = 500  # first-parent merges whose other parents are asked for older tape versions (newest first)
 _MAX_PAIRS = 20_000  # changed tape versions compared per grade; more is noted, never a crash
 _MAX_HISTORY_BYTES = 64 * 2**20  # tape versions read per grade (old + new); more is noted
 
@@ -98,6 +100,7 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
     # Deleted tapes: a tape deleted in one commit and put back (same path) in a later one is compared with
     # the version that was deleted, like a modification: deleting and re-adding does not launder an edit.
     gone: dict[str, tuple[str, str]] = {}
+    compared_once: set[str] = set()  # tapes the first-parent line ever gave a second version
     for commit, changes in _commits(log.decode("utf-8", "surrogateescape")):
         tapes = {p: c for p, c in changes.items() if p.lower().endswith(TAPE_SUFFIXES)}
         # (path, the version it is compared with: (commit that held it, blob)) for every tape this commit
@@ -113,6 +116,7 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
         moved = {source for status, _, _, source in tapes.values() if status == "R"}
         existing = {p for p in current if tapes.get(p, ("",))[0] != "D" and p not in moved}
         sets[commit] = bool(compared) and set(compared) >= existing
+        compared_once.update(compared)
         for path, (status, _old, new, source) in sorted(tapes.items()):
             if path in compared:
                 held_by, held_blob = compared[path]
@@ -125,6 +129,8 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
             else:
                 current[path] = (commit, new)
                 gone.pop(path, None)
+    added = {path: commit for path, (commit, _blob) in current.items() if path not in compared_once}
+    pairs += _merged_originals(repo, dirs, current, added, sets)
     notes: list[str] = []
     # What is graded first: tapes still at HEAD, newest change first. A history padded with rewrites of a
     # tape deleted later (1,200 one-MB versions took 150 s) then costs its cap, never the tapes that count.
@@ -162,6 +168,63 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
             continue
         edits += [(n, edit) for n, change in commit_changes for edit in change.edits]
     return TapeHistory([edit for _, edit in sorted(edits, key=lambda e: e[0])], notes)
+
+
+def _merged_originals(
+    repo: Path,
+    dirs: Sequence[str],
+    current: dict[str, tuple[str, str]],
+    added: dict[str, str],
+    sets: dict[str, bool],
+) -> list[tuple[str, str, str, str, str]]:
+    """Versions of HEAD's tapes that only another parent of a merge holds (red team 4, F4).
+
+    The first-parent line can start with an orphan commit holding an edited tape while a merge brings the
+    original recording in as its second parent: on the first-parent line the edited tape is then simply
+    the tape's first version. For each tape the first-parent line only ever added, each merge's other
+    parents are asked for their version: one whose commit does not descend from the commit that added
+    HEAD's version is an earlier recording of it, compared like a modification (same request, another
+    answer: an edit). A branch that forked after that commit and changed the tape is not (it is newer).
+    """
+    if not added:
+        return []
+    # No pathspec here: git would drop a merge whose tapes equal its first parent's, the very case looked for.
+    merges = _git(
+        repo, "log", "--first-parent", "--merges", f"--max-count={_MAX_MERGES}", "--format=%H %P", "HEAD"
+    )
+    out: list[tuple[str, str, str, str, str]] = []
+    for line in merges.decode("ascii", "replace").splitlines():
+        merge, _first, *others = line.split()
+        changed: list[tuple[str, str, str, str, str]] = []
+        for other in others:
+            # Only the tapes whose version differs between that parent and the merge: one call per merge.
+            raw = _git(repo, "diff", "-r", "--no-renames", *_RAW_DIFF, other, merge, "--", *dirs)
+            for path, (status, theirs, _ours, _source) in _diff(
+                raw.decode("utf-8", "surrogateescape")
+            ).items():
+                if status != "M" or path not in added or path not in current:
+                    continue
+                commit = added[path]
+                try:
+                    held = _git(repo, "log", "-1", "--format=%H", other, "--", path).decode().strip()
+                except _GitError:
+                    continue
+                try:  # newer than HEAD's version when it descends from the commit that added it
+                    _git(repo, "merge-base", "--is-ancestor", commit, held)
+                    continue
+                except _GitError:
+                    pass
+                changed.append((path, theirs, current[path][1], held, commit))
+        if changed:
+            # One commit's versions against another line's: the whole set different is a re-recording.
+            sets[changed[0][4]] = sets.get(changed[0][4], False) or len(changed) >= len(added) > 1
+            out += changed
+    return out
+
+
+def _diff(raw: str) -> dict[str, tuple[str, str, str, str]]:
+    """``git diff --raw`` lines as `_commits` reads them."""
+    return next((changes for _, changes in _commits("@diff\n" + raw)), {})
 
 
 def _commits(log: str) -> Iterator[tuple[str, dict[str, tuple[str, str, str, str]]]]:

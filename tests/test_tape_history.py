@@ -354,3 +354,39 @@ def test_a_history_padded_with_rewrites_still_shows_the_edit_within_its_cap(
         (later.relative_to(repo).as_posix(), _head(repo)[:7]),
     ]
     assert any("not compared" in note for note in found.notes), found.notes
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {**os.environ, **GIT_ENV, "HOME": str(repo.parent)}
+    argv = ["git", "-C", str(repo), *args]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_an_edit_behind_an_orphan_first_parent_is_found(recorded) -> None:
+    # Red team 4, F4: HEAD merges an orphan commit holding the edited tape (first parent) with the original
+    # recording (second parent); on the first-parent line the edited tape is simply its first version.
+    repo, original = recorded
+    tape = _tapes(repo)[3]
+    _edit_kit(tape, _bump_id)
+    _git(repo, "add", "-A")
+    orphan = _git(repo, "commit-tree", _git(repo, "write-tree"), "-m", "import into the new layout")
+    merge = _git(repo, "commit-tree", _git(repo, "write-tree"), "-p", orphan, "-p", original, "-m", "merge")
+    _git(repo, "reset", "-q", "--hard", merge)
+
+    found = tape_edits(repo, "cassettes")
+    assert [(e.path, e.before, e.after) for e in found.edits] == [
+        (f"cassettes/{tape.name}", original[:7], orphan[:7])
+    ], found
+
+
+def test_a_branch_that_changed_a_tape_after_it_was_recorded_is_not_blamed_on_the_recording(recorded) -> None:
+    # The other parent's version is newer (its branch forked after the recording): HEAD kept the original.
+    repo, _ = recorded
+    _git(repo, "checkout", "-q", "-b", "experiment")
+    _edit_kit(_tapes(repo)[3], _bump_id)
+    commit(repo, "try another answer")
+    _git(repo, "checkout", "-q", "main")
+    (repo / "NOTES.md").write_text("notes\n", encoding="utf-8")
+    commit(repo, "notes")
+    _git(repo, "merge", "-q", "-s", "ours", "--no-edit", "experiment")
+    assert tape_edits(repo, "cassettes").edits == []
