@@ -101,6 +101,8 @@ class ReplayRun:
     # (it names test files or ids, or ignores some: grader.manifest.WholeSuite)
     whole: ReplayRun | None = None
     left_out_because: str = ""  # why the whole suite was run (WholeSuite.why), for the evidence
+    # test files the suite's own run deleted or rewrote (red team 4, F8): their tests count from `whole`
+    changed_tests: list[str] = field(default_factory=list)
     log_mismatch: str = ""  # the submission-writable result log disagrees with the guard
     how: str = ""  # where the command came from (grader.manifest.SuiteCommand.how), for the evidence
 
@@ -512,6 +514,7 @@ class Context:
             rr.clean = self.run_suite(self.scratch_copy("replay-clean"), label="replay-clean", clean=True)
         narrowed = self.suite_command().narrowed
         changed = tests_the_run_changed(self.repo, self.checkout)
+        rr.changed_tests = changed
         if changed:
             more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
             why = f"the suite's run deleted or rewrote its own test files ({', '.join(changed[:3])}{more})"

@@ -1,10 +1,10 @@
 """A submission's pytest configuration, read once for every check that asks what it sets.
 
-pytest takes its options from the first of pytest.ini, .pytest.ini, pyproject.toml
-(``[tool.pytest.ini_options]``), tox.ini and setup.cfg that has a pytest section. The grader reads every
-one of them: a check that asks "does the configuration narrow the suite" or "does it switch a plugin off"
-must see an option wherever the submission wrote it, since which file pytest picks can depend on where it
-is started.
+pytest takes its options from the first of pytest.toml, .pytest.toml, pytest.ini, .pytest.ini,
+pyproject.toml (``[tool.pytest]``, ``[tool.pytest.ini_options]``), tox.ini and setup.cfg that has a pytest
+section. The grader reads every one of them: a check that asks "does the configuration narrow the suite"
+or "does it switch a plugin off" must see an option wherever the submission wrote it, since which file
+pytest picks can depend on where it is started.
 """
 
 from __future__ import annotations
@@ -34,15 +34,26 @@ _INI_FILES = (
 
 def ini_sections(repo: Path) -> list[tuple[str, dict[str, object]]]:
     """(file name, its pytest options) for every configuration file with a pytest section, in the order
-    pytest prefers them (pyproject.toml's values may be lists; the ini files' are strings)."""
+    pytest prefers them (TOML values may be lists; the ini files' are strings).
+
+    pytest 9 also reads native TOML: ``pytest.toml`` and ``.pytest.toml`` (a ``[pytest]`` table) before the
+    ini files, and ``[tool.pytest]`` in pyproject.toml beside ``[tool.pytest.ini_options]`` (red team 4,
+    F6b: tests left out through those went unnoticed).
+    """
     sections: list[tuple[str, dict[str, object]]] = []
-    data = _toml(repo)
-    tool = data.get("tool") if isinstance(data, dict) else None
-    pytest_table = tool.get("pytest") if isinstance(tool, dict) else None
-    ini = pytest_table.get("ini_options") if isinstance(pytest_table, dict) else None
+    for name in ("pytest.toml", ".pytest.toml"):
+        table = _table(_toml(repo, name), "pytest")
+        if table is not None:
+            sections.append((name, table))
+    tool = _table(_toml(repo, "pyproject.toml"), "tool")
+    native = _table(tool, "pytest")
+    ini = _table(native, "ini_options")
     for name, section in _INI_FILES:
-        if name == "tox.ini" and isinstance(ini, dict):
-            sections.append(("pyproject.toml", ini))  # after pytest.ini, before tox.ini
+        if name == "tox.ini":  # pyproject.toml: after pytest.ini, before tox.ini
+            if ini is not None:
+                sections.append(("pyproject.toml", ini))
+            if native is not None and set(native) - {"ini_options"}:
+                sections.append(("pyproject.toml", {k: v for k, v in native.items() if k != "ini_options"}))
         raw = _text(repo, name)
         if not raw:
             continue
@@ -56,6 +67,11 @@ def ini_sections(repo: Path) -> list[tuple[str, dict[str, object]]]:
     return sections
 
 
+def _table(data: object, key: str) -> dict[str, object] | None:
+    value = data.get(key) if isinstance(data, dict) else None
+    return value if isinstance(value, dict) else None
+
+
 def addopts_text(options: dict[str, object]) -> str:
     """One section's ``addopts`` as one line (a TOML list joined by spaces)."""
     addopts = options.get("addopts")
@@ -64,8 +80,8 @@ def addopts_text(options: dict[str, object]) -> str:
     return addopts if isinstance(addopts, str) else ""
 
 
-def _toml(repo: Path) -> object:
-    text = _text(repo, "pyproject.toml")
+def _toml(repo: Path, name: str) -> object:
+    text = _text(repo, name)
     if not text:
         return {}
     try:

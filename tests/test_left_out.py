@@ -108,6 +108,29 @@ def test_a_make_test_that_deletes_failing_tests_before_pytest_is_caught(make_sub
 
 
 @pytest.mark.slow
+def test_a_make_test_that_rewrites_a_failing_test_first_is_caught(make_submission, grade_cache) -> None:
+    # Red team 4, F8b: the same test id runs, but not the test submitted (its assertion made always true).
+    files = {
+        "tests/test_good.py": GOOD,
+        "tests/test_bad.py": BAD,
+        "tools/tidy.py": (
+            "from pathlib import Path\n"
+            "p = Path('tests/test_bad.py')\n"
+            "p.write_text(p.read_text().replace('assert ', 'assert True or '))\n"
+        ),
+        "Makefile": "test: tidy\n\tpython -m pytest -q\n\ntidy:\n\tpython tools/tidy.py\n",
+    }
+    report = _grade(make_submission(files), grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["failed"] == 0 and facts["hidden_failures"] == 3, facts
+    row = _row(report)
+    assert row["score"] <= 1, row
+    evidence = row["evidence"]
+    assert "deleted or rewrote its own test files (tests/test_bad.py)" in evidence, evidence
+
+
+@pytest.mark.slow
 def test_the_same_repository_running_everything_is_an_honest_red_run(make_submission, grade_cache) -> None:
     files = {
         "tests/test_good.py": GOOD,
@@ -233,6 +256,10 @@ def test_a_configuration_that_hides_failing_tests_is_caught(make_submission, gra
         (".pytest.ini", "[pytest]\naddopts = -ra --ignore=tests/edge\n"),
         ("pyproject.toml", '[tool.pytest.ini_options]\nnorecursedirs = ["edge", ".*", "build", "dist"]\n'),
         ("pyproject.toml", '[tool.pytest.ini_options]\naddopts = "-ra -o python_files=test_good.py"\n'),
+        # pytest 9's native TOML (red team 4, F6b)
+        ("pytest.toml", '[pytest]\naddopts = ["-ra", "--ignore=tests/edge"]\n'),
+        (".pytest.toml", '[pytest]\nnorecursedirs = ["edge"]\n'),
+        ("pyproject.toml", '[tool.pytest]\naddopts = ["-ra", "--ignore=tests/edge"]\n'),
     ],
 )
 def test_failing_tests_left_out_by_a_hidden_ini_or_norecursedirs_are_caught(
@@ -241,7 +268,7 @@ def test_failing_tests_left_out_by_a_hidden_ini_or_norecursedirs_are_caught(
     # Red team 4, F6: pytest reads .pytest.ini first, and norecursedirs keeps it out of a folder.
     pyproject = '[project]\nname = "submission"\nversion = "0.1.0"\n'
     files = {"tests/test_good.py": GOOD, "tests/edge/test_bad.py": BAD}
-    if config == ".pytest.ini":
+    if config != "pyproject.toml":
         files[config] = text
     else:
         pyproject += "\n" + text

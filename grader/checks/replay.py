@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -326,7 +327,8 @@ def _tamper_evidence(rr: ReplayRun, results: Results) -> _Evidence:
                 # Red-team F15b: a skipped test that never finishes when run would have hung the suite.
                 ev.hidden.append(f"{nodeid} (did not finish when run: the rerun timed out)")
     if guard is not None and rr.whole is not None and not rr.run.timed_out:
-        ev.left_out, ev.left_out_because = _left_out(guard, rr.whole, rr.run.duration), rr.left_out_because
+        left_out = _left_out(guard, rr.whole, rr.run.duration, rr.changed_tests)
+        ev.left_out, ev.left_out_because = left_out, rr.left_out_because
     if not rr.run.timed_out:
         if guard is None and results.records:
             ev.abnormal, ev.abnormal_why = (
@@ -348,8 +350,11 @@ _NEEDS_NETWORK = re.compile(
 )
 
 
-def _left_out(guard: GuardLog, whole: ReplayRun, own_duration: float) -> list[str]:
-    """Tests the whole-suite run failed that the suite's own run never ran (red-team F10).
+def _left_out(
+    guard: GuardLog, whole: ReplayRun, own_duration: float, changed: Sequence[str] = ()
+) -> list[str]:
+    """Tests the whole-suite run failed that the suite's own run never ran (red-team F10), or ran from a
+    test file the run itself had rewritten (red team 4, F8b: the same id, another test).
 
     The same test may be named from another root when the recipe changes folder first (``cd tests &&
     pytest``): a node id that ends the other's path counts as the same test.
@@ -363,12 +368,21 @@ def _left_out(guard: GuardLog, whole: ReplayRun, own_duration: float) -> list[st
     # A left-out test that needs the network (a live test its `-m "not live"` deselects) fails offline for
     # that reason alone: not counted when the run did try to connect and the failure says so.
     connected = bool(whole.audit.network_attempts or whole.blocked)
+    rewritten = set(changed)
     for nodeid, outcome in again.outcomes.items():
-        if outcome not in ("failed", "error") or nodeid in ran:
+        if outcome not in ("failed", "error"):
+            continue
+        if nodeid in ran and nodeid.split("::", 1)[0] not in rewritten:
             continue
         tail = nodeid.rsplit("/", 1)[-1]
-        if tail in tails and any(a.endswith("/" + nodeid) or nodeid.endswith("/" + a) for a in ran):
+        if (
+            nodeid not in ran
+            and tail in tails
+            and any(a.endswith("/" + nodeid) or nodeid.endswith("/" + a) for a in ran)
+        ):
             continue
+        if nodeid in ran and guard.outcomes.get(nodeid) in ("failed", "error"):
+            continue  # failed in the suite's own run too: counted there
         message = again.messages.get(nodeid, outcome)
         if connected and _NEEDS_NETWORK.search(message):
             continue
