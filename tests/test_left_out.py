@@ -88,13 +88,25 @@ def test_a_make_test_naming_only_the_passing_files_is_caught(make_submission, gr
     assert make["score"] < 3, make  # "the tests pass" is the grader's verdict, not make's exit status
 
 
+# Red team 4, F8: a prerequisite "tidies" the tree, failing tests included, before pytest runs what is left;
+# F8b: it rewrites them instead (the same ids run, but not the tests submitted: assertions made always true).
+_DELETE = "import shutil\nshutil.rmtree('tests/edge', ignore_errors=True)\n"
+_REWRITE = (
+    "from pathlib import Path\n"
+    "p = Path('tests/edge/test_bad.py')\n"
+    "p.write_text(p.read_text().replace('assert ', 'assert True or '))\n"
+)
+
+
 @pytest.mark.slow
-def test_a_make_test_that_deletes_failing_tests_before_pytest_is_caught(make_submission, grade_cache) -> None:
-    # Red team 4, F8: a prerequisite "tidies" the tree, failing tests included; pytest then runs what is left.
+@pytest.mark.parametrize("tidy", [_DELETE, _REWRITE], ids=["deletes", "rewrites"])
+def test_a_make_test_that_tidies_failing_tests_away_first_is_caught(
+    make_submission, grade_cache, tidy: str
+) -> None:
     files = {
         "tests/test_good.py": GOOD,
         "tests/edge/test_bad.py": BAD,
-        "tools/tidy.py": "import shutil\nshutil.rmtree('tests/edge', ignore_errors=True)\n",
+        "tools/tidy.py": tidy,
         "Makefile": "test: tidy\n\tpython -m pytest -q\n\ntidy:\n\tpython tools/tidy.py\n",
     }
     report = _grade(make_submission(files), grade_cache)
@@ -105,29 +117,6 @@ def test_a_make_test_that_deletes_failing_tests_before_pytest_is_caught(make_sub
     assert row["score"] <= 1, row
     evidence = row["evidence"]
     assert "deleted or rewrote its own test files (tests/edge/test_bad.py)" in evidence, evidence
-
-
-@pytest.mark.slow
-def test_a_make_test_that_rewrites_a_failing_test_first_is_caught(make_submission, grade_cache) -> None:
-    # Red team 4, F8b: the same test id runs, but not the test submitted (its assertion made always true).
-    files = {
-        "tests/test_good.py": GOOD,
-        "tests/test_bad.py": BAD,
-        "tools/tidy.py": (
-            "from pathlib import Path\n"
-            "p = Path('tests/test_bad.py')\n"
-            "p.write_text(p.read_text().replace('assert ', 'assert True or '))\n"
-        ),
-        "Makefile": "test: tidy\n\tpython -m pytest -q\n\ntidy:\n\tpython tools/tidy.py\n",
-    }
-    report = _grade(make_submission(files), grade_cache)
-
-    facts = report["facts"]["replay"]
-    assert facts["failed"] == 0 and facts["hidden_failures"] == 3, facts
-    row = _row(report)
-    assert row["score"] <= 1, row
-    evidence = row["evidence"]
-    assert "deleted or rewrote its own test files (tests/test_bad.py)" in evidence, evidence
 
 
 @pytest.mark.slow
