@@ -521,7 +521,7 @@ class Context:
             narrowed = whole_suite_because(narrowed, why)
         if narrowed is not None and guard is not None:
             copy = self.scratch_copy("replay-whole")
-            rr.whole = self.run_suite(copy, label="replay-whole", whole=narrowed)
+            rr.whole = self.run_suite(copy, label="replay-whole", whole=narrowed, read_only=changed)
             rr.left_out_because = narrowed.why
         return rr
 
@@ -545,8 +545,13 @@ class Context:
         clean: bool = False,
         primary: bool = False,
         whole: WholeSuite | None = None,
+        read_only: Sequence[str] = (),
     ) -> ReplayRun:
         """Run the suite as `replay_run` does, in another checkout (e.g. a scratch copy); not memoized.
+
+        ``read_only``: files of the checkout (relative) the run is shown read-only, as submitted (the
+        pristine copy's), so code that rewrote them in the suite's own run cannot rewrite them again
+        (red team 4, F8c: a package whose import rewrites a test's assertion). Needs bubblewrap.
 
         ``noconftest`` runs without the submission's hooks: ``--noconftest``, its configuration's ``addopts``
         overridden (no ``-p`` plugin of its own); ``unskip`` makes the guard strip skip/skipif/xfail marks;
@@ -607,8 +612,15 @@ class Context:
             env["PYTEST_REPORT_NONCE"] = nonce
             if unskip:
                 env["PYTEST_RUN_SKIPPED"] = "1"
+            shown = {str(cwd / rel): self.repo / rel for rel in read_only if (self.repo / rel).is_file()}
             run, audit = self.run(
-                command, cwd=cwd, env=env, label=label, pass_fds=(fd,), suite_probe=not primary
+                command,
+                cwd=cwd,
+                env=env,
+                label=label,
+                pass_fds=(fd,),
+                suite_probe=not primary,
+                overlays=shown or None,
             )
         finally:
             os.close(fd)

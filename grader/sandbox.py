@@ -716,7 +716,8 @@ def run(
     in a session of its own that is killed after the run. What they read and write lives in folders the
     run is never shown: the drift probe's stand-in and TLS end, the serve probe's client.
     ``overlays``: path inside -> grader file shown there read-only (over an existing regular file only;
-    the drift probe's hosts file and CA bundle, grader/intercept.py); only where `can_intercept`.
+    the drift probe's hosts file and CA bundle, grader/intercept.py, which it passes only where
+    `can_intercept`; a rerun's test files as submitted); only with bubblewrap, never with the network.
     """
     argv = [str(a) for a in argv]
     cwd, home = Path(cwd), Path(home)
@@ -740,7 +741,7 @@ def run(
                 cwd=cwd,
                 writable=owned[1:],
                 network=network,
-                overlays=overlays if can_intercept() and loopback and not network else None,
+                overlays=overlays if not network else None,
             )
         helpers = [list(h) for h in netns_helpers] if loopback and not network else []
         in_netns = helpers if _caps().netns else []

@@ -98,6 +98,34 @@ _REWRITE = (
 )
 
 
+# F8c: no prerequisite; the package a conftest imports rewrites the test as it loads, in every run of the
+# suite, the rerun's included: there the test file is shown read-only, as submitted.
+_SNEAKY = (
+    "from pathlib import Path\n"
+    "p = Path(__file__).parent / 'tests' / 'edge' / 'test_bad.py'\n"
+    "try:\n"
+    "    p.write_text(p.read_text().replace('assert i', 'assert True or i'))\n"
+    "except OSError:\n"
+    "    pass\n"
+)
+
+
+@pytest.mark.slow
+def test_a_package_that_rewrites_a_failing_test_on_import_is_caught(make_submission, grade_cache) -> None:
+    files = {
+        "tests/test_good.py": GOOD,
+        "tests/edge/test_bad.py": BAD,
+        "tests/conftest.py": "import sneaky  # noqa: F401\n",
+        "sneaky.py": _SNEAKY,
+        "Makefile": "test:\n\tpython -m pytest -q\n",
+    }
+    report = _grade(make_submission(files), grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["failed"] == 0 and facts["hidden_failures"] == 3, facts
+    assert "deleted or rewrote its own test files (tests/edge/test_bad.py)" in _row(report)["evidence"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("tidy", [_DELETE, _REWRITE], ids=["deletes", "rewrites"])
 def test_a_make_test_that_tidies_failing_tests_away_first_is_caught(
