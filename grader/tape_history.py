@@ -202,7 +202,7 @@ def _merged_originals(
             for path, (status, theirs, _ours, _source) in _diff(
                 raw.decode("utf-8", "surrogateescape")
             ).items():
-                if status != "M" or path not in added or path not in current:
+                if status != "M" or path not in added:  # added: tapes of `current`
                     continue
                 commit = added[path]
                 try:

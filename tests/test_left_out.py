@@ -90,14 +90,13 @@ def test_a_make_test_naming_only_the_passing_files_is_caught(make_submission, gr
 
 # Red team 4, F8: a prerequisite "tidies" the tree, failing tests included, before pytest runs what is left;
 # F8b: it rewrites them instead (the same ids run, but not the tests submitted: assertions made always true).
+_TIDY_FIRST = "test: tidy\n\tpython -m pytest -q\n\ntidy:\n\tpython tools/tidy.py\n"
 _DELETE = "import shutil\nshutil.rmtree('tests/edge', ignore_errors=True)\n"
 _REWRITE = (
     "from pathlib import Path\n"
     "p = Path('tests/edge/test_bad.py')\n"
     "p.write_text(p.read_text().replace('assert ', 'assert True or '))\n"
 )
-
-
 # F8c: no prerequisite; the package a conftest imports rewrites the test as it loads, in every run of the
 # suite, the rerun's included: there the test file is shown read-only, as submitted.
 _SNEAKY = (
@@ -111,32 +110,23 @@ _SNEAKY = (
 
 
 @pytest.mark.slow
-def test_a_package_that_rewrites_a_failing_test_on_import_is_caught(make_submission, grade_cache) -> None:
-    files = {
-        "tests/test_good.py": GOOD,
-        "tests/edge/test_bad.py": BAD,
-        "tests/conftest.py": "import sneaky  # noqa: F401\n",
-        "sneaky.py": _SNEAKY,
-        "Makefile": "test:\n\tpython -m pytest -q\n",
-    }
-    report = _grade(make_submission(files), grade_cache)
-
-    facts = report["facts"]["replay"]
-    assert facts["failed"] == 0 and facts["hidden_failures"] == 3, facts
-    assert "deleted or rewrote its own test files (tests/edge/test_bad.py)" in _row(report)["evidence"]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("tidy", [_DELETE, _REWRITE], ids=["deletes", "rewrites"])
-def test_a_make_test_that_tidies_failing_tests_away_first_is_caught(
-    make_submission, grade_cache, tidy: str
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"tools/tidy.py": _DELETE, "Makefile": _TIDY_FIRST},
+        {"tools/tidy.py": _REWRITE, "Makefile": _TIDY_FIRST},
+        {
+            "tests/conftest.py": "import sneaky  # noqa: F401\n",
+            "sneaky.py": _SNEAKY,
+            "Makefile": "test:\n\tpython -m pytest -q\n",
+        },
+    ],
+    ids=["deletes", "rewrites", "rewrites-on-import"],
+)
+def test_a_suite_that_tidies_failing_tests_away_as_it_runs_is_caught(
+    make_submission, grade_cache, extra: dict[str, str]
 ) -> None:
-    files = {
-        "tests/test_good.py": GOOD,
-        "tests/edge/test_bad.py": BAD,
-        "tools/tidy.py": tidy,
-        "Makefile": "test: tidy\n\tpython -m pytest -q\n\ntidy:\n\tpython tools/tidy.py\n",
-    }
+    files = {"tests/test_good.py": GOOD, "tests/edge/test_bad.py": BAD, **extra}
     report = _grade(make_submission(files), grade_cache)
 
     facts = report["facts"]["replay"]

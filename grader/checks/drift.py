@@ -165,7 +165,7 @@ def _result(ctx: Context, run: DriftRun) -> CheckResult:
     same = None
     if facts["tickets"] and facts["unreached"] == facts["tickets"] and failed:
         same = _fails_without_the_switches(ctx, run, failed[0])
-    facts["summary"] = _summary(facts, bad, run, same)
+    facts["summary"] = _summary(facts, bad, failed, same)
     command = " ".join(run.command)
     findings = [
         Finding(
@@ -243,10 +243,13 @@ def _line(o: TicketOutcome) -> str:
     return f"{o.ticket.source} ticket {o.ticket.id} ({drift}): {o.verdict}: {o.reason}"
 
 
-def _summary(facts: dict[str, Any], bad: list[TicketOutcome], run: DriftRun, same: str | None) -> str:
+def _summary(
+    facts: dict[str, Any], bad: list[TicketOutcome], failed: list[TicketOutcome], same: str | None
+) -> str:
+    """``failed``: the unreached tickets whose command exited non-zero; ``same``: the plain-replay control's
+    evidence when it failed the first of them the same way (`_fails_without_the_switches`)."""
     if facts["tickets"] == 0:
         return "drift probe ran no ticket: the run's time was spent"
-    failed = [o for o in run.outcomes if o.verdict == "unreached" and o.exit_code != 0]
     if facts["unreached"] == facts["tickets"] and same:
         return (
             f"the triage command made no model call for any of {counted(facts['tickets'], 'ticket')} and "

@@ -95,31 +95,27 @@ _MESSAGE_CAP = MAX_FILE_BYTES  # one message, like one file
 
 def _message_findings(scanner: Scanner, repo: Path) -> list[SecretFinding]:
     """Findings in commit messages, annotated tag messages and ref names, each once (oldest commit first)."""
-    found: list[SecretFinding] = []
-    seen: set[tuple[str, str]] = set()
+    found: dict[tuple[str, str], SecretFinding] = {}
+
+    def keep(data: bytes, source: str, commit: str | None) -> None:
+        for f in scanner.scan_bytes(data, source=source, kind="history", commit=commit):
+            found.setdefault((f.rule, f.fingerprint), f)
+
     for commit, text in _commit_messages(repo):
-        for f in scanner.scan_bytes(text, source="commit message", kind="history", commit=commit):
-            if (f.rule, f.fingerprint) not in seen:
-                seen.add((f.rule, f.fingerprint))
-                found.append(f)
+        keep(text, "commit message", commit)
     refs = _git(repo, "for-each-ref", "--format=%(objecttype) %(refname)")
     names = []
     for line in refs.decode("utf-8", "surrogateescape").splitlines():
         kind, _, ref = line.partition(" ")
         names.append(ref)
         if kind == "tag":
-            message = _git(repo, "cat-file", "tag", ref)[:_MESSAGE_CAP]
-            label = ref.removeprefix("refs/tags/")
-            for f in scanner.scan_bytes(message, source="tag message", kind="history", commit=f"tag {label}"):
-                if (f.rule, f.fingerprint) not in seen:
-                    seen.add((f.rule, f.fingerprint))
-                    found.append(f)
-    listing = "\n".join(names).encode("utf-8", "surrogateescape")
-    for f in scanner.scan_bytes(listing, source="refs", kind="history"):
-        if (f.rule, f.fingerprint) not in seen:
-            seen.add((f.rule, f.fingerprint))
-            found.append(f)
-    return found
+            keep(
+                _git(repo, "cat-file", "tag", ref)[:_MESSAGE_CAP],
+                "tag message",
+                f"tag {ref.removeprefix('refs/tags/')}",
+            )
+    keep("\n".join(names).encode("utf-8", "surrogateescape"), "refs", None)
+    return list(found.values())
 
 
 def _commit_messages(repo: Path) -> Iterator[tuple[str, bytes]]:
