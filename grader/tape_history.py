@@ -264,8 +264,9 @@ def _other_refs(
     earlier version. Every commit that another ref reaches and HEAD does not, and that wrote a tape version
     HEAD's history never held, has its tapes compared with HEAD's (``git diff``, moves followed): a tape
     HEAD holds with another answer to the same request is an edit naming that commit and the ref, unless
-    the commit that wrote HEAD's version is an ancestor of it (a branch that forked later: its version is
-    the newer one) or every tape the two share differs (two recordings of the set, more than one tape).
+    its line forked from a commit that already held HEAD's version (a branch that changed the tape later:
+    its version is the newer one) or every tape the two share differs (two recordings of the set, more
+    than one tape).
     Refs, commits listed and commits compared are capped; a cap reached is a note.
     """
     if not current:
@@ -344,24 +345,33 @@ def _other_refs(
                 continue  # a version HEAD's history holds (compared there), or one already compared
             known.add((path, old, new))
             found.append(_Pair(path, old, new, commit, current[path][0], group, _ref_name(ref)))
-    # A commit that descends from the one that wrote HEAD's version holds a newer version (a branch that
-    # forked after it): one `rev-list --ancestry-path` per writer says which of them do.
-    newer: dict[str, set[str]] = {}
-    for writer in {pair.after for pair in found}:
-        newer[writer] = _descendants(repo, writer, {pair.before for pair in found if pair.after == writer})
-    return [pair for pair in found if pair.before not in newer[pair.after]]
+    # A line that forked from a commit already holding HEAD's version (a branch that changed the tape after
+    # it was recorded, merged or not) holds a newer version, not the original.
+    by_commit: dict[str, list[_Pair]] = defaultdict(list)
+    for pair in found:
+        by_commit[pair.before].append(pair)
+    out: list[_Pair] = []
+    for commit, versions in by_commit.items():
+        held = _held_at_fork(repo, commit, [pair.path for pair in versions])
+        out += [pair for pair in versions if (pair.path, pair.new) not in held]
+    return out
 
 
-def _descendants(repo: Path, ancestor: str, commits: set[str]) -> set[str]:
-    """Those of ``commits`` that descend from ``ancestor``."""
-    with tempfile.TemporaryFile() as request:
-        request.write("".join(f"{sha}\n" for sha in [*sorted(commits), f"^{ancestor}"]).encode())
-        request.seek(0)
-        try:
-            out = _git(repo, "rev-list", "--ancestry-path", "--stdin", stdin=request)
-        except _GitError:
-            return set()
-    return commits & set(out.decode("ascii", "replace").split())
+def _held_at_fork(repo: Path, commit: str, paths: Sequence[str]) -> set[tuple[str, str]]:
+    """(path, blob) of ``paths`` in every commit where ``commit``'s line forked from HEAD's (none: orphan)."""
+    try:
+        bases = _git(repo, "merge-base", "--all", commit, "HEAD").decode("ascii", "replace").split()
+    except _GitError:
+        return set()  # no common history
+    held: set[tuple[str, str]] = set()
+    for base in bases:
+        listing = _git(repo, "ls-tree", "-r", "-z", base, "--", *paths).decode("utf-8", "surrogateescape")
+        for record in listing.split("\0"):
+            meta, _, path = record.partition("\t")
+            fields = meta.split()
+            if len(fields) == 3:
+                held.add((path, fields[2]))
+    return held
 
 
 def _ref_name(ref: str) -> str:

@@ -495,6 +495,23 @@ def test_unrelated_tags_and_branches_of_an_honest_repository_are_not_edits(recor
     (repo / "NOTES.md").write_text("notes\n", encoding="utf-8")
     commit(repo, "notes")
     _git(repo, "tag", "v1")
+    # A feature branch that recorded one more ticket, merged; a branch forked from it that tried another
+    # answer for that ticket, never merged (HEAD's version was written by the merge commit).
+    _git(repo, "checkout", "-q", "-b", "feature")
+    extra = repo / "cassettes" / "extra.json"
+    extra.write_text(_tapes(repo)[0].read_text(encoding="utf-8"), encoding="utf-8")
+
+    def new_ticket(tape: dict[str, Any]) -> None:
+        tape["key"] = "f" * 16
+        tape["request"]["body"]["messages"][-1]["content"] += " (one more)"
+
+    _edit_kit(extra, new_ticket)
+    commit(repo, "record one more ticket")
+    _git(repo, "checkout", "-q", "-b", "feature-try")
+    _edit_kit(extra, _bump_id)
+    commit(repo, "try another answer for it")
+    _git(repo, "checkout", "-q", "main")
+    _git(repo, "merge", "-q", "--no-ff", "--no-edit", "feature")
 
     assert tape_edits(repo, "cassettes") == TapeHistory([], [])
 
