@@ -43,7 +43,7 @@ _RAW_DIFF = ("--raw", "--no-abbrev", "--no-textconv", "--no-ext-diff")  # `git d
 _MAX_MERGES = 500  # first-parent merges whose other parents are asked for older tape versions (newest first)
 _MAX_PAIRS = 20_000  # changed tape versions compared per grade; more is noted, never a crash
 _MAX_HISTORY_BYTES = 64 * 2**20  # tape versions read per grade (old + new); more is noted
-_MAX_REFS = 1_000  # refs (tags, branches) whose history outside HEAD's is asked for older tape versions
+_MAX_REFS = 10_000  # refs (tags, branches) whose history outside HEAD's is asked for older tape versions
 _MAX_REF_COMMITS = 2_000  # commits outside HEAD's history listed (newest first)
 _MAX_REF_DIFFS = 200  # of those, commits whose tapes are compared with HEAD's (one `git diff` each)
 
@@ -365,8 +365,9 @@ def _held_at_fork(repo: Path, commit: str, paths: Sequence[str]) -> set[tuple[st
         return set()  # no common history
     held: set[tuple[str, str]] = set()
     for base in bases:
-        listing = _git(repo, "ls-tree", "-r", "-z", base, "--", *paths).decode("utf-8", "surrogateescape")
-        for record in listing.split("\0"):
+        # Paths quoted as in the raw diffs they are compared with (no -z).
+        listing = _git(repo, "ls-tree", "-r", base, "--", *paths).decode("utf-8", "surrogateescape")
+        for record in listing.splitlines():
             meta, _, path = record.partition("\t")
             fields = meta.split()
             if len(fields) == 3:
