@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from grader.acquire import acquire
 from grader.tape_history import TapeHistory, tape_edits
 from tests.adversarial.builders import commit, sample_copy
 from tests.helpers.bake import standin
@@ -474,7 +475,7 @@ def test_an_edited_tape_moved_away_from_its_tagged_original_is_found(recorded) -
     ], found
 
 
-def test_unrelated_tags_and_branches_of_an_honest_repository_are_not_edits(recorded) -> None:
+def test_unrelated_tags_and_branches_of_an_honest_repository_are_not_edits(recorded, tmp_path: Path) -> None:
     repo, original = recorded
     _git(repo, "tag", "-a", "v0", "-m", "first recording", original)  # a tag on an older honest commit
     # A branch that re-recorded the whole set after the recording, never merged.
@@ -514,6 +515,11 @@ def test_unrelated_tags_and_branches_of_an_honest_repository_are_not_edits(recor
     _git(repo, "merge", "-q", "--no-ff", "--no-edit", "feature")
 
     assert tape_edits(repo, "cassettes") == TapeHistory([], [])
+    # The grader's own clone (remote-tracking branches, every tag), and the same ref graded at an older tag.
+    for target, where in ((str(repo), "ws"), (f"{repo}#v0", "ws-v0")):
+        workspace = acquire(target, tmp_path / where)
+        assert workspace.pristine is not None
+        assert tape_edits(workspace.pristine, "cassettes") == TapeHistory([], []), target
 
 
 def test_commits_outside_heads_history_are_compared_within_a_cap(
