@@ -119,6 +119,21 @@ def _kind(line: str) -> str:
     return _message(line).split(":", 1)[0].strip().rsplit(".", 1)[-1]
 
 
+def _verdict(
+    test: str, missed: str, result: str | None, says: str, names_miss: Callable[[str], bool]
+) -> Answered | None:
+    """A test that failed with ``missed`` (a miss) in one run and ended ``result`` saying ``says`` in the
+    re-worded one: an Answered when it passed, or failed on something else without naming a miss."""
+    located = _LOCATION.match(missed)
+    where = located.group("where") if located else test.split("::", 1)[0]
+    if result in ("passed", "xpassed"):
+        return Answered(test, where, "passed")
+    if result in ("failed", "error") and not names_miss(_message(says)) and _kind(says) != _kind(missed):
+        said = _message(says).strip() or "no message"
+        return Answered(test, where, f"{result} without naming a miss ({said[:160]})")
+    return None
+
+
 def answered(
     withheld: ReplayRun, reworded: ReplayRun, names_miss: Callable[[str], bool]
 ) -> tuple[int, list[Answered]] | None:
@@ -135,18 +150,9 @@ def answered(
         if outcome not in ("failed", "error") or not names_miss(_message(why.get(test, ""))):
             continue
         compared += 1
-        located = _LOCATION.match(why.get(test, ""))
-        where = located.group("where") if located else test.split("::", 1)[0]
-        result = now.get(test)
-        if result in ("passed", "xpassed"):
-            found.append(Answered(test, where, "passed"))
-        elif (
-            result in ("failed", "error")
-            and not names_miss(_message(says.get(test, "")))
-            and _kind(says.get(test, "")) != _kind(why.get(test, ""))
-        ):
-            said = _message(says.get(test, "")).strip() or "no message"
-            found.append(Answered(test, where, f"{result} without naming a miss ({said[:160]})"))
+        verdict = _verdict(test, why.get(test, ""), now.get(test), says.get(test, ""), names_miss)
+        if verdict is not None:
+            found.append(verdict)
     found.sort(key=lambda item: item.how != "passed")  # a pass on a made-up answer is the plainest
     return compared, found
 
@@ -186,17 +192,8 @@ def answered_in_place(
         if not new_keys or any(recorded(key) for key in new_keys):
             continue
         compared += 1
-        located = _LOCATION.match(after) or _LOCATION.match(before)
-        where = located.group("where") if located else test.split("::", 1)[0]
-        result = now.get(test)
-        if result in ("passed", "xpassed"):
-            found.append(Answered(test, where, "passed"))
-        elif (
-            result in ("failed", "error")
-            and not names_miss(_message(says.get(test, "")))
-            and _kind(says.get(test, "")) != _kind(after)
-        ):
-            text = _message(says.get(test, "")).strip() or "no message"
-            found.append(Answered(test, where, f"{result} without naming a miss ({text[:160]})"))
+        verdict = _verdict(test, after, now.get(test), says.get(test, ""), names_miss)
+        if verdict is not None:
+            found.append(verdict)
     found.sort(key=lambda item: item.how != "passed")
     return compared, found

@@ -76,14 +76,9 @@ def scan_blob(
     tape_dirs: tuple[str, ...] = (),
 ) -> list[SecretFinding]:
     """Scan one file's bytes: gzip files are inflated, other binary files skipped unless they are tapes."""
-    stats = scanner.stats
-    stats.bytes += len(data)
+    scanner.stats.bytes += len(data)
     head = data[:_HEAD]
-    is_tape = looks_like_tape(rel, head, tape_dirs)
-    if commit is None:
-        stats.files += 1
-        stats.tapes += is_tape
-    kind = kind or ("tape" if is_tape else "tree")
+    is_tape, kind = _counted_file(scanner, rel, head, commit, kind, tape_dirs)
     if head[:2] == _GZIP:
         where = rel if commit is None else f"{rel} (in git history)"
         return _scan_gzip(scanner, [data], rel, kind=kind, commit=commit, where=where)
@@ -116,11 +111,7 @@ def scan_large(
     blocks = iter(blocks)
     first = next(blocks, b"")
     head = first[:_HEAD]
-    is_tape = looks_like_tape(rel, head, tape_dirs)
-    if commit is None:
-        stats.files += 1
-        stats.tapes += is_tape
-    kind = kind or ("tape" if is_tape else "tree")
+    is_tape, kind = _counted_file(scanner, rel, head, commit, kind, tape_dirs)
     read = 0
     digest = hashlib.sha1(b"blob %d\0" % size, usedforsecurity=False)
 
@@ -145,6 +136,17 @@ def scan_large(
     elif commit is None and kind in ("tree", "tape"):
         scanner.tree_blobs[digest.hexdigest()] = found
     return found
+
+
+def _counted_file(
+    scanner: Scanner, rel: str, head: bytes, commit: str | None, kind: str | None, tape_dirs: tuple[str, ...]
+) -> tuple[bool, str]:
+    """(whether it is a tape, the kind its findings get); a working-tree file is counted in the stats."""
+    is_tape = looks_like_tape(rel, head, tape_dirs)
+    if commit is None:
+        scanner.stats.files += 1
+        scanner.stats.tapes += is_tape
+    return is_tape, kind or ("tape" if is_tape else "tree")
 
 
 def _scan_blocks(
