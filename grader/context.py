@@ -512,13 +512,18 @@ class Context:
             rr.unskipped = self.run_suite(copy, label="replay-unskipped", unskip=True)
         if rr.scan.startup_hooks:
             rr.clean = self.run_suite(self.scratch_copy("replay-clean"), label="replay-clean", clean=True)
-        narrowed = self.suite_command().narrowed
+        suite = self.suite_command()
+        narrowed = suite.narrowed
         changed = tests_the_run_changed(self.repo, self.checkout)
         rr.changed_tests = changed
         if changed:
             more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
             why = f"the suite's run deleted or rewrote its own test files ({', '.join(changed[:3])}{more})"
-            narrowed = whole_suite_because(narrowed, why)
+            narrowed = whole_suite_because(narrowed, why, suite.plain)
+        if narrowed is None and guard is not None and guard.deselected:
+            # Red team 5, G5: deselected by a way the grader does not read (an @file, a plugin, a hook).
+            why = f"{guard.deselected} tests were deselected in the suite's run"
+            narrowed = whole_suite_because(None, why, suite.plain)
         if narrowed is not None and guard is not None:
             copy = self.scratch_copy("replay-whole")
             rr.whole = self.run_suite(copy, label="replay-whole", whole=narrowed, read_only=changed)
@@ -600,7 +605,7 @@ class Context:
             command = ["python", "-I", "-B", str(guard_dir / tamper.CLEAN_LAUNCHER)]
         if whole is not None:
             command += whole.args
-            env = {**whole.env, **env}
+            env = {**whole.env, **env, "PYTEST_RUN_ALL": "1"}
         # The guard writes through this descriptor: its file sits in a 0700 folder the sandbox user
         # cannot open by path, so a test cannot rewrite it afterwards (docs/security.md).
         nonce = secrets.token_hex(16)

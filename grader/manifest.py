@@ -391,6 +391,9 @@ class SuiteCommand:
     argv: list[str]
     how: str
     narrowed: WholeSuite | None = None  # set when the command may leave some of the repository's tests out
+    # The recipe's own options and variables, for a whole-suite run the grader decides on after the run
+    # (tests the run deselected or rewrote), when the command itself named no narrowing.
+    plain: WholeSuite | None = None
 
 
 def suite_command(repo: Path) -> SuiteCommand:
@@ -399,10 +402,10 @@ def suite_command(repo: Path) -> SuiteCommand:
     config = _config_narrowing(repo)
     if not config:
         return suite
-    narrowed = suite.narrowed or WholeSuite("", [], {})
+    narrowed = suite.narrowed or suite.plain or WholeSuite("", [], {})
     why = "; ".join(x for x in (narrowed.why, f"the pytest configuration selects tests ({config})") if x)
     whole = WholeSuite(why, [*_DEFAULT_COLLECTION, *narrowed.args], narrowed.env)
-    return SuiteCommand(suite.argv, suite.how, whole)
+    return SuiteCommand(suite.argv, suite.how, whole, suite.plain)
 
 
 def _suite_command(repo: Path) -> SuiteCommand:
@@ -418,9 +421,9 @@ def _suite_command(repo: Path) -> SuiteCommand:
         where, lines = recipe
         maker = next((line for _, line in lines if _makes_env(line)), None)
         makefile = where.split(":", 1)[0]
-        narrowed = _narrowing(repo, makefile, lines)
+        narrowed, plain = _narrowing(repo, makefile, lines)
         if maker is None:
-            return SuiteCommand(["make", "test"], f"make test ({where})", narrowed)
+            return SuiteCommand(["make", "test"], f"make test ({where})", narrowed, plain)
         args = next((a for _, line in lines if (a := _pytest_args(line)) is not None), [])
         argv = ["python", "-m", "pytest", *args]
         return SuiteCommand(
@@ -428,6 +431,7 @@ def _suite_command(repo: Path) -> SuiteCommand:
             f"{where}: `make test` runs `{maker}`, which makes an environment over the network; ran "
             f"`{shlex.join(argv)}` with the installed interpreter instead",
             narrowed,
+            plain,
         )
     readme = _readme_command(repo)
     if readme is not None:
@@ -441,7 +445,7 @@ def _suite_command(repo: Path) -> SuiteCommand:
         else:
             how = f"{shlex.join(argv)} (the README's `{line}`, {where})"
         number = int(where.rsplit(":", 1)[1])
-        return SuiteCommand(argv, how, _narrowing(repo, where.rsplit(":", 1)[0], [(number, line)]))
+        return SuiteCommand(argv, how, *_narrowing(repo, where.rsplit(":", 1)[0], [(number, line)]))
     return SuiteCommand(
         ["python", "-m", "pytest"], "python -m pytest (no Makefile test target or README command)"
     )
@@ -518,6 +522,7 @@ _SYSTEM_VARIABLE = re.compile(r"^(?:LD_|PYTHON|PYTEST|PY_|PATH$|HOME$|TMPDIR$|SH
 # Options that leave tests out: the whole-suite run drops them (-k and -m too, red-team R12: a keyword
 # deselecting the one failing test); a left-out test that fails for want of the network is not counted.
 _NARROWING_OPTIONS = ("--ignore", "--ignore-glob", "--deselect", "--pyargs", "-k", "-m")
+_OWN_CONFIG_OPTIONS = ("-c", "--config-file", "--inifile")
 
 
 # Keys of the pytest configuration that decide which tests are collected (red-team R12): set at all, the
@@ -572,10 +577,12 @@ def tests_the_run_changed(pristine: Path, after: Path) -> list[str]:
     return sorted(changed)
 
 
-def whole_suite_because(narrowed: WholeSuite | None, why: str) -> WholeSuite:
-    """``narrowed`` with one more reason to run every test the repository holds (or that run, if none)."""
+def whole_suite_because(narrowed: WholeSuite | None, why: str, plain: WholeSuite | None = None) -> WholeSuite:
+    """``narrowed`` with one more reason to run every test the repository holds; with none, that run with
+    the recipe's own options and variables (``plain``) and pytest's default collection."""
     if narrowed is None:
-        return WholeSuite(why, list(_DEFAULT_COLLECTION), {})
+        base = plain or WholeSuite("", [], {})
+        return WholeSuite(why, [*_DEFAULT_COLLECTION, *base.args], base.env)
     return WholeSuite("; ".join(x for x in (narrowed.why, why) if x), narrowed.args, narrowed.env)
 
 
@@ -583,11 +590,14 @@ def _is_test_file(name: str) -> bool:
     return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
 
 
-def _narrowing(repo: Path, where: str, lines: list[tuple[int, str]]) -> WholeSuite | None:
-    """Whether the recipe's pytest may run fewer tests than the repository holds (see `WholeSuite`)."""
+def _narrowing(
+    repo: Path, where: str, lines: list[tuple[int, str]]
+) -> tuple[WholeSuite | None, WholeSuite | None]:
+    """(whether the recipe's pytest may run fewer tests than the repository holds (see `WholeSuite`), its
+    own options and variables for a whole-suite run decided later)."""
     found = next(((n, line) for n, line in lines if _pytest_args(line) is not None), None)
     if found is None:
-        return None  # no pytest named: nothing to compare with (the suite's own runner)
+        return None, None  # no pytest named: nothing to compare with (the suite's own runner)
     number, line = found
     place = f"{where}:{number}"
     env = {}
@@ -602,7 +612,7 @@ def _narrowing(repo: Path, where: str, lines: list[tuple[int, str]]) -> WholeSui
             env[name] = value
     rest = _after_pytest(line) or []
     if any("$" in a or "`" in a for a in rest):
-        return WholeSuite(f"{place}: `{line}` (its arguments are not plain words)", [], env)
+        return WholeSuite(f"{place}: `{line}` (its arguments are not plain words)", [], env), None
     kept: list[str] = []
     paths: list[str] = []
     narrowing: list[str] = []
@@ -615,26 +625,33 @@ def _narrowing(repo: Path, where: str, lines: list[tuple[int, str]]) -> WholeSui
         index += 1 + len(values)
         if option in _NARROWING_OPTIONS:
             narrowing.append(" ".join([arg, *values]))
+        elif arg.startswith("@"):
+            # Red team 5, G5a: pytest (8.2+) reads more arguments from the file: unread, left out of the run.
+            narrowing.append(f"{arg}, arguments read from a file")
+        elif option in _OWN_CONFIG_OPTIONS:
+            # G5b: a configuration file only this command reads; kept (its settings), its addopts overridden.
+            narrowing.append(f"{' '.join([arg, *values])}, a configuration file of its own")
+            kept += [*_DEFAULT_COLLECTION, arg, *values]
         elif arg.startswith("-"):
             kept += [arg, *values]
         elif (repo / arg.split("::", 1)[0]).exists():
             paths.append(arg)
         else:
             kept.append(arg)  # a value of an option the list above does not know
+    plain = WholeSuite("", kept, env)
     if narrowing:
-        return WholeSuite(f"{place}: `{line}` ({', '.join(narrowing)})", kept, env)
+        return WholeSuite(f"{place}: `{line}` ({', '.join(narrowing)})", kept, env), plain
     if not paths:
-        return None
+        return None, plain
     named = [repo / p.split("::", 1)[0] for p in paths]
     if any("::" in p or not (repo / p).is_dir() for p in paths):
-        return WholeSuite(f"{place}: `{line}` names test files or ids", kept, env)
+        return WholeSuite(f"{place}: `{line}` names test files or ids", kept, env), plain
     for path in walk.files(repo, include=_is_test_file, hidden=False, max_files=5000):
         if not any(path.is_relative_to(folder) for folder in named):
             rel = path.relative_to(repo).as_posix()
-            return WholeSuite(
-                f"{place}: `{line}` leaves out {rel} (and any test outside {', '.join(paths)})", kept, env
-            )
-    return None
+            why = f"{place}: `{line}` leaves out {rel} (and any test outside {', '.join(paths)})"
+            return WholeSuite(why, kept, env), plain
+    return None, plain
 
 
 def _read_text(repo: Path, name: str) -> str | None:

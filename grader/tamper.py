@@ -82,7 +82,7 @@ _SKIP_CALLS = {"skip", "xfail", "skipif"}
 _PYTEST_INTERNALS = {"TestReport", "CallInfo", "CollectReport", "runner", "reports", "skipping", "outcomes"}
 _GRADER_NAMES = re.compile(
     r"\b(GRADER_[A-Z_]+|_grader_(?:pytest|audit|guard)|PY_AUDIT_(?:LOG|ROOT)|PY_SOURCE_PATH|PYTEST_RESULT_LOG"
-    r"|PYTEST_REPORT_(?:FD|NONCE)|PYTEST_RUN_SKIPPED|_pytest_(?:outcomes|results|longrepr|main))\b"
+    r"|PYTEST_REPORT_(?:FD|NONCE)|PYTEST_RUN_(?:SKIPPED|ALL)|_pytest_(?:outcomes|results|longrepr|main))\b"
 )
 _CONFIG_TAMPER = re.compile(
     r"(-p\s*no:\S+|--noconftest|PYTEST_ADDOPTS\s*=|PYTEST_DISABLE_PLUGIN_AUTOLOAD|--junit-?xml\S*|-o\s*addopts)"

@@ -296,3 +296,78 @@ def test_configuration_that_selects_nothing_leaves_nothing_out(tmp_path: Path) -
     narrowed = _narrowed(tmp_path, "pytest")
     assert narrowed is not None and "pytest.ini: addopts = -m 'not live'" in narrowed.why
     assert narrowed.args[:2] == ["-o", "addopts="]
+
+
+# --- red team 5, G5: deselection the grader cannot read from the recipe line or the usual files ----------
+
+_DESELECT = " ".join(f"--deselect=tests/test_bad.py::test_label[{i}]" for i in range(3))
+
+
+@pytest.mark.parametrize(
+    ("recipe", "why"),
+    [
+        ("pytest @.pytest-args", "@.pytest-args, arguments read from a file"),
+        ("pytest -c ci/pytest.ini --rootdir=.", "-c ci/pytest.ini, a configuration file of its own"),
+        ("pytest --config-file=ci/pytest.ini", "--config-file=ci/pytest.ini, a configuration file"),
+    ],
+)
+def test_arguments_from_a_file_or_a_configuration_of_its_own_leave_tests_out(
+    tmp_path: Path, recipe: str, why: str
+) -> None:
+    narrowed = _narrowed(tmp_path, recipe)
+    assert narrowed is not None and why in narrowed.why, narrowed
+    assert not any(arg.startswith("@") for arg in narrowed.args)  # the file's arguments are not read again
+    if "ci/pytest.ini" in recipe:  # its settings kept, its addopts overridden
+        assert narrowed.args[:2] == ["-o", "addopts="]
+        assert any(arg.endswith("ci/pytest.ini") for arg in narrowed.args)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("files", "recipe"),
+    [
+        ({".pytest-args": _DESELECT.replace(" ", "\n") + "\n"}, "python -m pytest -q @.pytest-args"),
+        ({"ci/pytest.ini": f"[pytest]\naddopts = -ra {_DESELECT}\n"}, "python -m pytest -q -c ci/pytest.ini"),
+    ],
+    ids=["argsfile", "own-config"],
+)
+def test_failing_tests_deselected_through_an_argsfile_or_an_own_config_are_caught(
+    make_submission, grade_cache, files: dict[str, str], recipe: str
+) -> None:
+    report = _grade(
+        make_submission(
+            {
+                "tests/test_good.py": GOOD,
+                "tests/test_bad.py": BAD,
+                "Makefile": f"test:\n\t{recipe}\n",
+                **files,
+            }
+        ),
+        grade_cache,
+    )
+    facts = report["facts"]["replay"]
+    assert facts["failed"] == 0 and facts["deselected"] == 3 and facts["hidden_failures"] == 3, facts
+    assert _row(report)["score"] <= 1, _row(report)
+
+
+@pytest.mark.slow
+def test_tests_deselected_by_a_plugin_the_grader_cannot_read_are_run(make_submission, grade_cache) -> None:
+    """The guard counted deselected tests and nothing on the recipe line or in the configuration says why
+    (a plugin module of the repository's, loaded with `-p`): every test runs once more."""
+    plugin = (
+        "def pytest_collection_modifyitems(config, items):\n"
+        "    bad = [i for i in items if 'test_label' in i.nodeid]\n"
+        "    items[:] = [i for i in items if i not in bad]\n"
+        "    config.hook.pytest_deselected(items=bad)\n"
+    )
+    files = {
+        "tests/test_good.py": GOOD,
+        "tests/test_bad.py": BAD,
+        "quiet.py": plugin,
+        "Makefile": "test:\n\tpython -m pytest -q -p quiet\n",
+    }
+    report = _grade(make_submission(files), grade_cache)
+    facts = report["facts"]["replay"]
+    assert facts["failed"] == 0 and facts["hidden_failures"] == 3, facts
+    row = _row(report)
+    assert row["score"] <= 1 and "3 tests were deselected in the suite's run" in row["evidence"], row

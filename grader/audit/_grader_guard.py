@@ -15,6 +15,8 @@ from _pytest_longrepr import first_line, message
 
 _FD = os.environ.pop("PYTEST_REPORT_FD", None)
 _UNSKIP = os.environ.pop("PYTEST_RUN_SKIPPED", None) == "1"
+# The whole-suite rerun: every test collected runs, whatever a plugin or hook deselected (red team 5, G5).
+_RUN_ALL = os.environ.pop("PYTEST_RUN_ALL", None) == "1"
 _NONCE = os.environ.pop("PYTEST_REPORT_NONCE", "")
 _ACTIVE = _FD is not None and _FD.isdigit() and not os.environ.get("PYTEST_XDIST_WORKER")
 _STATE = {"deselected": 0, "depth": 0}
@@ -153,7 +155,10 @@ def _strip_unittest(item):
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_collection_modifyitems(session, config, items):
+    collected = list(items) if _RUN_ALL else None
     yield
+    if collected is not None and len(items) < len(collected):
+        items[:] = collected
     if _UNSKIP:
         for item in items:
             for node in item.listchain():
