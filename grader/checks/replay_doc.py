@@ -291,7 +291,13 @@ def _places(sections: list[_Section], topic: str) -> list[_Place]:
     rule = _SUBSTANCE[topic]
     shares = _TOPICS[rule["shares_heading_with"]][0] if "shares_heading_with" in rule else None
     locate = rule.get("locate") or (rule["needs"][0]["pattern"] if rule.get("locates") else None)
-    filled = [s for s in sections if not _unfilled(s)]
+    # "A newer model (gpt-4.1) needs a new recording", under "does not prove", is not the model recorded.
+    outside = _TOPICS[rule["not_under"]][0] if "not_under" in rule else None
+    filled = [
+        s
+        for s in sections
+        if not _unfilled(s) and not (outside and re.search(outside, s.title, re.IGNORECASE))
+    ]
     places = []
     for section in sorted(filled, key=lambda s: s.level == 1):
         title = _plain(section.title)
@@ -330,7 +336,12 @@ def _substance(place: _Place, topic: str, models: re.Pattern[str] | None) -> int
         # The heading or the line naming the topic says which topic a sentence is about, unless the heading
         # names two ("What replay proves and what it does not"): then the sentence itself must (`needs`).
         body = place.lines[1:] if place.under_heading else place.lines
-        wordy = [(n, s) for n, s in _sentences(body) if _content_words(s) >= rule["min_words"]]
+        unless = _TOPICS[rule["unless_naming"]][1] if "unless_naming" in rule else None
+        wordy = [
+            (n, s)
+            for n, s in _sentences(body)
+            if _content_words(s) >= rule["min_words"] and not (unless and re.search(unless, s, re.IGNORECASE))
+        ]
         for number, sentence in wordy:
             if not place.shared or all(rx.search(sentence) for rx, _ in needs):
                 return number

@@ -445,6 +445,9 @@ class ReplayRule:
         rule = self.substance[topic]
         shares = self.topics[rule["shares_heading_with"]][0] if "shares_heading_with" in rule else None
         locate = rule.get("locate") or (rule["needs"][0]["pattern"] if rule.get("locates") else None)
+        # "A newer model (gpt-4.1) needs a new recording", under "does not prove", is not the model recorded.
+        outside = self.topics[rule["not_under"]][0] if "not_under" in rule else None
+        filled = [s for s in filled if not (outside and re.search(outside, s[1], re.IGNORECASE))]
         places = []
         for start, title, lines, _ in sorted(filled, key=lambda s: s[3] == 1):
             if start and re.search(heading_rx, self._plain(title), re.IGNORECASE):
@@ -482,7 +485,13 @@ class ReplayRule:
             # The heading or the line naming the topic says what a sentence is about, unless the heading
             # names two ("What replay proves and what it does not"): then the sentence itself must.
             body = lines[1:] if under_heading else lines
-            wordy = [(n, s) for n, s in self._sentences(body) if self._content_words(s) >= rule["min_words"]]
+            unless = self.topics[rule["unless_naming"]][1] if "unless_naming" in rule else None
+            wordy = [
+                (n, s)
+                for n, s in self._sentences(body)
+                if self._content_words(s) >= rule["min_words"]
+                and not (unless and re.search(unless, s, re.IGNORECASE))
+            ]
             for number, sentence in wordy:
                 if not shared or all(rx.search(sentence) for rx, _ in needs):
                     return number
