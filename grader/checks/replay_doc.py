@@ -6,21 +6,23 @@ check will report (tests/test_selfcheck.py feeds both the same REPLAY.md variant
 
 Heuristics (a document is prose; these are deliberately simple and reported line by line for the reviewer):
 - The file is ``REPLAY.md`` in any letter case, in the repo root or ``docs/``; a symlink is not read.
-- The document is split into sections at Markdown headings. A topic's places are the sections under a
-  heading matching its heading pattern and the paragraphs with a line matching its keyword pattern (for the
-  model and the date, also any paragraph naming one). A section that still holds unfilled template text
-  (`TODO`, `TBD`, `FIXME`, `<fill ...>`) is no place for anything.
-- A topic is covered only when one of its places says something a reviewer could check (the rule's
-  ``substance``): the endpoint a host, URL or API path; the model a model name (a known family's shape, a
-  backticked id with a digit, or a model the tapes carry); the recording date a date; the normalized fields
-  a named field (backticked, quoted, snake_case, a header) and a reason (because/so/otherwise/would...,
-  or a list or table line with three words beside the name; "nothing is normalized" with a reason counts);
-  what replay proves a sentence with three content words; what it does not prove such a sentence with a
-  negation or a limit (not needed under a heading that names only the limits). Named without substance,
-  a topic is reported with what it lacks and where ("model: no model name").
-- Normalized fields are the backticked names (`user`) on list or table lines of the normalization section
-  (or, without one, on lines that mention normalizing/dropping). A field has a reason when its line still has
-  three words once the backticked names are removed. Any field without one counts as a missing section.
+- The document is split into sections at Markdown headings (`#` and underlined). A topic's places are the
+  sections under a heading matching its heading pattern and the paragraphs with a line matching its keyword
+  pattern (a paragraph ending in ':' takes the table or list after it; a paragraph naming a model, a date or
+  an API address is a place for that topic without the keyword). A section that still holds unfilled
+  template text (`TODO`, `TBD`, `FIXME`, `<fill ...>`) is no place for anything; a model named under a
+  "does not prove" heading is not the model recorded; "it does not prove X" is not what replay proves.
+- A topic is covered only when one of its places says something a reviewer could check (each topic's
+  ``substance`` in the rule): the endpoint a host, URL or API path; the model a model name (a known
+  family's shape, a backticked id with a digit, or a model the tapes carry); the recording date a date; the
+  normalized fields a named field (backticked, quoted, snake_case, a header) and a reason (because, so,
+  otherwise, would, differs...; or a list or table line with three words beside the name; "nothing is
+  normalized" with a reason counts); what replay proves a sentence of three content words; what it does not
+  prove such a sentence, which must itself be negative under a heading shared with what replay proves.
+  Named without substance, a topic is reported with what it lacks, at the line naming it.
+- Listed normalized fields are the backticked names (`user`) on list or table lines of the normalization
+  section (or, without one, on lines that mention normalizing/dropping). A field has a reason when its line
+  still has three words once the backticked names are removed. One without leaves the topic uncovered.
 - Contradictions, checked against kit-format tapes only (they store exactly what was hashed; vcrpy stores the
   raw request whatever its matcher ignores): a field the document says is dropped/removed/ignored that a
   stored request still carries; a model the document names (outside a "does not prove" / limitations
