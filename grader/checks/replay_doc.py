@@ -135,13 +135,7 @@ def replay_doc(ctx: Context) -> CheckResult:
 
     covered: dict[str, int] = {}
     hollow: dict[str, tuple[int, str]] = {}  # topic -> (line, what its places lack)
-    carried = _carried_models(tapes_of(ctx))
-    # One pattern for every model the tapes carry: a document naming one of them names the model.
-    models = (
-        re.compile("|".join(rf"(?<![\w.-]){re.escape(m)}(?![\w-])" for m in sorted(carried)))
-        if carried
-        else None
-    )
+    models = _models_pattern(_carried_models(tapes_of(ctx)))
     for topic in _TOPICS:
         said = _says(sections, topic, models)
         if isinstance(said, int):
@@ -465,6 +459,15 @@ def _carried_models(tapes: list[Tape]) -> set[str]:
         for inter in tape.interactions:
             carried |= {m.lower() for m in (inter.model, inter.served_model) if m}
     return carried
+
+
+def _models_pattern(carried: set[str]) -> re.Pattern[str] | None:
+    """One pattern for the models the tapes carry: a document naming one of them names the model. Capped
+    (tapes are the submission's): the first 200 names of at most 200 characters, in sorted order."""
+    names = sorted(m for m in carried if len(m) <= 200)[:200]
+    if not names:
+        return None
+    return re.compile("|".join(rf"(?<![\w.-]){re.escape(m)}(?![\w-])" for m in names))
 
 
 def _unknown_models(sections: list[_Section], tapes: list[Tape], rel: str) -> list[tuple[str, str]]:

@@ -342,13 +342,17 @@ class ReplayRule:
     def judge(self, rel: str, text: str, tapes: list[tuple[str, dict]]) -> tuple[str, list[str]]:
         sections = self._sections(text)
         filled = [s for s in sections if not self._unfilled(s)]
+        # One pattern for the models the tapes carry: a document naming one of them names the model (the
+        # grader's cap: the first 200 names of at most 200 characters, in sorted order).
         carried = {m.lower() for _, tape in tapes for m in self._models(tape) if m}
-        # One pattern for every model the tapes carry: a document naming one of them names the model.
-        models = "|".join(rf"(?<![\w.-]){re.escape(m)}(?![\w-])" for m in sorted(carried))
+        names = sorted(m for m in carried if len(m) <= 200)[:200]
+        models = (
+            re.compile("|".join(rf"(?<![\w.-]){re.escape(m)}(?![\w-])" for m in names)) if names else None
+        )
         covered: dict[str, int] = {}
         hollow: dict[str, tuple[int, str]] = {}  # topic -> (line, what its places lack)
         for topic in self.topics:
-            said = self._says(filled, topic, re.compile(models) if models else None)
+            said = self._says(filled, topic, models)
             if isinstance(said, int):
                 covered[topic] = said
             elif said is not None:
