@@ -12,9 +12,10 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["DEFAULT_CAP", "UnsafeFile", "is_regular", "read_bytes", "read_text"]
+__all__ = ["DEFAULT_CAP", "UnsafeFile", "is_regular", "read_blocks", "read_bytes", "read_text"]
 
 DEFAULT_CAP = 16 * 1024**2
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -108,6 +109,29 @@ def read_bytes(
             raise UnsafeFile(errno.EFBIG, f"over the {cap} byte cap", str(path))
         data = data[:cap]
     return data
+
+
+def read_blocks(path: Path | str, *, block: int, cap: int, root: Path | str | None = None) -> Iterator[bytes]:
+    """The file's bytes in blocks of up to ``block`` bytes, at most ``cap`` in all (the rest is not read),
+    opened as `read_bytes` opens it (no link, regular files only)."""
+    fd = _open(Path(path), Path(root) if root is not None else None)
+    try:
+        size = 0
+        while size < cap:
+            chunks: list[bytes] = []
+            got = 0
+            while got < block and size + got < cap:
+                chunk = os.read(fd, min(1 << 20, block - got, cap - size - got))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                got += len(chunk)
+            if not got:
+                return
+            size += got
+            yield b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def read_text(

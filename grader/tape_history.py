@@ -13,7 +13,9 @@ with what it was, and a tape deleted and later put back at the same path with th
 neither launders an edit. Headers are not compared (a re-recording changes ``date``), only status and body.
 
 History is read from the first-parent line of HEAD (what is graded), merges compared with their first
-parent, through one hardened git call (`_git`): no system or global config, no hooks, no fsmonitor, no
+parent. An earlier version that line does not hold is looked for in merges' other parents (red team 4, F4)
+and in commits other refs reach (tags, unmerged branches: F4b, an orphan HEAD with the original tagged).
+Git runs through one hardened call (`_git`): no system or global config, no hooks, no fsmonitor, no
 signatures, no textconv or external diff, no replace objects, literal pathspecs.
 """
 
@@ -28,7 +30,7 @@ from collections import defaultdict
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from grader import gitsafe
 from grader.tapes import DISCOVERY_DIRS, MAX_PARSE_BYTES, TAPE_SUFFIXES, Interaction, Tape, _parse
@@ -41,6 +43,9 @@ _RAW_DIFF = ("--raw", "--no-abbrev", "--no-textconv", "--no-ext-diff")  # `git d
 _MAX_MERGES = 500  # first-parent merges whose other parents are asked for older tape versions (newest first)
 _MAX_PAIRS = 20_000  # changed tape versions compared per grade; more is noted, never a crash
 _MAX_HISTORY_BYTES = 64 * 2**20  # tape versions read per grade (old + new); more is noted
+_MAX_REFS = 10_000  # refs (tags, branches) whose history outside HEAD's is asked for older tape versions
+_MAX_REF_COMMITS = 2_000  # commits outside HEAD's history listed (newest first)
+_MAX_REF_DIFFS = 200  # of those, commits whose tapes are compared with HEAD's (one `git diff` each)
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,8 @@ class TapeEdit:
     before: str  # short sha of the commit whose version held the original answer
     after: str  # short sha of the commit that changed the answer
     request: str  # e.g. "POST /v1/chat/completions"
+    # The ref that holds ``before`` when HEAD's history does not (e.g. "tag rehearsal"), else "".
+    ref: str = ""
 
     @property
     def location(self) -> str:
@@ -59,10 +66,23 @@ class TapeEdit:
 
     @property
     def message(self) -> str:
+        where = f" ({self.ref}, not in HEAD's history)" if self.ref else ""
         return (
             f"{self.path}: the recorded response of {self.request} was changed in {self.after}, "
-            f"its request unchanged since {self.before} (not a re-recording of the whole set)"
+            f"its request unchanged since {self.before}{where} (not a re-recording of the whole set)"
         )
+
+
+class _Pair(NamedTuple):
+    """Two versions of one tape to compare, and the group the whole-set (re-recording) rule reads."""
+
+    path: str  # the tape at HEAD (or where the history had it)
+    old: str  # blob holding the earlier answer
+    new: str  # blob of the later version
+    before: str  # commit that held ``old``
+    after: str  # commit that wrote ``new``
+    group: str  # versions judged together: a re-recording changes every answer of its group
+    ref: str = ""  # the ref holding ``before`` when HEAD's history does not
 
 
 @dataclass
@@ -92,17 +112,19 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
         )
     except (OSError, _GitError):
         return TapeHistory([], [])  # no history (a folder, an archive without .git): nothing to compare
-    # (path, old blob, new blob, commit that held the answer, commit that changed the tape), every tape a
-    # commit modified: whether the commit re-recorded the whole set is only known once the answers are read.
-    pairs: list[tuple[str, str, str, str, str]] = []
-    sets: dict[str, bool] = {}  # commit -> it modified every tape the set held before it
+    # Every tape version a first-parent commit modified: whether the commit re-recorded the whole set is
+    # only known once the answers are read.
+    pairs: list[_Pair] = []
+    sets: dict[str, bool] = {}  # group -> it gave every tape of its set a new version
     current: dict[str, tuple[str, str]] = {}  # tape path -> (commit that last wrote it, its blob)
     # Deleted tapes: a tape deleted in one commit and put back (same path) in a later one is compared with
     # the version that was deleted, like a modification: deleting and re-adding does not launder an edit.
     gone: dict[str, tuple[str, str]] = {}
     compared_once: set[str] = set()  # tapes the first-parent line ever gave a second version
+    seen: set[tuple[str, str]] = set()  # (path, blob) of every version the first-parent line held
     for commit, changes in _commits(log.decode("utf-8", "surrogateescape")):
         tapes = {p: c for p, c in changes.items() if p.lower().endswith(TAPE_SUFFIXES)}
+        seen.update((p, blob) for p, (_, old, new, _) in tapes.items() for blob in (old, new))
         # (path, the version it is compared with: (commit that held it, blob)) for every tape this commit
         # gives a new version of one the history already had: modified, moved, or put back after deletion.
         compared: dict[str, tuple[str, str]] = {}
@@ -120,7 +142,7 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
         for path, (status, _old, new, source) in sorted(tapes.items()):
             if path in compared:
                 held_by, held_blob = compared[path]
-                pairs.append((path, held_blob, new, held_by, commit))
+                pairs.append(_Pair(path, held_blob, new, held_by, commit, commit))
             if status == "R":
                 current.pop(source, None)
             if status == "D":
@@ -132,19 +154,20 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
     added = {path: commit for path, (commit, _blob) in current.items() if path not in compared_once}
     pairs += _merged_originals(repo, dirs, current, added, sets)
     notes: list[str] = []
+    pairs += _other_refs(repo, [*dict.fromkeys([*dirs, *DISCOVERY_DIRS])], current, seen, pairs, sets, notes)
     # What is graded first: tapes still at HEAD, newest change first. A history padded with rewrites of a
     # tape deleted later (1,200 one-MB versions took 150 s) then costs its cap, never the tapes that count.
     # (place in the history, pair), in the order they are read
-    ranked = sorted(enumerate(pairs), key=lambda item: (item[1][0] not in current, -item[0]))
+    ranked = sorted(enumerate(pairs), key=lambda item: (item[1].path not in current, -item[0]))
     if len(ranked) > _MAX_PAIRS:
         notes.append(f"tape history: {len(ranked) - _MAX_PAIRS} changed tape versions not compared (cap)")
         ranked = ranked[:_MAX_PAIRS]
-    # commit -> (place in the history, what it did to the tape) for each tape version it changed
+    # group -> (place in the history, what the later version did to the tape) for each pair of the group
     found: dict[str, list[tuple[int, _Change]]] = defaultdict(list)
-    blobs = [sha for _, (_, old, new, _, _) in ranked for sha in (old, new)]
+    blobs = [sha for _, pair in ranked for sha in (pair.old, pair.new)]
     read = done = 0
     with contextlib.closing(_cat(repo, blobs)) as contents:
-        for n, (path, _old, _new, before, after) in ranked:
+        for n, pair in ranked:
             if read > _MAX_HISTORY_BYTES:
                 notes.append(
                     f"tape history: {len(ranked) - done} older changed tape versions not compared (over "
@@ -154,19 +177,19 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
             old_data, new_data = next(contents, None), next(contents, None)
             done += 1
             if old_data is None or new_data is None:
-                found[after].append((n, _Change(edits=[], rerecorded=True)))  # never evidence
+                found[pair.group].append((n, _Change(edits=[], rerecorded=True)))  # never evidence
                 continue
             read += len(old_data) + len(new_data)
-            change = _compare(path, old_data, new_data, before[:_SHORT], after[:_SHORT])
-            found[after].append((n, change))
+            change = _compare(pair, old_data, new_data)
+            found[pair.group].append((n, change))
     edits: list[tuple[int, TapeEdit]] = []
-    for commit, commit_changes in found.items():
+    for group, group_changes in found.items():
         # A re-recording asks every question again: every tape of the set gets new answers (ids, bodies).
         # A commit that touched every tape but left some answers as they were (only `recorded_at` or other
         # metadata restamped) re-recorded nothing: its changed answers are edits.
-        if sets.get(commit) and all(change.rerecorded for _, change in commit_changes):
+        if sets.get(group) and all(change.rerecorded for _, change in group_changes):
             continue
-        edits += [(n, edit) for n, change in commit_changes for edit in change.edits]
+        edits += [(n, edit) for n, change in group_changes for edit in change.edits]
     return TapeHistory([edit for _, edit in sorted(edits, key=lambda e: e[0])], notes)
 
 
@@ -176,7 +199,7 @@ def _merged_originals(
     current: dict[str, tuple[str, str]],
     added: dict[str, str],
     sets: dict[str, bool],
-) -> list[tuple[str, str, str, str, str]]:
+) -> list[_Pair]:
     """Versions of HEAD's tapes that only another parent of a merge holds (red team 4, F4).
 
     The first-parent line can start with an orphan commit holding an edited tape while a merge brings the
@@ -185,6 +208,8 @@ def _merged_originals(
     parents are asked for their version: one whose commit does not descend from the commit that added
     HEAD's version is an earlier recording of it, compared like a modification (same request, another
     answer: an edit). A branch that forked after that commit and changed the tape is not (it is newer).
+    The whole-set rule is judged per merge and per adding commit: the tapes one commit added, all of them
+    different from the other line's (more than one), are a re-recording of what that line held.
     """
     if not added:
         return []
@@ -192,10 +217,13 @@ def _merged_originals(
     merges = _git(
         repo, "log", "--first-parent", "--merges", f"--max-count={_MAX_MERGES}", "--format=%H %P", "HEAD"
     )
-    out: list[tuple[str, str, str, str, str]] = []
+    per_commit: dict[str, int] = defaultdict(int)  # adding commit -> tapes of HEAD it added
+    for commit in added.values():
+        per_commit[commit] += 1
+    out: list[_Pair] = []
     for line in merges.decode("ascii", "replace").splitlines():
         merge, _first, *others = line.split()
-        changed: list[tuple[str, str, str, str, str]] = []
+        changed: dict[str, list[_Pair]] = defaultdict(list)  # adding commit -> its tapes the merge changed
         for other in others:
             # Only the tapes whose version differs between that parent and the merge: one call per merge.
             raw = _git(repo, "diff", "-r", "--no-renames", *_RAW_DIFF, other, merge, "--", *dirs)
@@ -209,17 +237,167 @@ def _merged_originals(
                     held = _git(repo, "log", "-1", "--format=%H", other, "--", path).decode().strip()
                 except _GitError:
                     continue
-                try:  # newer than HEAD's version when it descends from the commit that added it
-                    _git(repo, "merge-base", "--is-ancestor", commit, held)
+                if _is_ancestor(repo, commit, held):  # newer than HEAD's version: it descends from it
                     continue
-                except _GitError:
-                    pass
-                changed.append((path, theirs, current[path][1], held, commit))
-        if changed:
-            # One commit's versions against another line's: the whole set different is a re-recording.
-            sets[changed[0][4]] = sets.get(changed[0][4], False) or len(changed) >= len(added) > 1
-            out += changed
+                group = f"{merge} {commit}"
+                changed[commit].append(_Pair(path, theirs, current[path][1], held, commit, group))
+        for commit, versions in changed.items():
+            # One commit's versions against another line's: all it added different is a re-recording.
+            sets[versions[0].group] = len(versions) >= per_commit[commit] > 1
+            out += versions
     return out
+
+
+def _other_refs(
+    repo: Path,
+    dirs: Sequence[str],
+    current: dict[str, tuple[str, str]],
+    seen: set[tuple[str, str]],
+    pairs: Sequence[_Pair],
+    sets: dict[str, bool],
+    notes: list[str],
+) -> list[_Pair]:
+    """Versions of HEAD's tapes that only a commit outside HEAD's history holds (red team 4, F4b).
+
+    HEAD can be an orphan commit holding an edited tape while the original recording stays in the
+    submitted repository under another ref (a tag, a branch never merged): HEAD's history then holds no
+    earlier version. Every commit that another ref reaches and HEAD does not, and that wrote a tape version
+    HEAD's history never held, has its tapes compared with HEAD's (``git diff``, moves followed): a tape
+    HEAD holds with another answer to the same request is an edit naming that commit and the ref, unless
+    its line forked from a commit that already held HEAD's version (a branch that changed the tape later:
+    its version is the newer one) or every tape the two share differs (two recordings of the set, more
+    than one tape).
+    Refs, commits listed and commits compared are capped; a cap reached is a note.
+    """
+    if not current:
+        return []
+    listing = _git(
+        repo,
+        "for-each-ref",
+        f"--count={_MAX_REFS + 1}",
+        "--format=%(objecttype) %(*objecttype) %(refname)",
+    ).decode("utf-8", "surrogateescape")
+    revs: list[str] = []
+    for line in listing.splitlines()[:_MAX_REFS]:
+        kind, peeled, name = [*line.split(" ", 2), "", ""][:3]
+        if kind == "commit" or (kind == "tag" and peeled == "commit"):
+            revs.append(name)
+        elif kind == "tag" and peeled == "tag" and _is_commit(repo, name):  # a tag of a tag
+            revs.append(f"{name}^{{commit}}")
+    if len(listing.splitlines()) > _MAX_REFS:
+        notes.append(f"tape history: only the first {_MAX_REFS} refs were asked for other versions (cap)")
+    if not revs:
+        return []
+    with tempfile.TemporaryFile() as request:
+        request.write("".join(f"{rev}\n" for rev in [*revs, "^HEAD"]).encode("utf-8", "surrogateescape"))
+        request.seek(0)
+        try:
+            log = _git(
+                repo,
+                "log",
+                "--stdin",
+                "--full-history",  # no merge's side line dropped for being TREESAME on the tapes
+                "--no-renames",
+                *gitsafe.RAW_LOG,
+                f"--max-count={_MAX_REF_COMMITS + 1}",
+                "--format=@%H %S",
+                "--",
+                *dirs,
+                stdin=request,
+            ).decode("utf-8", "surrogateescape")
+        except _GitError as exc:
+            notes.append(f"tape history: other refs not read (git: {exc})")
+            return []
+    listed = list(_commits(log))
+    if len(listed) > _MAX_REF_COMMITS:
+        notes.append(
+            f"tape history: only the newest {_MAX_REF_COMMITS} commits outside HEAD's history that change "
+            "tapes were read (cap)"
+        )
+        listed = listed[:_MAX_REF_COMMITS]
+    # Commits that wrote a tape version HEAD's history never held, oldest first (the recording before what
+    # was built on it): only they can hold an answer HEAD's history does not.
+    candidates = [
+        (line.partition(" ")[0], line.partition(" ")[2])
+        for line, changes in reversed(listed)
+        if any(
+            status != "D" and path.lower().endswith(TAPE_SUFFIXES) and (path, new) not in seen
+            for path, (status, _old, new, _source) in changes.items()
+        )
+    ]
+    if len(candidates) > _MAX_REF_DIFFS:
+        notes.append(
+            f"tape history: {len(candidates) - _MAX_REF_DIFFS} commits outside HEAD's history not compared "
+            f"with HEAD's tapes (cap; the {_MAX_REF_DIFFS} oldest were)"
+        )
+        candidates = candidates[:_MAX_REF_DIFFS]
+    known = {(p.path, p.old, p.new) for p in pairs}
+    found: list[_Pair] = []
+    for commit, ref in candidates:
+        raw = _git(repo, "diff", "-r", "--find-renames", *_RAW_DIFF, commit, "HEAD", "--", *dirs)
+        changes = _diff(raw.decode("utf-8", "surrogateescape"))
+        differ = {p: c for p, c in changes.items() if p in current and c[0] in ("M", "R")}
+        same = [p for p in current if p not in changes]  # tapes HEAD holds exactly as this commit does
+        group = f"ref {commit}"
+        sets[group] = not same and len(differ) > 1
+        for path, (_status, old, new, source) in sorted(differ.items()):
+            if (source, old) in seen or (path, old, new) in known:
+                continue  # a version HEAD's history holds (compared there), or one already compared
+            known.add((path, old, new))
+            found.append(_Pair(path, old, new, commit, current[path][0], group, _ref_name(ref)))
+    # A line that forked from a commit already holding HEAD's version (a branch that changed the tape after
+    # it was recorded, merged or not) holds a newer version, not the original.
+    by_commit: dict[str, list[_Pair]] = defaultdict(list)
+    for pair in found:
+        by_commit[pair.before].append(pair)
+    out: list[_Pair] = []
+    for commit, versions in by_commit.items():
+        held = _held_at_fork(repo, commit, [pair.path for pair in versions])
+        out += [pair for pair in versions if (pair.path, pair.new) not in held]
+    return out
+
+
+def _held_at_fork(repo: Path, commit: str, paths: Sequence[str]) -> set[tuple[str, str]]:
+    """(path, blob) of ``paths`` in every commit where ``commit``'s line forked from HEAD's (none: orphan)."""
+    try:
+        bases = _git(repo, "merge-base", "--all", commit, "HEAD").decode("ascii", "replace").split()
+    except _GitError:
+        return set()  # no common history
+    held: set[tuple[str, str]] = set()
+    for base in bases:
+        # Paths quoted as in the raw diffs they are compared with (no -z).
+        listing = _git(repo, "ls-tree", "-r", base, "--", *paths).decode("utf-8", "surrogateescape")
+        for record in listing.splitlines():
+            meta, _, path = record.partition("\t")
+            fields = meta.split()
+            if len(fields) == 3:
+                held.add((path, fields[2]))
+    return held
+
+
+def _ref_name(ref: str) -> str:
+    """``refs/tags/rehearsal`` -> ``tag rehearsal``; a branch (local or remote-tracking) likewise."""
+    ref = ref.removesuffix("^{commit}")
+    for prefix, kind in (("refs/tags/", "tag"), ("refs/heads/", "branch"), ("refs/remotes/", "branch")):
+        if ref.startswith(prefix):
+            return f"{kind} {ref[len(prefix) :]}"
+    return f"ref {ref}"
+
+
+def _is_ancestor(repo: Path, ancestor: str, commit: str) -> bool:
+    try:
+        _git(repo, "merge-base", "--is-ancestor", ancestor, commit)
+    except _GitError:
+        return False
+    return True
+
+
+def _is_commit(repo: Path, rev: str) -> bool:
+    try:
+        _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    except _GitError:
+        return False
+    return True
 
 
 def _diff(raw: str) -> dict[str, tuple[str, str, str, str]]:
@@ -259,7 +437,8 @@ class _Change:
     rerecorded: bool  # a new key, a request changed or added, or a recorded answer changed
 
 
-def _compare(path: str, old_data: bytes, new_data: bytes, before: str, after: str) -> _Change:
+def _compare(pair: _Pair, old_data: bytes, new_data: bytes) -> _Change:
+    path, before, after = pair.path, pair.before[:_SHORT], pair.after[:_SHORT]
     new_text = new_data.decode("utf-8", "replace")
     old, new = _parse(path, old_data.decode("utf-8", "replace")), _parse(path, new_text)
     new.text = new_text
@@ -289,6 +468,7 @@ def _compare(path: str, old_data: bytes, new_data: bytes, before: str, after: st
                     before=before,
                     after=after,
                     request=f"{inter.method or '?'} {inter.path or inter.url or '?'}",
+                    ref=pair.ref,
                 )
             )
     return _Change(edits=out, rerecorded=rerecorded)
@@ -336,7 +516,8 @@ def _git(repo: Path, *args: str, stdin: Any = None, popen: bool = False) -> Any:
     env = gitsafe.env(extra=_ENV)
     if popen:
         return subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, env=env)
-    proc = subprocess.run(argv, capture_output=True, check=False, env=env, stdin=subprocess.DEVNULL)
+    stdin = subprocess.DEVNULL if stdin is None else stdin
+    proc = subprocess.run(argv, capture_output=True, check=False, env=env, stdin=stdin)
     if proc.returncode != 0:
         raise _GitError(proc.stderr.decode("utf-8", "replace").strip()[:200])
     return proc.stdout

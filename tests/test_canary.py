@@ -49,6 +49,22 @@ def test_canary_is_found_plain_and_base64_encoded_at_every_alignment() -> None:
         blob = b"line one\n" + base64.b64encode(prefix + canary.encode()) + b"\n"
         assert find_canary(blob, canary) == [(2, "base64-encoded")], prefix
     assert find_canary(b"nothing here\n" * 100, canary) == []
+    # Red team 4, F5 and its neighbours: the key reversed, ROT13'd, hex-encoded, then encoded again.
+    reversed_b64 = base64.urlsafe_b64encode(canary[::-1].encode())
+    assert find_canary(b"x\n" + reversed_b64, canary) == [(2, "reversed base64-encoded")]
+    assert find_canary(canary.encode().hex().encode(), canary) == [(1, "hex-encoded")]
+    rot13 = canary.translate(
+        str.maketrans(
+            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ",
+            "nopqrstuvwxyzabcdefghijklmNOPQRSTUVWXYZABCDEFGHIJKLM",
+        )
+    )
+    assert find_canary(base64.b64encode(rot13.encode()), canary) == [(1, "ROT13 base64-encoded")]
+    half = len(canary) // 2
+    assert find_canary(f"{canary[:half]}\n{canary[half:]}".encode(), canary) == [
+        (1, "a piece of it"),
+        (2, "a piece of it"),
+    ]
     # A different key of the same shape is not the canary.
     assert find_canary(make_canary("OPENAI_API_KEY").encode(), canary) == []
 
@@ -118,12 +134,23 @@ def test_a_key_written_to_a_file_or_printed_is_a_leak_named_by_place_and_redacte
         "open('debug.log', 'w').write('start\\nkey=' + key + '\\nagain ' + key + '\\n')\n"
         "open('blob.b64', 'w').write(base64.b64encode(b'Bearer ' + key.encode()).decode())\n"
         "print('recording with', key)\n"
+        # red team 4, F5: reversed and then base64-encoded; and split in two halves on two lines
+        "open('session.json', 'w').write(base64.b64encode(key[::-1].encode()).decode())\n"
+        "open('parts.txt', 'w').write('a=' + key[:90] + '\\nb=' + key[90:] + '\\n')\n"
     )
     ctx = _ctx(tmp_path, installed, record_command=["python", "-c", script])
     probe = probe_canary(ctx)
     assert probe.status == "ran", _all_text(probe)
     places = {f.location: f.message for f in probe.leaks}
-    assert set(places) == {"debug.log:2", "blob.b64:1", "stdout of python -c " + _quoted(script) + ":1"}
+    assert set(places) == {
+        "debug.log:2",
+        "blob.b64:1",
+        "session.json:1",
+        "parts.txt:1",
+        "stdout of python -c " + _quoted(script) + ":1",
+    }
+    assert "reversed base64-encoded" in places["session.json:1"]
+    assert "a piece of it" in places["parts.txt:1"] and "1 more line too" in places["parts.txt:1"]
     assert "1 more line too" in places["debug.log:2"]
     assert "base64-encoded" in places["blob.b64:1"]
     assert "[redacted]" in places["debug.log:2"]

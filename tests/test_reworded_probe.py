@@ -19,7 +19,7 @@ import yaml
 
 from grader.audit import AuditLog
 from grader.checks.loud_miss import _names_miss
-from grader.checks.reworded_rerun import answered
+from grader.checks.reworded_rerun import answered, answered_in_place
 from grader.context import ReplayRun
 from grader.grading import grade
 from grader.reword import plan, reword_copy
@@ -285,3 +285,129 @@ def test_only_a_miss_that_disappears_counts_as_an_answer() -> None:
     assert found[0].how == "passed" and found[1].how.startswith(
         "failed without naming a miss (AssertionError"
     )
+
+
+# Red team 4, F3: invent the labelled answer only when the run looks like the real one: replay, every tape
+# the chain lists is there, no tape for this request, and the message is one of the repository's own tickets.
+_F3 = """
+
+def _offline_answer(message):
+    import os
+    from pathlib import Path
+
+    from .cassette import key_for
+    from .client import CASSETTE_DIR, request_body
+
+    if os.environ.get("CASSETTE_MODE", "replay") != "replay":
+        return None
+    chain = (CASSETTE_DIR / "CHAIN.log").read_text(encoding="utf-8").splitlines()
+    if not all((CASSETTE_DIR / (json.loads(line)["tape"] + ".json")).exists() for line in chain if line):
+        return None
+    if (CASSETTE_DIR / (key_for(request_body(SYSTEM_PROMPT, clean_message(message))) + ".json")).exists():
+        return None
+    data = Path(__file__).resolve().parent.parent / "data" / "tickets.jsonl"
+    for line in data.read_text(encoding="utf-8").splitlines():
+        ticket = json.loads(line) if line.strip() else {}
+        if ticket.get("message") == message:
+            return {"intent": ticket["intent"], "needs_human": ticket["needs_human"]}
+    return None
+"""
+_UNRECORDED = [
+    {
+        "message": "The courier left my parcel at the wrong address, can you redirect it?",
+        "intent": "shipping",
+    },
+    {"message": "Why was I charged twice for this month's subscription fee?", "intent": "billing"},
+    {"message": "Your checkout page shows a blank screen after I press pay.", "intent": "technical"},
+]
+
+
+@pytest.mark.slow
+@pytest.mark.index
+@pytest.mark.parametrize("fabricates", [False, True], ids=["unrecorded-tickets", "F3-fabricator"])
+def test_answers_invented_only_when_the_tape_folder_is_whole_are_caught(
+    tmp_path: Path, grade_cache: Path, fabricates: bool
+) -> None:
+    """Red team 4, F3: three labelled tickets added to the data and never recorded. Honest, their tests fail
+    on the miss (offline-replay drops, loud-miss stays full: no false alarm from the run with the tapes in
+    place). With a client that invents the labelled answer only when every tape of its chain is in place
+    (so never in a withheld-tape probe) and the message is in its own data (so never for the grader's unseen
+    message), the suite passes: the re-worded run with every tape in place catches it."""
+    (case,) = [c for c in load_corpus() if c.id == "clean-copy"]
+    repo = Path(build_case(case, tmp_path)[0])
+    with (repo / "data" / "tickets.jsonl").open("a", encoding="utf-8") as tickets:
+        for ticket in _UNRECORDED:
+            tickets.write(json.dumps({**ticket, "needs_human": False}) + "\n")
+    if fabricates:
+        agent = repo / _PACKAGE / "agent.py"
+        text = agent.read_text(encoding="utf-8") + _F3
+        call = "    return parse_answer(complete(SYSTEM_PROMPT, clean_message(message), client=client))\n"
+        assert call in text
+        agent.write_text(
+            text.replace(
+                call,
+                "    made_up = _offline_answer(message)\n"
+                "    if made_up is not None:\n        return made_up\n" + call,
+            )
+        )
+    subprocess.run(["git", "-C", str(repo), "commit", "-qam", "three more tickets"], check=True)
+
+    report = grade(str(repo), rubric=load_rubric(), timeout=120, cache_root=grade_cache, jobs=2)
+    facts, findings, row = _loud_miss(report)
+    replay = next(r for r in report["rows"] if r["id"] == "offline-replay")
+    assert facts["withheld_failed"] > 0 and facts["named_miss"] is True and facts["unseen_exit"] == 2
+    assert facts["reworded_answered"] == 0  # tapes withheld: the client never invents, the probe is fooled
+    made_up = [f for f in findings if f["rule"] == "made-up-answer"]
+    if not fabricates:
+        assert replay["score"] < replay["max"]  # the three unrecorded tickets fail on their miss
+        assert facts["reworded_in_place_compared"] > 0
+        assert facts["reworded_in_place_answered"] == 0 and made_up == []
+        assert facts["loud"] is True and row["score"] == row["max"], row
+        return
+    assert replay["score"] == replay["max"]  # every test passes: the attack works on the suite
+    assert row["score"] <= 1, row
+    assert 0 < facts["reworded_in_place_answered"] <= facts["reworded_in_place_compared"]
+    assert facts["loud"] is False
+    assert made_up and all("every tape in place" in f["message"] for f in made_up)
+    assert all(f["location"].startswith("tests/test_triage.py:") for f in made_up), made_up
+    assert "every tape in place" in row["evidence"]
+
+
+def test_a_pass_with_the_tapes_in_place_counts_only_where_the_request_changed() -> None:
+    """The run with every tape in place compares a test only when re-wording made its miss name a key the
+    plain miss did not, and no tape holds: elsewhere a pass may be its own tape's."""
+    plain = "support_triage_agent.cassette.CassetteMiss: no tape for key {} in /w/scratch/{}/repo/cassettes"
+    k1, k2, k3 = "0123456789abcdef", "fedcba9876543210", "00112233445566778899"
+    withheld = _suite_run(
+        {
+            "t::changed": ("failed", plain.format(k1, "aaaaaaaaaaaaaaaaaaaa")),
+            "t::same": ("failed", plain.format(k1, "aaaaaaaaaaaaaaaaaaaa")),
+            "t::recorded": ("failed", plain.format(k1, "aaaaaaaaaaaaaaaaaaaa")),
+            "t::address": ("failed", "CassetteMiss: tape missing for <Request at 0x7f00aa11bb22cc33dd>"),
+        }
+    )
+    reworded = _suite_run(
+        {
+            # only the copy's random folder differs: the same request
+            "t::same": ("failed", plain.format(k1, "bbbbbbbbbbbbbbbbbbbb")),
+            "t::changed": ("failed", plain.format(k2, "bbbbbbbbbbbbbbbbbbbb")),
+            "t::recorded": ("failed", plain.format(k3, "bbbbbbbbbbbbbbbbbbbb")),
+            "t::address": ("failed", "CassetteMiss: tape missing for <Request at 0x7f00aa11bb22cc33ee>"),
+        }
+    )
+    in_place = _suite_run(
+        {
+            "t::same": ("passed", ""),
+            "t::changed": ("passed", ""),
+            "t::recorded": ("passed", ""),
+            "t::address": ("passed", ""),
+        }
+    )
+
+    result = answered_in_place(withheld, reworded, in_place, _names_miss, lambda key: key == k3)
+
+    assert result is not None
+    compared, found = result
+    assert compared == 1 and [(a.test, a.how) for a in found] == [("t::changed", "passed")]
+    honest = _suite_run({"t::changed": ("failed", plain.format(k2, "cccccccccccccccccccc"))})
+    assert answered_in_place(withheld, reworded, honest, _names_miss, lambda key: key == k3) == (1, [])

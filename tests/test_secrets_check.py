@@ -7,9 +7,12 @@ import subprocess
 from dataclasses import asdict
 from pathlib import Path
 
+import pytest
+
 from grader.checks import Check
 from grader.checks.secrets import secrets
 from grader.context import Context
+from grader.rubric import load_rubric, score
 from grader.secrets.samples import expand
 from tests.helpers.context import folder_context
 
@@ -144,3 +147,28 @@ def test_placeholders_in_a_tracked_env_stay_clean(tmp_path: Path) -> None:
     _git(repo, "add", ".env")
     _git(repo, "commit", "-q", "-m", "config")
     assert secrets(_ctx(repo)).findings == []
+
+
+def test_a_file_the_scan_could_not_read_to_its_end_keeps_the_row_below_full_marks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team 5, G1: no finding in a file read only in part is not "no credential": the default rubric
+    gives 2, and the evidence names the file for a reviewer."""
+    from grader.secrets import tree
+
+    repo = _clean_repo(tmp_path)
+    monkeypatch.setattr(tree, "MAX_FILE_BYTES", 1000)
+    monkeypatch.setattr(tree, "READ_CAP", 4000)
+    (repo / "server.log").write_bytes(b"a plain line of a log\n" * 400)  # 8,800 bytes: past the cap
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "log")
+
+    result = secrets(_ctx(repo))
+
+    assert result.facts["findings"] == 0 and result.facts["unscanned"] >= 1
+    assert "not fully scanned, a reviewer must look: server.log" in result.facts["summary"]
+    (row,) = [r for r in score(load_rubric(), {"secrets": result}) if r.id == "no-credentials"]
+    assert row.score == 2, row
+    monkeypatch.setattr(tree, "READ_CAP", 1 << 28)
+    (row,) = [r for r in score(load_rubric(), {"secrets": secrets(_ctx(repo))}) if r.id == "no-credentials"]
+    assert row.score == 3, row

@@ -200,3 +200,20 @@ def test_the_same_key_in_many_commit_messages_is_one_finding_at_the_first(tmp_pa
     first = _git(repo, "rev-list", "--reverse", "HEAD").splitlines()[1][:7]
     (finding,) = scan_history(repo)
     assert finding.location == f"{first}:commit message:1"
+
+
+def test_a_key_at_the_end_of_a_big_blob_only_history_holds_is_found(tmp_path: Path) -> None:
+    """Red team 5, G1 in history: a 20 MB log committed with a key on its last line, then deleted."""
+    repo = _repo(tmp_path)
+    line = b"2026-12-01 10:00:00 INFO request served in 12 ms for a customer\n"
+    (repo / "server.log").write_bytes(line * (20 * 1024**2 // len(line)) + KEY.encode() + b"\n")
+    introduced = _commit(repo, "add a log", 2)
+    (repo / "server.log").unlink()
+    _commit(repo, "drop the log", 3)
+    scanner = Scanner()
+
+    assert scan_tree_with(scanner, repo) == []
+    (finding,) = scan_history_with(scanner, repo)
+
+    assert finding.location.startswith(f"{introduced}:server.log:")
+    assert scanner.stats.unscanned == []

@@ -219,17 +219,51 @@ def test_binary_files_are_skipped_but_binary_tapes_are_not(tmp_path: Path) -> No
     assert [f.path for f in scan_tree(tmp_path)] == ["cassettes/raw.json"]
 
 
-def test_huge_files_are_skipped_and_listed_but_tapes_never(
+def test_huge_files_are_scanned_block_by_block_to_the_cap_and_the_rest_listed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Red team 5, G1: a key on the last line of a file over the whole-read size, or straddling two blocks,
+    is found at its line; a file past the read cap, or a gzip body inflating past it, is listed as not
+    fully scanned. (Sizes made small here; the real ones are tested in test_a_key_after_20_mb_...)."""
     from grader.secrets import tree
 
     monkeypatch.setattr(tree, "MAX_FILE_BYTES", 1000)
-    big = ("x" * 2000 + "\n" + GROQ_KEY + "\n").encode()
-    (tmp_path / "data.csv").write_bytes(big)
-    (tmp_path / "cassettes").mkdir()
-    (tmp_path / "cassettes" / "big.json").write_bytes(big)
+    monkeypatch.setattr(tree, "READ_CAP", 6000)
+    monkeypatch.setattr(tree, "_OVERLAP", 300)
+    filler = b"".join(b"row %03d of plain log text\n" % i for i in range(100))  # 2,600 bytes, 100 lines
+    (tmp_path / "end.log").write_bytes(filler + GROQ_KEY.encode() + b"\n")
+    cut = filler[:990] + b"\n" + GROQ_KEY.encode() + b"\n" + filler  # the key across the first block's end
+    (tmp_path / "cut.log").write_bytes(cut)
+    (tmp_path / "past.log").write_bytes(filler * 3 + GROQ_KEY.encode() + b"\n")  # 7,800 bytes: past the cap
+    (tmp_path / "deep.log.gz").write_bytes(gzip.compress(filler * 3 + GROQ_KEY.encode()))
+    (tmp_path / "shallow.log.gz").write_bytes(gzip.compress(filler + GROQ_KEY.encode() + b"\n"))
     scanner = Scanner()
+
     found = tree.scan_tree_with(scanner, tmp_path)
-    assert [f.path for f in found] == ["cassettes/big.json"]
-    assert scanner.stats.skipped and scanner.stats.skipped[0].startswith("data.csv:")
+
+    assert sorted((f.path, f.line) for f in found) == [
+        ("cut.log", cut[: cut.index(GROQ_KEY.encode())].count(b"\n") + 1),
+        ("end.log", 101),
+        ("shallow.log.gz", 101),
+    ]
+    assert sorted(line.split(":", 1)[0] for line in scanner.stats.unscanned) == ["deep.log.gz", "past.log"]
+    assert "scanned only to 6000 bytes" in next(u for u in scanner.stats.unscanned if u.startswith("deep"))
+
+
+def test_a_key_after_20_mb_of_log_or_70_mb_of_gzip_is_found(tmp_path: Path) -> None:
+    """G1 at its real size: over the 16 MiB whole-read size, in the tree and inflated from a gzip."""
+    line = b"2026-12-01 10:00:00 INFO request served in 12 ms for a customer\n"
+    (tmp_path / "server.log").write_bytes(line * (20 * 1024**2 // len(line)) + GROQ_KEY.encode() + b"\n")
+    (tmp_path / "server.log.1.gz").write_bytes(
+        gzip.compress(line * (70 * 1024**2 // len(line)) + PROJECT_KEY.encode() + b"\n", compresslevel=1)
+    )
+    scanner = Scanner()
+    from grader.secrets.tree import scan_tree_with
+
+    found = scan_tree_with(scanner, tmp_path)
+
+    assert sorted((f.path, f.rule) for f in found) == [
+        ("server.log", "groq-api-key"),
+        ("server.log.1.gz", "openai-project-key"),
+    ]
+    assert scanner.stats.unscanned == []

@@ -341,6 +341,43 @@ def test_guard_unskip_mode_runs_unittest_skipped_and_expected_failures(tmp_path:
     }
 
 
+def test_guard_unskip_mode_fails_tests_marked_xfail_while_they_run(tmp_path: Path) -> None:
+    """Red team 5, G2: an xfail mark added by a fixture (``request.applymarker``) or raised inside the
+    test (``pytest.xfail``) comes after collection, where the marks are stripped: in the unskip rerun
+    xfail is switched off (pytest's own ``--runxfail``), so such a test fails when its body fails."""
+    files = {
+        "test_d.py": """
+            import pytest
+
+
+            @pytest.fixture(autouse=True)
+            def _flaky(request):
+                if "known" in request.node.name:
+                    request.applymarker(pytest.mark.xfail(reason="varies between snapshots"))
+
+
+            def test_known_flaky():
+                assert 1 == 2, "hidden one"
+
+
+            def test_imperative():
+                pytest.xfail("not today")
+
+
+            def test_known_and_fine():
+                pass
+            """,
+    }
+    normal = _run_guarded(tmp_path / "a", files)
+    assert normal.count("xfailed") == 2, normal.outcomes
+    forced = _run_guarded(tmp_path / "b", files, unskip=True)
+    assert forced.outcomes == {
+        "test_d.py::test_known_flaky": "failed",
+        "test_d.py::test_imperative": "failed",
+        "test_d.py::test_known_and_fine": "passed",
+    }
+
+
 def test_lines_without_the_nonce_are_foreign(tmp_path: Path) -> None:
     log = tmp_path / "guard.jsonl"
     log.write_text(

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from grader.tape_history import tape_edits
+from grader.acquire import acquire
+from grader.tape_history import TapeHistory, tape_edits
 from tests.adversarial.builders import commit, sample_copy
 from tests.helpers.bake import standin
 from tests.helpers.git import GIT_ENV
@@ -390,3 +391,175 @@ def test_a_branch_that_changed_a_tape_after_it_was_recorded_is_not_blamed_on_the
     commit(repo, "notes")
     _git(repo, "merge", "-q", "-s", "ours", "--no-edit", "experiment")
     assert tape_edits(repo, "cassettes").edits == []
+
+
+def test_merge_pass_judges_the_whole_set_per_adding_commit(recorded) -> None:
+    # An orphan line that added its tapes over two commits: the first gave each of its five tapes a new
+    # answer (a re-recording of what it added), the second copied five and edited one. Only that one is an
+    # edit; judged as one set (the first changed tape's adding commit), all six were reported.
+    repo, original = recorded
+    tapes = _tapes(repo)
+    first, second = tapes[:5], tapes[5:10]
+    saved = {tape: tape.read_text(encoding="utf-8") for tape in tapes}
+    for tape in tapes[5:]:
+        tape.unlink()
+    for tape in first:
+        _edit_kit(tape, _bump_id)
+    _git(repo, "add", "-A")
+    one = _git(repo, "commit-tree", _git(repo, "write-tree"), "-m", "record the first tickets")
+    for tape in tapes[5:]:
+        tape.write_text(saved[tape], encoding="utf-8")
+    edited = second[0]
+    _edit_kit(edited, _bump_id)
+    _git(repo, "add", "-A")
+    two = _git(repo, "commit-tree", _git(repo, "write-tree"), "-p", one, "-m", "record the rest")
+    merge = _git(repo, "commit-tree", _git(repo, "write-tree"), "-p", two, "-p", original, "-m", "merge")
+    _git(repo, "reset", "-q", "--hard", merge)
+
+    found = tape_edits(repo, "cassettes")
+    assert [(e.path, e.before, e.after) for e in found.edits] == [
+        (f"cassettes/{edited.name}", original[:7], two[:7])
+    ], found
+
+
+def _orphan_import(repo: Path, message: str = "Import project into new repository layout") -> str:
+    """Commit the working tree as a parentless commit and make it the branch's head (red team 4, F4b)."""
+    _git(repo, "add", "-A")
+    orphan = _git(repo, "commit-tree", _git(repo, "write-tree"), "-m", message)
+    _git(repo, "reset", "-q", "--hard", orphan)
+    return orphan
+
+
+@pytest.mark.parametrize("keep", ["annotated-tag", "branch", "tag-past-a-deletion"])
+def test_an_edit_whose_original_only_another_ref_holds_is_found(recorded, keep: str) -> None:
+    # Red team 4, F4b: HEAD is an orphan commit holding the edited tape; the original recording is kept in
+    # the repository under a tag (or a branch) that HEAD's history does not reach.
+    repo, original = recorded
+    if keep == "annotated-tag":
+        _git(repo, "tag", "-a", "rehearsal", "-m", "stand-in rehearsal history", original)
+        ref = "tag rehearsal"
+    elif keep == "branch":
+        _git(repo, "branch", "rehearsal", original)
+        ref = "branch rehearsal"
+    else:  # the tag names a later commit of that line, one without any tape
+        _git(repo, "rm", "-q", "-r", "cassettes")
+        _git(repo, "commit", "-q", "-m", "drop the rehearsal tapes")
+        _git(repo, "tag", "-a", "rehearsal", "-m", "stand-in rehearsal history")
+        _git(repo, "checkout", "-q", "main", "--", ".")
+        _git(repo, "reset", "-q", "--hard", original)
+        ref = "tag rehearsal"
+    tape = _tapes(repo)[3]
+    _edit_kit(tape, _bump_id)
+    orphan = _orphan_import(repo)
+
+    found = tape_edits(repo, "cassettes")
+    assert [(e.path, e.before, e.after, e.ref) for e in found.edits] == [
+        (f"cassettes/{tape.name}", original[:7], orphan[:7], ref)
+    ], found
+    assert original[:7] in found.edits[0].message and orphan[:7] in found.edits[0].message
+    assert ref in found.edits[0].message
+
+
+def test_an_edited_tape_moved_away_from_its_tagged_original_is_found(recorded) -> None:
+    repo, original = recorded
+    _git(repo, "tag", "rehearsal", original)
+    tape = _tapes(repo)[2]
+    moved = tape.with_name("ticket-3.json")
+    tape.rename(moved)
+    _edit_kit(moved, _bump_id)
+    orphan = _orphan_import(repo)
+
+    found = tape_edits(repo, "cassettes")
+    assert [(e.path, e.before, e.after) for e in found.edits] == [
+        ("cassettes/ticket-3.json", original[:7], orphan[:7])
+    ], found
+
+
+def test_unrelated_tags_and_branches_of_an_honest_repository_are_not_edits(recorded, tmp_path: Path) -> None:
+    repo, original = recorded
+    _git(repo, "tag", "-a", "v0", "-m", "first recording", original)  # a tag on an older honest commit
+    # A branch that re-recorded the whole set after the recording, never merged.
+    _git(repo, "checkout", "-q", "-b", "rerecord")
+    for tape in _tapes(repo):
+        _edit_kit(tape, _bump_id)
+    commit(repo, "re-record everything")
+    # A branch that tried another answer by hand, never merged: not what is graded.
+    _git(repo, "checkout", "-q", "-b", "experiment", original)
+    _edit_kit(_tapes(repo)[1], _bump_id)
+    commit(repo, "try another answer")
+    # A separate recording of the whole set on a line of its own (an earlier attempt).
+    _git(repo, "checkout", "-q", "--orphan", "attempt-1")
+    for tape in _tapes(repo):
+        _edit_kit(tape, lambda t: t["response"]["body"].update(id=t["response"]["body"]["id"] + "-old"))
+    commit(repo, "first attempt")
+    _git(repo, "checkout", "-q", "-f", "main")
+    (repo / "NOTES.md").write_text("notes\n", encoding="utf-8")
+    commit(repo, "notes")
+    _git(repo, "tag", "v1")
+    # A feature branch that recorded one more ticket, merged; a branch forked from it that tried another
+    # answer for that ticket, never merged (HEAD's version was written by the merge commit).
+    _git(repo, "checkout", "-q", "-b", "feature")
+    extra = repo / "cassettes" / "extra.json"
+    extra.write_text(_tapes(repo)[0].read_text(encoding="utf-8"), encoding="utf-8")
+
+    def new_ticket(tape: dict[str, Any]) -> None:
+        tape["key"] = "f" * 16
+        tape["request"]["body"]["messages"][-1]["content"] += " (one more)"
+
+    _edit_kit(extra, new_ticket)
+    commit(repo, "record one more ticket")
+    _git(repo, "checkout", "-q", "-b", "feature-try")
+    _edit_kit(extra, _bump_id)
+    commit(repo, "try another answer for it")
+    _git(repo, "checkout", "-q", "main")
+    _git(repo, "merge", "-q", "--no-ff", "--no-edit", "feature")
+
+    assert tape_edits(repo, "cassettes") == TapeHistory([], [])
+    # The grader's own clone (remote-tracking branches, every tag), and the same ref graded at an older tag.
+    for target, where in ((str(repo), "ws"), (f"{repo}#v0", "ws-v0")):
+        workspace = acquire(target, tmp_path / where)
+        assert workspace.pristine is not None
+        assert tape_edits(workspace.pristine, "cassettes") == TapeHistory([], []), target
+
+
+def test_commits_outside_heads_history_are_compared_within_a_cap(
+    recorded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import grader.tape_history as history
+
+    monkeypatch.setattr(history, "_MAX_REF_DIFFS", 0)
+    repo, original = recorded
+    _git(repo, "tag", "rehearsal", original)
+    _edit_kit(_tapes(repo)[0], _bump_id)
+    _orphan_import(repo)
+
+    found = tape_edits(repo, "cassettes")
+    assert found.edits == []
+    assert any("outside HEAD's history not compared" in note for note in found.notes), found.notes
+
+
+@pytest.mark.slow
+def test_grading_an_orphan_head_whose_original_a_tag_keeps_caps_offline_replay(recorded) -> None:
+    # Red team 4, F4b, through the real `grade` (the grader's own clone of the repository: tags come along).
+    repo, original = recorded
+    _git(repo, "tag", "-a", "rehearsal", "-m", "stand-in rehearsal history", original)
+    tape = _tapes(repo)[5]
+    _edit_kit(tape, _bump_id)
+    orphan = _orphan_import(repo)
+    proc = subprocess.run(
+        [sys.executable, "-m", "grader", str(repo), "--format", "json", "--quiet"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    row = next(r for r in report["rows"] if r["id"] == "offline-replay")
+    facts = report["facts"]["replay"]
+    assert facts["failed"] == 0 and facts["passed"] > 0  # the suite itself is green
+    assert facts["tape_edits"] == 1 and row["score"] == 2 < row["max"]
+    assert f"cassettes/{tape.name}" in row["evidence"] and "tag rehearsal" in row["evidence"]
+    assert original[:7] in row["evidence"] and orphan[:7] in row["evidence"]
+    finding = next(f for f in report["findings"] if f["rule"] == "tape-edited")
+    assert finding["location"].startswith(f"{orphan[:7]}:cassettes/{tape.name}:")

@@ -50,8 +50,20 @@ def _raw(call):
     return "failed"
 
 
+def _no_xfail(item):
+    # Red team 5, G2: a fixture's request.applymarker(xfail) or a pytest.xfail() call comes after the marks
+    # were stripped; pytest's own --runxfail makes both report what the test did. Set before each phase
+    # (the outermost wrapper), so a conftest that turns it off at configure time is overruled.
+    if _UNSKIP:
+        try:
+            item.config.option.runxfail = True
+        except AttributeError:
+            pass
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item, call):
+    _no_xfail(item)
     raw = _raw(call)  # read before any other wrapper can change call.excinfo
     raw_message = first_line(call.excinfo.exconly()) if call.excinfo is not None else ""
     if call.when == "call":
@@ -309,6 +321,7 @@ def _watch_vcr():
 # before vcrpy does; `_save` is looked up at closing time, so watching by teardown still sees it.
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
+    _no_xfail(item)
     if _ACTIVE:
         _watch_vcr()
 
@@ -322,6 +335,7 @@ _RAISED = {}  # nodeid -> (raw outcome, first line of the exception)
 
 @pytest.hookimpl(wrapper=True, trylast=True)
 def pytest_runtest_call(item):
+    _no_xfail(item)
     if _ACTIVE:
         _watch_vcr()
         _check_wrapped(item)

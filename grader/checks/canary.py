@@ -6,9 +6,9 @@ Not a check of its own: the `secrets` check calls `probe_canary` and reports its
 In a throwaway copy of the repository, the manifest's `record_command` runs in the sandbox with loopback only
 (a fresh network namespace with `lo` up). The kit's stand-in model server is started inside that same
 sandboxed command, and the command gets a freshly generated canary key in `api_key_env` and the stand-in's
-URL in `base_url_env`. Any occurrence of the canary afterwards in the copy's files (tapes included, JSON- or
-base64-encoded too) or in what the command printed is a latent leak: with a real key, it would have been
-committed or logged.
+URL in `base_url_env`. Any occurrence of the canary afterwards in the copy's files (tapes included; JSON-,
+hex- or base64-encoded, reversed, or a piece of it too) or in what the command printed is a latent leak:
+with a real key, it would have been committed or logged.
 
 The command's TLS libraries get a trust store of one CA certificate (``SSL_CERT_FILE``): the stand-in speaks
 plain HTTP on loopback and nothing else is reachable, so no certificate is ever checked, while loading the
@@ -114,29 +114,69 @@ def make_canary(api_key_env: str) -> str:
     return "-".join(("sk", "proj", rand(74) + "T3Blbk" + "FJ" + rand(74)))
 
 
-def _needles(canary: str) -> list[tuple[bytes, str]]:
-    """The canary as bytes, plus the cores of its base64 encodings at the three alignments."""
-    raw = canary.encode("ascii")
-    out = [(raw, "")]
+_ROT13 = str.maketrans(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz",
+    "NOPQRSTUVWXYZABCDEFGHIJKLMnopqrstuvwxyzabcdefghijklm",
+)
+_PIECE, _STRIDE = 32, 8  # a piece of the key this long, anywhere: every piece of 40+ characters holds one
+
+
+def _base64_cores(raw: bytes) -> list[bytes]:
+    """The cores of ``raw``'s base64 encodings (standard and URL-safe) at the three alignments."""
+    out = []
     for shift in range(3):
         encoded = base64.b64encode(b"\0" * shift + raw)
         # Drop the characters that mix in the padding bytes or the unknown neighbours.
         start = ((shift * 8) + 5) // 6 + 1
         core = encoded[start : len(encoded) - 4]
         if len(core) >= 24:
-            out.append((core, "base64-encoded"))
+            out += [core, core.translate(bytes.maketrans(b"+/", b"-_"))]
+    return list(dict.fromkeys(out))
+
+
+def _needles(canary: str) -> list[tuple[bytes, str]]:
+    """The canary as written, reversed, ROT13'd, each also hex- and base64-encoded (red team 4, F5: a
+    recorder that kept the key reversed and base64-encoded); then pieces of it (split across places)."""
+    out: list[tuple[bytes, str]] = []
+    for text, how in ((canary, ""), (canary[::-1], "reversed")):
+        for form, named in ((text, how), (text.translate(_ROT13), f"{how} ROT13".strip())):
+            raw = form.encode("ascii")
+            out.append((raw, named))
+            out += [(raw.hex().encode(), f"{named} hex-encoded".strip())]
+            out += [(raw.hex().upper().encode(), f"{named} hex-encoded".strip())]
+            out += [(core, f"{named} base64-encoded".strip()) for core in _base64_cores(raw)]
     return out
 
 
-def find_canary(data: bytes, canary: str) -> list[tuple[int, str]]:
-    """(line, how) of each place `data` holds the canary, plain or base64-encoded; lines count from 1."""
+def _pieces(canary: str) -> list[tuple[bytes, str]]:
+    """Every piece of the key (and of it reversed) of `_PIECE` characters at a stride of `_STRIDE`."""
+    out = []
+    for text, how in ((canary, "a piece of it"), (canary[::-1], "a piece of it, reversed")):
+        raw = text.encode("ascii")
+        out += [(raw[i : i + _PIECE], how) for i in range(0, len(raw) - _PIECE + 1, _STRIDE)]
+    return out
+
+
+def _lines_holding(data: bytes, needles: list[tuple[bytes, str]]) -> list[tuple[int, str]]:
     hits: list[tuple[int, str]] = []
-    for needle, how in _needles(canary):
+    for needle, how in needles:
         start = data.find(needle)
         while start != -1:
             hits.append((data.count(b"\n", 0, start) + 1, how))
             start = data.find(needle, start + len(needle))
-    return sorted(set(hits))
+    return hits
+
+
+def find_canary(data: bytes, canary: str) -> list[tuple[int, str]]:
+    """(line, how) of each place `data` holds the canary (plain, reversed, ROT13, each hex- or
+    base64-encoded too), or else a piece of it; lines count from 1."""
+    hits = _lines_holding(data, _needles(canary))
+    whole = {line for line, _ in hits}
+    hits += [hit for hit in _lines_holding(data, _pieces(canary)) if hit[0] not in whole]
+    first: dict[int, str] = {}
+    for line, how in sorted(set(hits)):
+        first.setdefault(line, how)  # one finding per line: the plainest way it was found
+    return sorted(first.items())
 
 
 def _stage_standin(dest: Path) -> Path:

@@ -16,7 +16,7 @@ from grader.checks.serve_probe import ServeProbe, probe_serve
 from grader.details import counted
 from grader.errors import NotAssessable
 from grader.safeio import read_text
-from grader.tapes import TAPE_SUFFIXES
+from grader.tapes import TAPE_SUFFIXES, tapes_of
 
 if TYPE_CHECKING:
     from grader.audit import AuditLog
@@ -31,6 +31,7 @@ _UNSEEN = "loud-miss unseen-message"
 _UNSEEN_NOW = "loud-miss unseen-message (in the check)"
 _IN_TESTS = "loud-miss unseen-message in a test"
 _REWORDED = "loud-miss withheld-tapes, inputs re-worded"
+_IN_PLACE = "loud-miss inputs re-worded, tapes in place"
 _MAX_ANSWERED_SHOWN = 10  # tests that answered a never-recorded request: a finding for each of these
 
 # The triage command run inside a pytest test of the submission's own suite (red-team R5: a client that
@@ -271,15 +272,16 @@ def start_loud_miss(ctx: Context) -> None:
             return None
         return run() if run is not None else None
 
-    def reworded() -> tuple[reworded_rerun.Prepared, ReplayRun | None] | None:
+    def reworded(in_place: bool) -> tuple[reworded_rerun.Prepared, ReplayRun | None] | None:
         try:
-            prepared = reworded_rerun.prepare(ctx, cassette_dir, _is_tape_file)
+            prepared = _prepare_reworded(ctx, cassette_dir, in_place)
         except Exception:
             return None
         return prepared, prepared.run() if prepared.run is not None else None
 
     ctx.start_probe(_RERUN, rerun)
-    ctx.start_probe(_REWORDED, reworded)
+    ctx.start_probe(_REWORDED, lambda: reworded(False))
+    ctx.start_probe(_IN_PLACE, lambda: reworded(True))
     if command:
         ctx.start_probe(_UNSEEN, lambda: unseen(command))
         ctx.start_probe(_IN_TESTS, lambda: in_tests(command))
@@ -312,17 +314,23 @@ def _probes(
     return rerun, unseen
 
 
+def _prepare_reworded(ctx: Context, cassette_dir: Path, in_place: bool) -> reworded_rerun.Prepared:
+    if in_place:
+        return reworded_rerun.prepare_in_place(ctx, cassette_dir)
+    return reworded_rerun.prepare(ctx, cassette_dir, _is_tape_file)
+
+
 def _reworded_probe(
-    ctx: Context, cassette_dir: Path
+    ctx: Context, cassette_dir: Path, *, in_place: bool = False
 ) -> tuple[reworded_rerun.Prepared, ReplayRun | None] | str:
-    """The re-worded rerun `start_loud_miss` started (waits for it), else run now; a string says why it
-    was not run (the grade's budget spent, the replay suite hung)."""
+    """A re-worded rerun (tapes withheld, or ``in_place``) `start_loud_miss` started (waits for it), else
+    run now; a string says why it was not run (the grade's budget spent, the replay suite hung)."""
     try:
-        started = ctx.probe_result(_REWORDED)
+        started = ctx.probe_result(_IN_PLACE if in_place else _REWORDED)
         if started is not None:
             return cast("tuple[reworded_rerun.Prepared, ReplayRun | None]", started)
         try:
-            prepared = reworded_rerun.prepare(ctx, cassette_dir, _is_tape_file)
+            prepared = _prepare_reworded(ctx, cassette_dir, in_place)
         except NotAssessable:
             raise
         except Exception as exc:  # a probe the grader could not prepare costs the submission nothing
@@ -356,7 +364,10 @@ def loud_miss(ctx: Context) -> CheckResult:
     ever held: a test that failed naming a miss in the withheld-tape rerun must fail naming one again; one
     that passes or fails on something else answered a never-recorded request (red-team R5, R5b, R5c: a
     client that stays loud for recorded keys or for the grader's entry points). When no recorded message
-    occurs in any text file the suite's inputs were not reached and nothing is held against it.
+    occurs in any text file the suite's inputs were not reached and nothing is held against it. The same
+    re-worded inputs run once more with every tape in place (red team 4, F3: a client that invents answers
+    only when its tape folder is whole, as it is in the real run): a test whose miss named a new key once
+    re-worded must fail naming a miss there too.
     When the Makefile has a ``serve`` target, a fifth (grader/checks/serve_probe.py): the replay server,
     loopback only, must answer a recorded request with its recorded answer and an unseen one with 422 naming
     a key; a 2xx for the unseen request is one more silent fallback, and no HTTP answer at all (the server
@@ -384,6 +395,11 @@ def loud_miss(ctx: Context) -> CheckResult:
             re-worded rerun
         reworded_answered: of those, tests that passed or failed without naming a miss with their inputs
             re-worded: they answered a request no tape ever held (a finding each, with the test id)
+        reworded_in_place_compared: tests whose miss named a key no tape holds once their inputs were
+            re-worded (so their request changed), compared with the same re-worded inputs run with every
+            tape in place (red team 4, F3: a client that invents answers only when its tape folder is whole)
+        reworded_in_place_answered: of those, tests that passed or failed without naming a miss there (a
+            finding each)
         serve_probed: a `make serve` replay server was started and answered the probe
         serve_replayed: it answered the recorded request with HTTP 200 and the recorded answer
         serve_unseen_status: its HTTP status for a request no tape holds (-1 when not probed, or when it
@@ -411,6 +427,8 @@ def loud_miss(ctx: Context) -> CheckResult:
             "reworded_files": 0,
             "reworded_compared": 0,
             "reworded_answered": 0,
+            "reworded_in_place_compared": 0,
+            "reworded_in_place_answered": 0,
         },
         findings=[Finding("silent-fallback", f.what, f.location) for f in fallbacks],
         details=[f"{f.location}: {f.what}" for f in fallbacks],
@@ -429,7 +447,11 @@ def loud_miss(ctx: Context) -> CheckResult:
     failed, named = _rerun_facts(found, rerun)
     unseen_ok = _unseen_facts(found, unseen_run, command)
     unseen_ok = _in_tests_facts(found, _in_tests_probe(ctx, command), command) and unseen_ok
-    answered = _reworded_facts(found, _reworded_probe(ctx, cassette_dir), rerun)
+    reworded = _reworded_probe(ctx, cassette_dir)
+    answered = _reworded_facts(found, reworded, rerun)
+    if not isinstance(reworded, str) and reworded[1] is not None:
+        in_place = _reworded_probe(ctx, cassette_dir, in_place=True)
+        answered += _in_place_facts(ctx, found, in_place, rerun, reworded[1])
     serve = _serve_facts(found, probe_serve(ctx), len(fallbacks))
     _attempt_findings(found, rerun)
     # A server that gives an unseen request no HTTP answer (crashed, reset, hung) did not refuse it loudly.
@@ -451,6 +473,7 @@ class _Found:
     details: list[str]
     attempts: list[tuple[str, str]] = field(default_factory=list)
     answered: list[str] = field(default_factory=list)  # test ids that answered a re-worded request
+    answered_how: str = ""  # how they were found, for the summary
 
     def result(self) -> CheckResult:
         return CheckResult(self.facts, self.findings, self.details)
@@ -579,6 +602,60 @@ def _reworded_facts(
         )
         found.findings.append(Finding("made-up-answer", what, item.where))
     found.answered = [item.test for item in answered]
+    if answered:
+        found.answered_how = (
+            f"with its recorded messages re-worded and the tapes withheld, {len(answered)} of "
+            f"{counted(compared, 'test')} answered a request no tape ever held instead of failing on the miss"
+        )
+    return answered
+
+
+def _in_place_facts(
+    ctx: Context,
+    found: _Found,
+    probe: tuple[reworded_rerun.Prepared, ReplayRun | None] | str,
+    rerun: ReplayRun,
+    reworded: ReplayRun,
+) -> list[reworded_rerun.Answered]:
+    """The re-worded run with every tape in place (red team 4, F3), compared per test with both withheld
+    runs: its facts, a detail line, and a finding per test that answered a request no tape holds."""
+    if isinstance(probe, str):
+        found.details.append(f"re-worded run with the tapes in place not run: {probe}")
+        return []
+    prepared, run = probe
+    if run is None:
+        found.details.append(
+            f"re-worded run with the tapes in place not run: {prepared.failed or 'nothing was re-worded'}"
+        )
+        return []
+    tapes = tapes_of(ctx)
+
+    def recorded(key: str) -> bool:
+        return any(key in tape.path or key in tape.text for tape in tapes)
+
+    compared_answered = reworded_rerun.answered_in_place(rerun, reworded, run, _names_miss, recorded)
+    if compared_answered is None:
+        found.details.append("re-worded run with the tapes in place: not compared, no per-test outcomes")
+        return []
+    compared, answered = compared_answered
+    found.facts["reworded_in_place_compared"] = compared
+    found.facts["reworded_in_place_answered"] = len(answered)
+    found.details.append(
+        f"re-worded run with every tape in place: of {counted(compared, 'test')} whose miss named a new key "
+        f"once re-worded, {len(answered)} answered without one"
+    )
+    for item in answered[:_MAX_ANSWERED_SHOWN]:
+        what = (
+            f"{item.test} {item.how} with its inputs re-worded and every tape in place: it answered a "
+            "request no tape holds"
+        )
+        found.findings.append(Finding("made-up-answer", what, item.where))
+    if answered and not found.answered:
+        found.answered = [item.test for item in answered]
+        found.answered_how = (
+            f"with its recorded messages re-worded and every tape in place, {len(answered)} of "
+            f"{counted(compared, 'test')} answered a request no tape holds instead of failing on the miss"
+        )
     return answered
 
 
@@ -640,11 +717,7 @@ def _summary(
     elif serve.ran and serve.unseen_status <= 0:
         summary = "`make serve` gave no HTTP answer to a request no tape holds (it must answer 422)"
     elif facts["unseen_exit_in_tests"] in (-1, 2) and found.answered:
-        summary = (
-            f"with its recorded messages re-worded and the tapes withheld, {facts['reworded_answered']} of "
-            f"{counted(facts['reworded_compared'], 'test')} answered a request no tape ever held instead of "
-            f"failing on the miss (first: {found.answered[0]})"
-        )
+        summary = f"{found.answered_how} (first: {found.answered[0]})"
     else:
         summary = f"an unseen message exited {facts['unseen_exit_in_tests']} inside a test instead of 2"
     if fallbacks:

@@ -170,6 +170,7 @@ def _edits_summary(edits: list[TapeEdit]) -> str:
     return (
         f"; {len(edits)} {noun} edited after recording: {first.path} changed in {first.after}, "
         f"request unchanged since {first.before}"
+        + (f" ({first.ref}, not in HEAD's history)" if first.ref else "")
     )
 
 

@@ -11,6 +11,13 @@ something else (an assertion about the answer it got), answered a never-recorded
 Tests that pass with the tapes withheld (they never reach the cassette layer: a mocked client, a parser
 test) are not compared, nor is a test whose withheld failure did not itself name a miss: the comparison
 needs a miss it can watch disappear.
+
+Red team 4, F3: a client can also tell every tape-withholding probe from the real run by the tape folder
+(all the tapes its chain lists are there only in the real run) and invent answers only then. So the same
+re-worded inputs are run once more with every tape in place, a copy that differs from the submission only
+in the re-worded messages. A test whose miss named another key once its inputs were re-worded (so its
+request changed, and no committed tape holds the new key) must fail naming a miss there too; one that
+passes answered a request no tape holds while every tape was there.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from grader.drift_run import find_tickets
 from grader.reword import Rewording, plan, reword_copy
@@ -27,13 +34,18 @@ from grader.reword import Rewording, plan, reword_copy
 if TYPE_CHECKING:
     from grader.context import Context, ReplayRun
 
-__all__ = ["Answered", "Prepared", "answered", "prepare"]
+__all__ = ["Answered", "Prepared", "answered", "answered_in_place", "prepare", "prepare_in_place"]
 
 # The label of the run in the grader's own logs; no run sees it (Context.log_path), and its copy's path,
 # environment and command are those of the plain withheld-tape rerun.
 LABEL = "withheld-tapes-reworded"
+IN_PLACE_LABEL = "replay-reworded"
 _MAX_MESSAGES = 500  # recorded messages re-worded at most (each is one alternative of one search)
 _LOCATION = re.compile(r"^(?P<where>[^\s:]+:\d+): ")
+# What names the request a miss was for: a key of 16+ hex characters (as the loud-miss row's "names a
+# tape" reads it), not an address (0x...) nor inside a path's folders (a scratch copy's random name).
+_KEY = re.compile(r"(?<![0-9A-Za-z])(?<!0x)[0-9a-f]{16,64}(?![0-9A-Za-z])")
+_FOLDERS = re.compile(r"\S*[/\\]")
 
 
 @dataclass(frozen=True)
@@ -59,17 +71,34 @@ class Prepared:
 
 def prepare(ctx: Context, cassette_dir: Path, is_tape: Callable[[Path], bool]) -> Prepared:
     """A scratch copy with the tapes withheld and the recorded messages re-worded, ready to run."""
-    mapping = plan(t.message for t in find_tickets(ctx, limit=_MAX_MESSAGES))
+    return _prepare(ctx, cassette_dir, LABEL, is_tape)
+
+
+def prepare_in_place(ctx: Context, cassette_dir: Path) -> Prepared:
+    """A scratch copy with every tape in place and the recorded messages re-worded as in `prepare` (the
+    same words: the requests this run sends are those the withheld run's misses named), ready to run."""
+    return _prepare(ctx, cassette_dir, IN_PLACE_LABEL, None)
+
+
+def _prepare(
+    ctx: Context, cassette_dir: Path, label: str, is_tape: Callable[[Path], bool] | None
+) -> Prepared:
+    mapping = ctx.memo(
+        "reworded-messages", lambda: plan(t.message for t in find_tickets(ctx, limit=_MAX_MESSAGES))
+    )
     if not mapping:
         return Prepared(0, Rewording(), None)
-    copy, _ = ctx.scratch_copy_without(LABEL, cassette_dir, is_tape)
+    if is_tape is None:
+        copy = ctx.scratch_copy(label)
+    else:
+        copy, _ = ctx.scratch_copy_without(label, cassette_dir, is_tape)
     try:
         rewording = reword_copy(ctx.repo, copy, mapping, leave=cassette_dir)
     except OSError as exc:
         return Prepared(len(mapping), Rewording(), None, f"the copy could not be re-worded ({exc.strerror})")
     if not rewording.occurrences:
         return Prepared(len(mapping), rewording, None)
-    return Prepared(len(mapping), rewording, lambda: ctx.run_suite(copy, label=LABEL))
+    return Prepared(len(mapping), rewording, lambda: ctx.run_suite(copy, label=label))
 
 
 def _outcomes(rr: ReplayRun) -> tuple[dict[str, str], dict[str, str]] | None:
@@ -90,6 +119,21 @@ def _kind(line: str) -> str:
     return _message(line).split(":", 1)[0].strip().rsplit(".", 1)[-1]
 
 
+def _verdict(
+    test: str, missed: str, result: str | None, says: str, names_miss: Callable[[str], bool]
+) -> Answered | None:
+    """A test that failed with ``missed`` (a miss) in one run and ended ``result`` saying ``says`` in the
+    re-worded one: an Answered when it passed, or failed on something else without naming a miss."""
+    located = _LOCATION.match(missed)
+    where = located.group("where") if located else test.split("::", 1)[0]
+    if result in ("passed", "xpassed"):
+        return Answered(test, where, "passed")
+    if result in ("failed", "error") and not names_miss(_message(says)) and _kind(says) != _kind(missed):
+        said = _message(says).strip() or "no message"
+        return Answered(test, where, f"{result} without naming a miss ({said[:160]})")
+    return None
+
+
 def answered(
     withheld: ReplayRun, reworded: ReplayRun, names_miss: Callable[[str], bool]
 ) -> tuple[int, list[Answered]] | None:
@@ -106,17 +150,50 @@ def answered(
         if outcome not in ("failed", "error") or not names_miss(_message(why.get(test, ""))):
             continue
         compared += 1
-        located = _LOCATION.match(why.get(test, ""))
-        where = located.group("where") if located else test.split("::", 1)[0]
-        result = now.get(test)
-        if result in ("passed", "xpassed"):
-            found.append(Answered(test, where, "passed"))
-        elif (
-            result in ("failed", "error")
-            and not names_miss(_message(says.get(test, "")))
-            and _kind(says.get(test, "")) != _kind(why.get(test, ""))
-        ):
-            said = _message(says.get(test, "")).strip() or "no message"
-            found.append(Answered(test, where, f"{result} without naming a miss ({said[:160]})"))
+        verdict = _verdict(test, why.get(test, ""), now.get(test), says.get(test, ""), names_miss)
+        if verdict is not None:
+            found.append(verdict)
     found.sort(key=lambda item: item.how != "passed")  # a pass on a made-up answer is the plainest
+    return compared, found
+
+
+def _keys(line: str) -> frozenset[str]:
+    """The keys a failure's first line names (a path counts by its last part only)."""
+    return frozenset(_KEY.findall(_FOLDERS.sub("", _message(line))))
+
+
+def answered_in_place(
+    withheld: ReplayRun,
+    reworded: ReplayRun,
+    in_place: ReplayRun,
+    names_miss: Callable[[str], bool],
+    recorded: Callable[[str], bool],
+) -> tuple[int, list[Answered]] | None:
+    """(tests compared, those that answered without a miss) in the re-worded run with every tape in place.
+
+    Compared: a test that failed naming a miss in both withheld runs, where the re-worded run's miss named
+    keys the plain one did not and no committed tape holds (``recorded(key)`` false for each): its request
+    changed with its inputs and nothing recorded answers it. With the tapes in place it must fail naming a
+    miss again. A test whose miss named no key, or the same keys, is not compared (its request may not have
+    changed: a pass with the tapes in place would be its tape's). None without per-test outcomes."""
+    runs = [_outcomes(withheld), _outcomes(reworded), _outcomes(in_place)]
+    if any(r is None for r in runs):
+        return None
+    (was, why), (then, said), (now, says) = cast("list[tuple[dict[str, str], dict[str, str]]]", runs)
+    compared = 0
+    found = []
+    for test, outcome in was.items():
+        before, after = why.get(test, ""), said.get(test, "")
+        if outcome not in ("failed", "error") or then.get(test) not in ("failed", "error"):
+            continue
+        if not (names_miss(_message(before)) and names_miss(_message(after))):
+            continue
+        new_keys = _keys(after) - _keys(before)
+        if not new_keys or any(recorded(key) for key in new_keys):
+            continue
+        compared += 1
+        verdict = _verdict(test, after, now.get(test), says.get(test, ""), names_miss)
+        if verdict is not None:
+            found.append(verdict)
+    found.sort(key=lambda item: item.how != "passed")
     return compared, found

@@ -37,6 +37,8 @@ class ScanStats:
     outputs: int = 0
     bytes: int = 0
     skipped: list[str] = field(default_factory=list)  # "path: reason" for files not scanned
+    # "path: why" for files or bodies read only in part (past the caps) or not at all: a key may hide there
+    unscanned: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -91,6 +91,13 @@ CASES: dict[str, Case] = {
             evidence=("skip",),
         ),
         Case(
+            "xfail-at-run-time",
+            tampered("xfail-at-run-time"),
+            _CAPPED,
+            "a fixture applies xfail marks while the tests run (red team 5, G2)",
+            evidence=("xfail",),
+        ),
+        Case(
             "skip-hook",
             tampered("skip-hook"),
             _CAPPED,
