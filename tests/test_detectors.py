@@ -458,7 +458,8 @@ def test_replay_doc_complete_and_consistent(tmp_path):
     assert facts["exists"] is True
     assert (facts["missing_sections"], facts["contradictions"]) == (0, 0), result.details
     assert facts["sections_found"][0] == "endpoint" and len(facts["sections_found"]) == 6
-    assert "docs/Replay.md:9 covers normalized fields" in result.details
+    # Cited where the substance is: the first named field of the section, under its heading (line 9).
+    assert "docs/Replay.md:10 covers normalized fields" in result.details
 
 
 def test_replay_doc_contradicting_the_tapes(tmp_path):
@@ -480,6 +481,187 @@ def test_replay_doc_field_without_reason_and_missing_topics(tmp_path):
     assert "normalized fields" not in result.facts["sections_found"]
     assert "REPLAY.md:4 normalized fields without a reason: user" in result.details
     assert result.facts["missing_sections"] >= 4
+
+
+SAMPLE = Path(__file__).resolve().parents[1] / "sample_solution"
+INDEPENDENT = Path(__file__).resolve().parents[1] / "grader" / "selftest" / "independent.yaml"
+
+# Red-team F10: the kit's baseline with REPLAY.md cut down to six headings, each with an empty sentence.
+DOC_EMPTY = """# REPLAY.md
+
+## Endpoint
+
+The endpoint.
+
+## Model
+
+The model.
+
+## Recording date
+
+See recorded_at.
+
+## Normalized fields
+
+Normalized.
+
+## What replay proves
+
+It proves it.
+
+## What replay does not prove
+
+It does not prove the rest.
+"""
+
+# Honest documents by people who never saw the template: no `##` headings, other words, other shapes.
+HONEST_SHAPES = {
+    "prose, no headings": """\
+Everything in cassettes/ was captured in one pass on 29 November 2026 against a local server at
+http://127.0.0.1:8000 speaking the OpenAI wire format; we asked for gpt-4o-mini and it answered as
+gpt-4o-mini-2024-07-18. Before a request is hashed we drop `user` and `metadata`, since they identify
+whoever ran it and change from run to run, and `stream_options`, which only asks for usage numbers.
+A green run tells you that the triage code builds the same requests and turns the recorded replies into
+the labelled answers without a network or a key. It cannot tell you whether a real model would answer the
+same way today, and it says nothing about rate limits, timeouts or tickets that were never recorded.
+""",
+    "tables under underlined titles": """\
+Recording notes
+===============
+
+| | |
+|---|---|
+| Server | 127.0.0.1 (the kit's stand-in, OpenAI-compatible) |
+| Asked for | gpt-4o-mini |
+| Answered by | gpt-4o-mini-2024-07-18 |
+| Taped | Nov 29, 2026 |
+
+Left out of the match key:
+
+| name | reason |
+|---|---|
+| user | differs per person, not part of the question |
+| request_id | new on every attempt |
+
+Limits
+------
+
+* A pass means parsing and validation behave on these exact replies, offline.
+* Nothing here says today's model would agree; errors and rate limits were never taped.
+""",
+}
+
+
+def _sample_with_doc(tmp_path: Path, doc: str) -> Path:
+    """The sample's tapes (the kit's baseline) with ``doc`` as its REPLAY.md."""
+    shutil.copytree(SAMPLE / "cassettes", tmp_path / "cassettes")
+    (tmp_path / "REPLAY.md").write_text(doc, encoding="utf-8")
+    return tmp_path
+
+
+def _replay_doc_row(result):
+    rubric = load_rubric()
+    row = next(r for r in score(rubric, {"replay-doc": result}) if r.id == "replay-doc")
+    return row, rubric.max
+
+
+def _line(doc: str, needle: str) -> int:
+    return next(n for n, line in enumerate(doc.splitlines(), 1) if needle in line)
+
+
+def test_replay_doc_headings_with_nothing_checkable_cover_nothing(tmp_path):
+    result = replay_doc(folder_context(_sample_with_doc(tmp_path, DOC_EMPTY)))
+    row, top = _replay_doc_row(result)
+    # Nothing a reviewer could check: the same as a stub whose sections still say TODO.
+    assert (row.score, result.facts["sections_found"]) == (0, []), row.evidence
+    assert row.score < top
+    lacks = {
+        "endpoint": ("## Endpoint", "no host, URL or API path"),
+        "model": ("## Model", "no model name"),
+        "recording date": ("## Recording date", "no date"),
+        "normalized fields": ("## Normalized fields", "no field named"),
+        "what replay proves": ("## What replay proves", "no sentence with 3 words of substance"),
+        "what replay does not prove": (
+            "## What replay does not prove",
+            "no sentence with 3 words of substance",
+        ),
+    }
+    expected = [
+        (f"REPLAY.md:{_line(DOC_EMPTY, heading)}", f"does not cover {topic}: {why}")
+        for topic, (heading, why) in lacks.items()
+    ]
+    assert [(f.location, f.message) for f in result.findings] == expected
+    # The evidence line itself says which topics lack substance, why, and where.
+    said = "; ".join(f"{t} at REPLAY.md:{_line(DOC_EMPTY, h)} — {w}" for t, (h, w) in lacks.items())
+    assert row.evidence == f"REPLAY.md covers 0/6 topics, 0 contradictions (without substance: {said})"
+
+
+@pytest.mark.parametrize("shape", list(HONEST_SHAPES))
+def test_replay_doc_an_honest_doc_in_another_shape_covers_everything(tmp_path, shape):
+    result = replay_doc(folder_context(_sample_with_doc(tmp_path, HONEST_SHAPES[shape])))
+    row, top = _replay_doc_row(result)
+    assert row.score == top, (row.evidence, [f.message for f in result.findings])
+    assert result.facts["contradictions"] == 0
+
+
+@pytest.mark.parametrize(
+    ("topic", "old", "new", "why"),
+    [
+        ("endpoint", "against `api.openai.com` (`/v1/chat/completions`)", "against the provider's endpoint",
+         "no host, URL or API path"),
+        ("model", "with model gpt-4o-mini.", "with the default model.", "no model name"),
+        ("recording date", "Recorded on 2026-01-02.", "Recorded on the day of the last prompt change.",
+         "no date"),
+        ("normalized fields", GOOD_DOC[GOOD_DOC.index("- `user`"):GOOD_DOC.index("## What replay proves")],
+         "We normalize what needs normalizing.\n\n", "no field named"),
+        ("what replay proves", "The agent's parsing and routing behave the same on the recorded answers.",
+         "It proves it.", "no sentence with 3 words of substance"),
+        ("what replay does not prove", "## What replay proves\n",
+         "## What replay proves and what it does not\n", "no sentence saying what it does not prove"),
+    ],
+)  # fmt: skip
+def test_replay_doc_a_topic_named_without_substance_is_not_covered(tmp_path, topic, old, new, why):
+    _write_kit(tmp_path / "cassettes", "hi")
+    doc = GOOD_DOC.replace(old, new, 1)
+    if topic == "what replay does not prove":  # one shared heading, and no sentence under it says a limit
+        doc = doc[: doc.index("## What replay does not prove")]
+    assert doc != GOOD_DOC
+    (tmp_path / "REPLAY.md").write_text(doc)
+    result = replay_doc(_ctx(tmp_path))
+    assert topic not in result.facts["sections_found"]
+    assert result.facts["missing_sections"] == 1, result.facts["summary"]
+    (finding,) = [f for f in result.findings if f.message.startswith("does not cover")]
+    assert finding.message == f"does not cover {topic}: {why}"
+    assert f"without substance: {topic} at {finding.location} — {why})" in result.facts["summary"]
+    row, top = _replay_doc_row(result)
+    assert row.score < top
+
+
+def test_replay_doc_a_model_the_tapes_carry_names_the_model(tmp_path):
+    """A house model's name has no family shape; the tapes recorded it, so naming it says which model."""
+    _write_kit(tmp_path / "cassettes", "hi", extra={"model": "acme-large"})
+    doc = GOOD_DOC.replace("with model gpt-4o-mini.", "with model acme-large.", 1)
+    (tmp_path / "REPLAY.md").write_text(doc)
+    assert "model" in replay_doc(_ctx(tmp_path)).facts["sections_found"]
+    (tmp_path / "REPLAY.md").write_text(doc.replace("acme-large", "acme-huge"))
+    assert "model" not in replay_doc(_ctx(tmp_path)).facts["sections_found"]
+
+
+def test_replay_doc_lands_in_the_independent_reviewers_bands(tmp_path):
+    """The twelve independent submissions (grader/selftest/independent/), the replay-doc row alone: each
+    in the band its blind reviewer wrote (the full grade of each is tests/test_independent_corpus.py)."""
+    from grader.selftest import load_corpus
+
+    out = []
+    for case in load_corpus(INDEPENDENT):
+        repo = tmp_path / case.id
+        bundle = INDEPENDENT.with_name("independent") / case.bundle
+        subprocess.run(["git", "clone", "-q", str(bundle), str(repo)], check=True, capture_output=True)
+        row, _ = _replay_doc_row(replay_doc(folder_context(repo, root=tmp_path / f"{case.id}-logs")))
+        low, high = case.band("replay-doc")
+        if not low <= row.score <= high:
+            out.append(f"{case.id}: {row.score} not in [{low}, {high}]: {row.evidence}")
+    assert not out, "\n".join(out)
 
 
 # --------------------------------------------------------------------------------------------- boundary

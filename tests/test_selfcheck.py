@@ -21,6 +21,7 @@ import pytest
 from grader.checks.replay_doc import replay_doc
 from tests.helpers.bake import ROOT, bake, baked_venv, run
 from tests.helpers.context import folder_context
+from tests.test_detectors import DOC_EMPTY, HONEST_SHAPES
 
 pytestmark = [pytest.mark.slow, pytest.mark.index]
 
@@ -250,6 +251,8 @@ _VARIANTS = {
         "| `user` | dropped |",
         "| `temperature` | dropped | sampling noise, not the question |\n| `user` | dropped |",
     ).replace("## Recording date\n", "## Recording date\n\nFirst tried with gpt-4o.\n", 1),
+    "headings with nothing checkable (red-team F10)": DOC_EMPTY,
+    **{f"honest, {shape}": doc for shape, doc in HONEST_SHAPES.items()},
     "the template's stub": _TEMPLATE_DOC.split("\n", 1)[1]
     .replace("{{ cookiecutter.default_model }}", "gpt-4o-mini")
     .replace("{{ ", "")
@@ -270,8 +273,20 @@ def test_make_check_counts_and_cites_replay_md_as_the_grader_does(variant: str, 
     assert _previewed(repo) == graded
 
     summary, problems = graded[0], graded[1:]
-    if variant in ("complete", "a topic named differently", "a heading nobody matches"):
+    if variant in ("complete", "a topic named differently", "a heading nobody matches") or variant.startswith(
+        "honest, "
+    ):
         assert (summary, problems) == ("REPLAY.md covers 6/6 topics, 0 contradictions", [])
+    elif variant == "headings with nothing checkable (red-team F10)":
+        # make check fails it, each topic at its heading with what it lacks, as the reviewers' row does.
+        assert summary.startswith(
+            "REPLAY.md covers 0/6 topics, 0 contradictions (without substance: endpoint at"
+        )
+        assert problems[:2] == [
+            f"does not cover endpoint: no host, URL or API path (REPLAY.md:{_line_of(text, '## Endpoint')})",
+            f"does not cover model: no model name (REPLAY.md:{_line_of(text, '## Model')})",
+        ]
+        assert len(problems) == 6
     elif variant == "a TODO left":
         line = _line_of(text, _TODO)
         assert summary == "REPLAY.md covers 5/6 topics, 0 contradictions (missing: normalized fields)"

@@ -6,12 +6,23 @@ check will report (tests/test_selfcheck.py feeds both the same REPLAY.md variant
 
 Heuristics (a document is prose; these are deliberately simple and reported line by line for the reviewer):
 - The file is ``REPLAY.md`` in any letter case, in the repo root or ``docs/``; a symlink is not read.
-- The document is split into sections at Markdown headings. A topic is covered when a heading matches the
-  topic's heading pattern, or, failing that, when a line anywhere matches its keyword pattern. A section that
-  still holds unfilled template text (`TODO`, `TBD`, `FIXME`, `<fill ...>`) covers nothing.
-- Normalized fields are the backticked names (`user`) on list or table lines of the normalization section
-  (or, without one, on lines that mention normalizing/dropping). A field has a reason when its line still has
-  three words once the backticked names are removed. Any field without one counts as a missing section.
+- The document is split into sections at Markdown headings (`#` and underlined). A topic's places are the
+  sections under a heading matching its heading pattern and the paragraphs with a line matching its keyword
+  pattern (a paragraph ending in ':' takes the table or list after it; a paragraph naming a model, a date or
+  an API address is a place for that topic without the keyword). A section that still holds unfilled
+  template text (`TODO`, `TBD`, `FIXME`, `<fill ...>`) is no place for anything; a model named under a
+  "does not prove" heading is not the model recorded; "it does not prove X" is not what replay proves.
+- A topic is covered only when one of its places says something a reviewer could check (each topic's
+  ``substance`` in the rule): the endpoint a host, URL or API path; the model a model name (a known
+  family's shape, a backticked id with a digit, or a model the tapes carry); the recording date a date; the
+  normalized fields a named field (backticked, quoted, snake_case, a header) and a reason (because, so,
+  otherwise, would, differs...; or a list or table line with three words beside the name; "nothing is
+  normalized" with a reason counts); what replay proves a sentence of three content words; what it does not
+  prove such a sentence, which must itself be negative under a heading shared with what replay proves.
+  Named without substance, a topic is reported with what it lacks, at the line naming it.
+- Listed normalized fields are the backticked names (`user`) on list or table lines of the normalization
+  section (or, without one, on lines that mention normalizing/dropping). A field has a reason when its line
+  still has three words once the backticked names are removed. One without leaves the topic uncovered.
 - Contradictions, checked against kit-format tapes only (they store exactly what was hashed; vcrpy stores the
   raw request whatever its matcher ignores): a field the document says is dropped/removed/ignored that a
   stored request still carries; a model the document names (outside a "does not prove" / limitations
@@ -44,6 +55,7 @@ _MAX_BYTES = int(_RULE["max_bytes"])
 # Unfilled template text: what a stub asks the author to replace.
 _UNFILLED = re.compile(_RULE["unfilled"])
 _HEADING = re.compile(_RULE["heading"])
+_SETEXT = re.compile(_RULE["setext"])  # the line under a "Title\n=====" or "Title\n-----" heading
 _BACKTICKED = re.compile(_RULE["backticked"])
 _LISTISH = re.compile(_RULE["listish"])
 _DROP_WORDS = re.compile(_RULE["drop_words"])
@@ -53,6 +65,25 @@ _FENCES = tuple(_RULE["fence"])
 
 # topic -> (heading pattern, keyword pattern for lines anywhere)
 _TOPICS: dict[str, tuple[str, str]] = {t["name"]: (t["heading"], t["keyword"]) for t in _RULE["topics"]}
+# topic -> what one of its places must say to cover it (see the module docstring)
+_SUBSTANCE: dict[str, dict[str, Any]] = {t["name"]: t["substance"] for t in _RULE["topics"]}
+_NEEDS: dict[str, list[tuple[re.Pattern[str], dict[str, Any]]]] = {
+    name: [(re.compile(need["pattern"]), need) for need in rule["needs"]] for name, rule in _SUBSTANCE.items()
+}
+_CONTENT_WORD = re.compile(_RULE["content_word"])
+_FILLER = frozenset(_RULE["filler_words"].split())
+_SENTENCE_END = re.compile(_RULE["sentence_end"])
+_REASON_WORDS = int(_RULE["reason_words"])
+
+
+@dataclass
+class _Place:
+    """Where a document may speak to a topic: a section under its heading, or a paragraph naming it."""
+
+    line: int  # the heading's line, or the line naming the topic
+    lines: list[tuple[int, str]]  # the heading and the section's lines, or the paragraph's lines
+    shared: bool = False  # under a heading that also names the topic its rule says it shares one with
+    under_heading: bool = False  # lines[0] is the heading (a title is no sentence of substance)
 
 
 @dataclass
@@ -68,16 +99,20 @@ def replay_doc(ctx: Context) -> CheckResult:
     """REPLAY.md says what was recorded and what was normalized, and why.
 
     Topics: endpoint family, model, recording date, normalized fields each with a reason, what replay proves
-    and what it does not. Cross-checked against the kit-format tapes (see the module docstring for the
-    heuristics). The patterns are grader/rules/replay_doc.json; the baked project's `make check` reads a copy
-    of it and reports the same count and the same lines.
+    and what it does not. A topic counts only where the document says something checkable about it (a host
+    or URL, a model name, a date, a named field with a reason, a sentence of substance), wherever it is
+    written. Cross-checked against the kit-format tapes (see the module docstring for the heuristics).
+    The patterns are grader/rules/replay_doc.json; the baked project's `make check` reads a copy of it and
+    reports the same count and the same lines.
 
     Facts:
         exists: REPLAY.md found (repo root or docs/, any letter case)
-        missing_sections: topics not covered (a normalized field without a reason counts as one)
+        missing_sections: topics not covered (a normalized field without a reason, or a topic named with
+            nothing checkable, counts as one)
         contradictions: claims the tapes contradict (a dropped field still stored, a model no tape carries)
         sections_found: topics covered, in document order of the checklist
-        summary: one line, e.g. "REPLAY.md covers 6/6 topics, 0 contradictions"
+        summary: one line, e.g. "REPLAY.md covers 6/6 topics, 0 contradictions"; a topic named without
+            substance is listed with what it lacks and its line ("model at REPLAY.md:5 — no model name")
     """
     found = _find_doc(Path(ctx.repo))
     if isinstance(found, str) or found is None:
@@ -99,30 +134,40 @@ def replay_doc(ctx: Context) -> CheckResult:
     findings: list[Finding] = []
 
     covered: dict[str, int] = {}
-    for topic, (heading_rx, keyword_rx) in _TOPICS.items():
-        line = _covers(sections, heading_rx, keyword_rx)
-        if line is not None:
-            covered[topic] = line
+    hollow: dict[str, tuple[int, str]] = {}  # topic -> (line, what its places lack)
+    models = _models_pattern(_carried_models(tapes_of(ctx)))
+    for topic in _TOPICS:
+        said = _says(sections, topic, models)
+        if isinstance(said, int):
+            covered[topic] = said
+        elif said is not None:
+            hollow[topic] = said
 
     # What the document claims is dropped counts wherever it is written (a contradiction is one even in a
     # stub); coverage counts only filled-in sections.
     fields, _, _ = _normalized_fields(sections)
     _, unexplained, norm_found = _normalized_fields([s for s in sections if not _unfilled(s)])
     if norm_found and "normalized fields" not in covered:
-        covered["normalized fields"] = norm_found
-    if unexplained and "normalized fields" in covered:
-        del covered["normalized fields"]
+        covered["normalized fields"] = norm_found  # "- `user` dropped: identifies the caller", no heading
+        hollow.pop("normalized fields", None)
+    if unexplained:  # any listed field without a reason: the topic is not covered, whatever else is said
+        covered.pop("normalized fields", None)
+        hollow.pop("normalized fields", None)
         names = ", ".join(name for name, _ in unexplained)
         details.append(f"{rel}:{unexplained[0][1]} normalized fields without a reason: {names}")
     for topic, (heading_rx, _) in _TOPICS.items():
         if topic in covered:
             details.append(f"{rel}:{covered[topic]} covers {topic}")
+            continue
+        if topic == "normalized fields" and unexplained:
+            line, _ = _unfilled_line(sections, heading_rx)
+            why = f"{', '.join(name for name, _ in unexplained)} listed without a reason"
+        elif topic in hollow:
+            line, why = hollow[topic]
         else:
             # Point where the topic was meant to go: the first unfilled line of its section, as `make check`.
             line, why = _unfilled_line(sections, heading_rx)
-            if topic == "normalized fields" and unexplained:
-                why = f"{', '.join(name for name, _ in unexplained)} listed without a reason"
-            findings.append(Finding("replay-doc", f"does not cover {topic}: {why}", f"{rel}:{line}"))
+        findings.append(Finding("replay-doc", f"does not cover {topic}: {why}", f"{rel}:{line}"))
 
     kit = [t for t in tapes_of(ctx) if t.format == "kit"]
     contradictions = _stored_dropped_fields(fields, kit, rel) + _unknown_models(sections, tapes_of(ctx), rel)
@@ -137,15 +182,24 @@ def replay_doc(ctx: Context) -> CheckResult:
         "contradictions": len(contradictions),
         "sections_found": found_topics,
     }
-    facts["summary"] = (
-        f"{rel} covers {len(found_topics)}/{len(_TOPICS)} topics, {len(contradictions)} contradictions"
-        + (
-            f" (missing: {', '.join(t for t in _TOPICS if t not in covered)})"
-            if len(found_topics) < len(_TOPICS)
-            else ""
-        )
-    )
+    facts["summary"] = _summary(rel, covered, hollow, len(contradictions))
     return CheckResult(facts=facts, findings=findings, details=details)
+
+
+def _summary(
+    rel: str, covered: dict[str, int], hollow: dict[str, tuple[int, str]], contradictions: int
+) -> str:
+    """The row's evidence: the count, then what is missing and what is named with nothing checkable."""
+    parts = []
+    missing = [t for t in _TOPICS if t not in covered and t not in hollow]
+    if missing:
+        parts.append(f"missing: {', '.join(missing)}")
+    if hollow:
+        said = "; ".join(f"{t} at {rel}:{hollow[t][0]} — {hollow[t][1]}" for t in _TOPICS if t in hollow)
+        parts.append(f"without substance: {said}")
+    return f"{rel} covers {len(covered)}/{len(_TOPICS)} topics, {contradictions} contradictions" + (
+        f" ({'; '.join(parts)})" if parts else ""
+    )
 
 
 def _find_doc(repo: Path) -> tuple[Path, str] | str | None:
@@ -174,9 +228,19 @@ def _sections(text: str) -> list[_Section]:
         match = None if in_code else _HEADING.match(line)
         if match:
             sections.append(_Section(title=match.group(2), line=number, level=len(match.group(1))))
+        elif not in_code and _SETEXT.match(line) and _setext_title(sections[-1].lines):
+            start, title = sections[-1].lines.pop()
+            sections.append(_Section(title=title.strip(), line=start, level=1 if "=" in line else 2))
         else:
             sections[-1].lines.append((number, line))
     return sections
+
+
+def _setext_title(lines: list[tuple[int, str]]) -> bool:
+    """Whether the last line read can be underlined into a heading: a line of text, not a list or table."""
+    if not lines or not lines[-1][1].strip():
+        return False
+    return not _LISTISH.match(lines[-1][1]) and not _HEADING.match(lines[-1][1])
 
 
 def _unfilled_line(sections: list[_Section], heading_rx: str) -> tuple[int, str]:
@@ -203,18 +267,130 @@ def _plain(text: str) -> str:
     return _EMPHASIS.sub("", text)
 
 
-def _covers(sections: list[_Section], heading_rx: str, keyword_rx: str) -> int | None:
-    # A section with a TODO left is a stub, whatever its heading promises; the stub's own sentences never
-    # cover a topic.
-    filled = [s for s in sections if not _unfilled(s)]
+def _says(
+    sections: list[_Section], topic: str, models: re.Pattern[str] | None
+) -> int | tuple[int, str] | None:
+    """The line where the document says something checkable about ``topic``; else (the first place it is
+    named, what that place lacks); None when nothing names it."""
+    places = _places(sections, topic)
+    verdicts = [_substance(place, topic, models) for place in places]
+    for verdict in verdicts:
+        if isinstance(verdict, int):
+            return verdict
+    return (places[0].line, str(verdicts[0])) if places else None
+
+
+def _places(sections: list[_Section], topic: str) -> list[_Place]:
+    """The topic's sections (by heading; a `#` title last), then the paragraphs that name it, in order.
+    A section with a TODO left is a stub, whatever its heading promises: no place for anything."""
+    heading_rx, keyword_rx = _TOPICS[topic]
+    rule = _SUBSTANCE[topic]
+    shares = _TOPICS[rule["shares_heading_with"]][0] if "shares_heading_with" in rule else None
+    locate = rule.get("locate") or (rule["needs"][0]["pattern"] if rule.get("locates") else None)
+    # "A newer model (gpt-4.1) needs a new recording", under "does not prove", is not the model recorded.
+    outside = _TOPICS[rule["not_under"]][0] if "not_under" in rule else None
+    filled = [
+        s
+        for s in sections
+        if not _unfilled(s) and not (outside and re.search(outside, s.title, re.IGNORECASE))
+    ]
+    places = []
+    for section in sorted(filled, key=lambda s: s.level == 1):
+        title = _plain(section.title)
+        if section.line and re.search(heading_rx, title, re.IGNORECASE):
+            shared = shares is not None and bool(re.search(shares, title, re.IGNORECASE))
+            lines = [(section.line, section.title), *section.lines]
+            places.append(_Place(section.line, lines, shared, under_heading=True))
     for section in filled:
-        if section.line and re.search(heading_rx, _plain(section.title), re.IGNORECASE):
-            return section.line
-    for section in filled:
-        for number, line in section.lines:
-            if re.search(keyword_rx, _plain(line), re.IGNORECASE):
+        paragraphs = _paragraphs(section.lines)
+        for index, paragraph in enumerate(paragraphs):
+            for number, line in paragraph:
+                text = _plain(line)
+                if re.search(keyword_rx, text, re.IGNORECASE) or (locate and re.search(locate, text)):
+                    # "Left out of the key:" introduces the table or list after it.
+                    follows = paragraphs[index + 1] if paragraph[-1][1].rstrip().endswith(":") else []
+                    places.append(_Place(number, [(n, t) for n, t in paragraph if n >= number] + follows))
+                    break
+    return places
+
+
+def _paragraphs(lines: list[tuple[int, str]]) -> list[list[tuple[int, str]]]:
+    out: list[list[tuple[int, str]]] = [[]]
+    for number, line in lines:
+        if line.strip():
+            out[-1].append((number, line))
+        elif out[-1]:
+            out.append([])
+    return [p for p in out if p]
+
+
+def _substance(place: _Place, topic: str, models: re.Pattern[str] | None) -> int | str:
+    """The line of the place that says what ``topic`` needs, or what the place lacks."""
+    rule = _SUBSTANCE[topic]
+    needs = _NEEDS[topic]
+    if rule["unit"] == "sentence":
+        # The heading or the line naming the topic says which topic a sentence is about, unless the heading
+        # names two ("What replay proves and what it does not"): then the sentence itself must (`needs`).
+        body = place.lines[1:] if place.under_heading else place.lines
+        unless = _TOPICS[rule["unless_naming"]][1] if "unless_naming" in rule else None
+        wordy = [
+            (n, s)
+            for n, s in _sentences(body)
+            if _content_words(s) >= rule["min_words"] and not (unless and re.search(unless, s, re.IGNORECASE))
+        ]
+        for number, sentence in wordy:
+            if not place.shared or all(rx.search(sentence) for rx, _ in needs):
                 return number
-    return None
+        return str(rule["lacks"] if not wordy else needs[0][1]["lacks"])
+    first: int | None = None
+    for index, (rx, need) in enumerate(needs):
+        found = next((n for n, line in place.lines if rx.search(_plain(line))), None)
+        if found is None and index == 0 and models is not None and rule.get("tape_models"):
+            found = next((n for n, line in place.lines if models.search(line.lower())), None)
+        if found is None and need.get("or_explained_list_line"):
+            found = next((n for n, line in place.lines if _explained_list_line(line)), None)
+        if found is None:
+            return str(need["lacks"])
+        first = found if first is None else first
+    return first if first is not None else place.line
+
+
+def _sentences(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """(line, sentence): a blank line or a list item starts a new block; blocks split at full stops."""
+    blocks: list[list[tuple[int, str]]] = []
+    fresh = True
+    for number, line in lines:
+        if not line.strip():
+            fresh = True
+            continue
+        if fresh or _LISTISH.match(line):
+            blocks.append([])
+        blocks[-1].append((number, _plain(line).strip()))
+        fresh = False
+    out = []
+    for block in blocks:
+        text, starts = "", []
+        for number, line in block:
+            starts.append((len(text), number))
+            text += line + " "
+        begin = 0
+        for end in [m.start() for m in _SENTENCE_END.finditer(text)] + [len(text)]:
+            if text[begin:end].strip():
+                out.append((max(n for offset, n in starts if offset <= begin), text[begin:end].strip()))
+            begin = end
+    return out
+
+
+def _content_words(sentence: str) -> int:
+    return sum(1 for word in _CONTENT_WORD.findall(sentence) if word.lower() not in _FILLER)
+
+
+def _explained_list_line(line: str) -> bool:
+    """A list or table line naming a field with words beside it ("- `user`: identifies the caller")."""
+    if not _LISTISH.match(line) or not _BACKTICKED.search(line):
+        return False
+    rest = re.sub(r"[|:*\-+—–,()]", " ", _BACKTICKED.sub(" ", line))
+    return len(re.findall(r"[A-Za-z]{2,}", rest)) >= _REASON_WORDS
 
 
 def _normalized_fields(
@@ -239,9 +415,7 @@ def _normalized_fields(
         names = _BACKTICKED.findall(line)
         if not names:
             continue
-        rest = _BACKTICKED.sub(" ", line)
-        rest = re.sub(r"[|:*\-+—–,()]", " ", rest)
-        explained = len(re.findall(r"[A-Za-z]{2,}", rest)) >= 3
+        explained = _explained_list_line(line)
         drops = section_drops or bool(_DROP_WORDS.search(line))
         for name in names:
             fields.append((name, number, drops))
@@ -277,12 +451,27 @@ def _has_key(value: Any, name: str, depth: int = 0) -> bool:
     return False
 
 
-def _unknown_models(sections: list[_Section], tapes: list[Tape], rel: str) -> list[tuple[str, str]]:
+def _carried_models(tapes: list[Tape]) -> set[str]:
+    """Every model a tape names, requested or served, lower-cased."""
     carried: set[str] = set()
     for tape in tapes:
-        carried |= {m for m in (tape.model, tape.served_model) if m}
+        carried |= {m.lower() for m in (tape.model, tape.served_model) if m}
         for inter in tape.interactions:
-            carried |= {m for m in (inter.model, inter.served_model) if m}
+            carried |= {m.lower() for m in (inter.model, inter.served_model) if m}
+    return carried
+
+
+def _models_pattern(carried: set[str]) -> re.Pattern[str] | None:
+    """One pattern for the models the tapes carry: a document naming one of them names the model. Capped
+    (tapes are the submission's): the first 200 names of at most 200 characters, in sorted order."""
+    names = sorted(m for m in carried if len(m) <= 200)[:200]
+    if not names:
+        return None
+    return re.compile("|".join(rf"(?<![\w.-]){re.escape(m)}(?![\w-])" for m in names))
+
+
+def _unknown_models(sections: list[_Section], tapes: list[Tape], rel: str) -> list[tuple[str, str]]:
+    carried = _carried_models(tapes)
     if not carried:
         return []  # nothing to compare with: no tape names a model (the metadata check reports that)
     lowered = {m.lower() for m in carried} | {m.lower().rsplit("/", 1)[-1] for m in carried}

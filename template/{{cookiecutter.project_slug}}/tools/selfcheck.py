@@ -8,9 +8,10 @@ Five checks, one line each (`ok: ...`, or one `FAIL: <what> (<file:line>)` line 
 - tape chain: `python -m <package>.cassette verify` (`make verify`) passes: no tape edited after it was
   recorded, none missing from the chain (run only when the Makefile names the package);
 - replay-doc: REPLAY.md covers the six topics the reviewers' replay-doc row counts (endpoint, model,
-  recording date, normalized fields each with a reason, what replay proves, what it does not; a section with
-  a `TODO` left covers nothing) and claims nothing the tapes contradict; the same rule as the row
-  (tools/replay_doc.json), so the same count and the same lines.
+  recording date, normalized fields each with a reason, what replay proves, what it does not), each with
+  something a reviewer can check (a host or URL, a model name, a date, a named field and why, a sentence
+  that says something; a section with a `TODO` left covers nothing), and claims nothing the tapes
+  contradict; the same rule as the row (tools/replay_doc.json), so the same count and the same lines.
 
 Uses only the standard library, pytest and pytest-socket. Exits 1 when any check fails, 2 on a bad argument.
 """
@@ -301,6 +302,7 @@ class ReplayRule:
     def __init__(self, rule: dict) -> None:
         self.unfilled = re.compile(rule["unfilled"])
         self.heading = re.compile(rule["heading"])
+        self.setext = re.compile(rule["setext"])
         self.backticked = re.compile(rule["backticked"])
         self.listish = re.compile(rule["listish"])
         self.drop_words = re.compile(rule["drop_words"])
@@ -310,6 +312,14 @@ class ReplayRule:
         self.normalized_lines = re.compile(rule["normalized_lines"])
         self.fences = tuple(rule["fence"])
         self.topics = {t["name"]: (t["heading"], t["keyword"]) for t in rule["topics"]}
+        self.substance = {t["name"]: t["substance"] for t in rule["topics"]}
+        self.needs = {
+            name: [(re.compile(need["pattern"]), need) for need in topic["needs"]]
+            for name, topic in self.substance.items()
+        }
+        self.content_word = re.compile(rule["content_word"])
+        self.filler = frozenset(rule["filler_words"].split())
+        self.sentence_end = re.compile(rule["sentence_end"])
         self.rule = rule
 
     def find_doc(self, root: Path) -> tuple[str, str] | str | None:
@@ -332,31 +342,56 @@ class ReplayRule:
     def judge(self, rel: str, text: str, tapes: list[tuple[str, dict]]) -> tuple[str, list[str]]:
         sections = self._sections(text)
         filled = [s for s in sections if not self._unfilled(s)]
+        # One pattern for the models the tapes carry: a document naming one of them names the model (the
+        # grader's cap: the first 200 names of at most 200 characters, in sorted order).
+        carried = {m.lower() for _, tape in tapes for m in self._models(tape) if m}
+        names = sorted(m for m in carried if len(m) <= 200)[:200]
+        models = (
+            re.compile("|".join(rf"(?<![\w.-]){re.escape(m)}(?![\w-])" for m in names)) if names else None
+        )
         covered: dict[str, int] = {}
-        for topic, (heading_rx, keyword_rx) in self.topics.items():
-            line = self._covers(filled, heading_rx, keyword_rx)
-            if line is not None:
-                covered[topic] = line
+        hollow: dict[str, tuple[int, str]] = {}  # topic -> (line, what its places lack)
+        for topic in self.topics:
+            said = self._says(filled, topic, models)
+            if isinstance(said, int):
+                covered[topic] = said
+            elif said is not None:
+                hollow[topic] = said
         fields, _, _ = self._normalized_fields(sections)
         _, unexplained, norm_found = self._normalized_fields(filled)
         if norm_found and "normalized fields" not in covered:
             covered["normalized fields"] = norm_found
-        if unexplained and "normalized fields" in covered:
-            del covered["normalized fields"]
+            hollow.pop("normalized fields", None)
+        if unexplained:
+            covered.pop("normalized fields", None)
+            hollow.pop("normalized fields", None)
         problems = []
         for topic, (heading_rx, _) in self.topics.items():
-            if topic not in covered:
+            if topic in covered:
+                continue
+            if topic == "normalized fields" and unexplained:
+                line, _ = self._unfilled_line(sections, heading_rx)
+                why = f"{', '.join(name for name, _ in unexplained)} listed without a reason"
+            elif topic in hollow:
+                line, why = hollow[topic]
+            else:
                 line, why = self._unfilled_line(sections, heading_rx)
-                if topic == "normalized fields" and unexplained:
-                    why = f"{', '.join(name for name, _ in unexplained)} listed without a reason"
-                problems.append(f"does not cover {topic}: {why} ({rel}:{line})")
+            problems.append(f"does not cover {topic}: {why} ({rel}:{line})")
         contradictions = self._stored_dropped(fields, tapes, rel) + self._unknown_models(sections, tapes, rel)
         problems += [f"{message} ({where})" for message, where in contradictions]
-        missing = [t for t in self.topics if t not in covered]
-        summary = f"{rel} covers {len(self.topics) - len(missing)}/{len(self.topics)} topics, "
-        summary += f"{len(contradictions)} contradictions"
+        parts = []
+        missing = [t for t in self.topics if t not in covered and t not in hollow]
         if missing:
-            summary += f" (missing: {', '.join(missing)})"
+            parts.append(f"missing: {', '.join(missing)}")
+        if hollow:
+            said = "; ".join(
+                f"{t} at {rel}:{hollow[t][0]} — {hollow[t][1]}" for t in self.topics if t in hollow
+            )
+            parts.append(f"without substance: {said}")
+        summary = f"{rel} covers {len(covered)}/{len(self.topics)} topics, "
+        summary += f"{len(contradictions)} contradictions"
+        if parts:
+            summary += f" ({'; '.join(parts)})"
         return summary, problems
 
     def _sections(self, text: str) -> list[tuple[int, str, list[tuple[int, str]], int]]:
@@ -367,11 +402,21 @@ class ReplayRule:
             if line.lstrip().startswith(self.fences):
                 in_code = not in_code
             match = None if in_code else self.heading.match(line)
+            last = sections[-1][2]
             if match:
                 sections.append((number, match.group(2), [], len(match.group(1))))
+            elif not in_code and self.setext.match(line) and self._setext_title(last):
+                start, title = last.pop()  # "Title" underlined with === or ---
+                sections.append((start, title.strip(), [], 1 if "=" in line else 2))
             else:
-                sections[-1][2].append((number, line))
+                last.append((number, line))
         return sections
+
+    def _setext_title(self, lines: list[tuple[int, str]]) -> bool:
+        """Whether the last line read can be underlined into a heading: text, not a list or table."""
+        if not lines or not lines[-1][1].strip():
+            return False
+        return not self.listish.match(lines[-1][1]) and not self.heading.match(lines[-1][1])
 
     def _plain(self, text: str) -> str:
         return self.emphasis.sub("", text)
@@ -389,15 +434,118 @@ class ReplayRule:
                 return start, "its section says nothing about it"
         return 1, "no heading or filled-in line names it"
 
-    def _covers(self, filled: list, heading_rx: str, keyword_rx: str) -> int | None:
-        for start, title, _, _ in filled:
+    def _says(self, filled: list, topic: str, models: re.Pattern | None) -> int | tuple[int, str] | None:
+        """The line saying something checkable about `topic`; else (first place naming it, what it lacks)."""
+        places = self._places(filled, topic)
+        verdicts = [self._substance(place, topic, models) for place in places]
+        for verdict in verdicts:
+            if isinstance(verdict, int):
+                return verdict
+        return (places[0][0], str(verdicts[0])) if places else None
+
+    def _places(self, filled: list, topic: str) -> list[tuple[int, list[tuple[int, str]], bool, bool]]:
+        """(line, lines, under a heading shared with another topic, lines[0] is the heading) per place."""
+        heading_rx, keyword_rx = self.topics[topic]
+        rule = self.substance[topic]
+        shares = self.topics[rule["shares_heading_with"]][0] if "shares_heading_with" in rule else None
+        locate = rule.get("locate") or (rule["needs"][0]["pattern"] if rule.get("locates") else None)
+        # "A newer model (gpt-4.1) needs a new recording", under "does not prove", is not the model recorded.
+        outside = self.topics[rule["not_under"]][0] if "not_under" in rule else None
+        filled = [s for s in filled if not (outside and re.search(outside, s[1], re.IGNORECASE))]
+        places = []
+        for start, title, lines, _ in sorted(filled, key=lambda s: s[3] == 1):
             if start and re.search(heading_rx, self._plain(title), re.IGNORECASE):
-                return start
+                shared = shares is not None and bool(re.search(shares, self._plain(title), re.IGNORECASE))
+                places.append((start, [(start, title), *lines], shared, True))
         for _, _, lines, _ in filled:
-            for number, line in lines:
-                if re.search(keyword_rx, self._plain(line), re.IGNORECASE):
+            paragraphs = self._paragraphs(lines)
+            for index, paragraph in enumerate(paragraphs):
+                for number, line in paragraph:
+                    text = self._plain(line)
+                    if re.search(keyword_rx, text, re.IGNORECASE) or (locate and re.search(locate, text)):
+                        # "Left out of the key:" introduces the table or list after it.
+                        follows = paragraphs[index + 1] if paragraph[-1][1].rstrip().endswith(":") else []
+                        lines_from = [(n, t) for n, t in paragraph if n >= number] + follows
+                        places.append((number, lines_from, False, False))
+                        break
+        return places
+
+    @staticmethod
+    def _paragraphs(lines: list[tuple[int, str]]) -> list[list[tuple[int, str]]]:
+        out: list[list[tuple[int, str]]] = [[]]
+        for number, line in lines:
+            if line.strip():
+                out[-1].append((number, line))
+            elif out[-1]:
+                out.append([])
+        return [p for p in out if p]
+
+    def _substance(self, place: tuple, topic: str, models: re.Pattern | None) -> int | str:
+        """The line of the place that says what `topic` needs, or what the place lacks."""
+        line0, lines, shared, under_heading = place
+        rule = self.substance[topic]
+        needs = self.needs[topic]
+        if rule["unit"] == "sentence":
+            # The heading or the line naming the topic says what a sentence is about, unless the heading
+            # names two ("What replay proves and what it does not"): then the sentence itself must.
+            body = lines[1:] if under_heading else lines
+            unless = self.topics[rule["unless_naming"]][1] if "unless_naming" in rule else None
+            wordy = [
+                (n, s)
+                for n, s in self._sentences(body)
+                if self._content_words(s) >= rule["min_words"]
+                and not (unless and re.search(unless, s, re.IGNORECASE))
+            ]
+            for number, sentence in wordy:
+                if not shared or all(rx.search(sentence) for rx, _ in needs):
                     return number
-        return None
+            return str(rule["lacks"] if not wordy else needs[0][1]["lacks"])
+        first = None
+        for index, (rx, need) in enumerate(needs):
+            found = next((n for n, line in lines if rx.search(self._plain(line))), None)
+            if found is None and index == 0 and models is not None and rule.get("tape_models"):
+                found = next((n for n, line in lines if models.search(line.lower())), None)
+            if found is None and need.get("or_explained_list_line"):
+                found = next((n for n, line in lines if self._explained_list_line(line)), None)
+            if found is None:
+                return str(need["lacks"])
+            first = found if first is None else first
+        return first if first is not None else line0
+
+    def _sentences(self, lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
+        """(line, sentence): a blank line or a list item starts a block; blocks split at full stops."""
+        blocks: list[list[tuple[int, str]]] = []
+        fresh = True
+        for number, line in lines:
+            if not line.strip():
+                fresh = True
+                continue
+            if fresh or self.listish.match(line):
+                blocks.append([])
+            blocks[-1].append((number, self._plain(line).strip()))
+            fresh = False
+        out = []
+        for block in blocks:
+            text, starts = "", []
+            for number, line in block:
+                starts.append((len(text), number))
+                text += line + " "
+            begin = 0
+            for end in [m.start() for m in self.sentence_end.finditer(text)] + [len(text)]:
+                if text[begin:end].strip():
+                    out.append((max(n for offset, n in starts if offset <= begin), text[begin:end].strip()))
+                begin = end
+        return out
+
+    def _content_words(self, sentence: str) -> int:
+        return sum(1 for word in self.content_word.findall(sentence) if word.lower() not in self.filler)
+
+    def _explained_list_line(self, line: str) -> bool:
+        """A list or table line naming a field with words beside it ("- `user`: identifies the caller")."""
+        if not self.listish.match(line) or not self.backticked.search(line):
+            return False
+        rest = re.sub(r"[|:*\-+—–,()]", " ", self.backticked.sub(" ", line))
+        return len(re.findall(r"[A-Za-z]{2,}", rest)) >= int(self.rule["reason_words"])
 
     def _normalized_fields(self, sections: list) -> tuple[list, list, int | None]:
         heading_rx = self.topics["normalized fields"][0]
@@ -417,8 +565,7 @@ class ReplayRule:
             names = self.backticked.findall(line)
             if not names:
                 continue
-            rest = re.sub(r"[|:*\-+—–,()]", " ", self.backticked.sub(" ", line))
-            explained = len(re.findall(r"[A-Za-z]{2,}", rest)) >= 3
+            explained = self._explained_list_line(line)
             drops = section_drops or bool(self.drop_words.search(line))
             for name in names:
                 fields.append((name, number, drops))
