@@ -6,6 +6,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from grader.secrets import Scanner, is_git_repo, scan_history, scan_tree
 from grader.secrets.history import _cat_blobs, scan_history_with
 from grader.secrets.samples import expand
@@ -217,3 +219,32 @@ def test_a_key_at_the_end_of_a_big_blob_only_history_holds_is_found(tmp_path: Pa
 
     assert finding.location.startswith(f"{introduced}:server.log:")
     assert scanner.stats.unscanned == []
+
+
+def test_history_past_its_byte_cap_is_read_newest_first_and_the_rest_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team 5, G3: many versions of a large file (gigabytes from a small pack) are read newest first
+    up to the cap; what is left is listed as not scanned, not silently skipped."""
+    from grader.secrets import history
+
+    repo = _repo(tmp_path)
+    (repo / "app.log").write_text(f"run 0\nKEY={OTHER}\n" + "x" * 3000 + "\n")
+    _commit(repo, "oldest log, with a key", 2)
+    for n in range(1, 6):
+        (repo / "app.log").write_text(f"run {n}\n" + "x" * 3000 + "\n")
+        _commit(repo, f"log {n}", 2 + n)
+    (repo / "app.log").write_text(f"run 9\nKEY={KEY}\n")
+    newest = _commit(repo, "newest log, with a key", 9)
+    (repo / "app.log").unlink()
+    _commit(repo, "drop the log", 10)
+    monkeypatch.setattr(history, "HISTORY_CAP", 8000)
+    scanner = Scanner()
+
+    found = scan_history_with(scanner, repo)
+
+    assert [f.location for f in found] == [f"{newest}:app.log:2"]  # the oldest version was not reached
+    (line,) = scanner.stats.unscanned
+    assert line.startswith("git history: ") and "past the 8000 bytes read, newest commits first" in line
+    monkeypatch.setattr(history, "HISTORY_CAP", 1 << 30)
+    assert len(scan_history_with(Scanner(), repo)) == 2
