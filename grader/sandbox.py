@@ -21,8 +21,10 @@ Layers, outermost first (each only when the machine supports it, probed once; ``
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
+import itertools
 import os
 import re
 import resource
@@ -33,6 +35,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -42,6 +45,7 @@ from pathlib import Path
 
 from grader import walk
 from grader.cpugroup import cpu_layer, memory_layer, run_groups
+from grader.safeio import read_bytes
 
 __all__ = [
     "Isolation",
@@ -164,6 +168,11 @@ class RunResult:
     # True when the grader stopped the command early (`run(stop=...)`), e.g. a probe of a suite that
     # already timed out elsewhere: not the command's own outcome.
     stopped: bool = False
+    # Packets the run's own network namespace had no route for (the kernel's Ip/Ip6 OutNoRoutes, read
+    # after the command by the grader's shell outside its mount namespace): every attempt to reach past
+    # loopback, from any process, Python or not (red team 5, G6: a curl fallback). None: not counted (no
+    # network namespace, the network allowed, or the command did not end by itself).
+    no_route: int | None = None
 
 
 @dataclass(frozen=True)
@@ -618,6 +627,7 @@ def _wrap(
     uid: int | None,
     mounts: list[str],
     netns_helpers: Sequence[Sequence[str]] = (),
+    counters: Path | None = None,
 ) -> list[str]:
     caps = _caps()
     inner = list(argv)
@@ -642,15 +652,41 @@ def _wrap(
         if pid_outside:
             prefix += ["-p", "-f", "--kill-child"]
         prefix.append("--")
-    if isolate_net and loopback:
-        # Bring `lo` up as (namespace) root, outside the mount namespace, then exec the rest.
-        up = f"{caps.ip} link set lo up" if caps.ip else f'"{sys.executable}" -c "{_LO_UP_PY}"'
-        for helper in netns_helpers:
+    if isolate_net:
+        steps = []
+        if loopback:
+            # Bring `lo` up as (namespace) root, outside the mount namespace, then run the rest.
+            steps.append(f"{caps.ip} link set lo up" if caps.ip else f'"{sys.executable}" -c "{_LO_UP_PY}"')
             # The grader's own helpers, in this namespace only, each started (and listening) before the run;
             # they stay in the run's process group, so the group kill that ends the run ends them too.
-            up = f"{up} && {shlex.join(helper)}"
-        inner = ["/bin/sh", "-c", f'{up} && exec "$@"', "sh", *inner]
+            steps += [shlex.join(helper) for helper in netns_helpers]
+        if counters is not None:
+            # The namespace's counters once the command has ended, into a folder the run is never shown.
+            dump = f"cat /proc/net/snmp /proc/net/snmp6 > {shlex.quote(str(counters))} 2>/dev/null"
+            run = f'"$@"; rc=$?; {dump}; exit $rc'
+            inner = ["/bin/sh", "-c", " && ".join([*steps, f"{{ {run}; }}"]), "sh", *inner]
+        elif steps:
+            inner = ["/bin/sh", "-c", " && ".join([*steps, 'exec "$@"']), "sh", *inner]
     return [*prefix, *inner]
+
+
+def _no_route(counters: Path) -> int | None:
+    """Ip OutNoRoutes + Ip6OutNoRoutes from the dump `_wrap` wrote (None when there is none)."""
+    try:
+        lines = read_bytes(counters, cap=1 << 20).decode("ascii", "replace").splitlines()
+    except OSError:
+        return None
+    total = None
+    for names, values in itertools.pairwise(lines):
+        if names.startswith("Ip: ") and values.startswith("Ip: "):
+            pairs = dict(zip(names.split()[1:], values.split()[1:], strict=False))
+            if pairs.get("OutNoRoutes", "").isdigit():
+                total = (total or 0) + int(pairs["OutNoRoutes"])
+    for line in lines:
+        name, _, value = line.partition(" ")
+        if name == "Ip6OutNoRoutes" and value.strip().isdigit():
+            total = (total or 0) + int(value.strip())
+    return total
 
 
 def _kill_group(pgid: int) -> None:
@@ -730,7 +766,7 @@ def run(
         path.mkdir(parents=True, exist_ok=True)
     venv_path = Path(venv) if venv else None
     drop = _can_drop(argv, child_env, venv_path, owned)
-    with _folders_held(owned), _sandbox_uid() as uid, run_groups() as procs:
+    with contextlib.ExitStack() as stack, _folders_held(owned), _sandbox_uid() as uid, run_groups() as procs:
         mounts: list[str] = []
         if _caps().bwrap:
             mounts = _mounts(
@@ -745,6 +781,7 @@ def run(
             )
         helpers = [list(h) for h in netns_helpers] if loopback and not network else []
         in_netns = helpers if _caps().netns else []
+        counted = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="netc-"))) / "snmp"
         full = _wrap(
             argv,
             network=network,
@@ -752,6 +789,7 @@ def run(
             uid=uid if drop else None,
             mounts=mounts,
             netns_helpers=in_netns,
+            counters=counted if not network and _caps().netns else None,
         )
         if procs:
             # Into its own groups before anything of the command's runs; everything it forks stays there
@@ -777,6 +815,7 @@ def run(
                 for path in owned:
                     if path.exists():
                         _chown_tree(path, os.getuid(), os.getgid(), tame=True)
+        result.no_route = None if result.timed_out or result.stopped else _no_route(counted)
     result.duration = time.monotonic() - start
     result.user = "unprivileged" if drop else "grader"
     return result

@@ -3,6 +3,8 @@ submission exactly as at `--jobs 1` (run inside the check, one after another).""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -80,3 +82,34 @@ def test_an_answer_made_up_only_under_pytest_is_caught(tmp_path: Path, grade_cac
     assert row["score"] <= 1, row
     assert "inside a test instead of 2" in row["evidence"], row["evidence"]
     assert any("inside a test of the suite exited 0 after printing" in d for d in row.get("details", []))
+
+
+# Red team 5, G6: on a miss, ask the network through a program that is not Python (the red team's was curl;
+# `getent`, in every glibc system, resolves a name the same way) before raising the miss: the audit hook sees
+# nothing, the run's network namespace counts the packets it had no route for.
+_SECOND_SOURCE = (
+    "            import subprocess\n"
+    '            subprocess.run(["getent", "ahosts", "api.openai.com"], capture_output=True, check=False)\n'
+)
+
+
+def test_a_fallback_through_a_program_that_is_not_python_is_not_loud(
+    tmp_path: Path, grade_cache: Path
+) -> None:
+    if shutil.which("getent") is None:
+        pytest.skip("getent is not installed on this machine")
+    target, _ = _case("clean-copy", tmp_path)
+    cassette = Path(target) / "support_triage_agent" / "cassette.py"
+    text = cassette.read_text(encoding="utf-8")
+    anchor = "            nearest = self._nearest(exchange)\n            self._log_miss(exchange, nearest)\n"
+    assert anchor in text
+    cassette.write_text(text.replace(anchor, _SECOND_SOURCE + anchor), encoding="utf-8")
+    subprocess.run(["git", "-C", target, "commit", "-qam", "ask a second source on a miss"], check=True)
+
+    report = grade(target, rubric=load_rubric(), timeout=120, cache_root=grade_cache, jobs=2)
+
+    facts, findings, row = _loud_miss(report)
+    assert facts["named_miss"] is True and facts["network_attempts"] > 0 and facts["loud"] is False
+    assert row["score"] <= 1, row
+    assert findings and all(f["rule"] == "network-fallback" for f in findings), findings
+    assert any("from a process the audit hook does not see" in d for d in row["details"]), row["details"]

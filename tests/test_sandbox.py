@@ -525,3 +525,29 @@ def test_the_memory_ceiling_covers_a_command_and_everything_it_forks(box, monkey
     monkeypatch.setattr(cpugroup, "MEMORY_LIMIT", 1024 * 1024**2)
     done = _run(box, [PY, "-c", script], timeout=60)
     assert json.loads(done.stdout.strip()) == [0, 0, 0], done.stderr  # under it: all three finish
+
+
+_CONNECT = textwrap.dedent(
+    """
+    import socket, sys
+    s = socket.socket()
+    s.settimeout(2)
+    try:
+        s.connect((sys.argv[1], 80))
+    except OSError as exc:
+        print(exc)
+    """
+)
+
+
+@needs_netns
+def test_the_run_counts_what_it_sent_toward_the_network_from_any_process(box):
+    """Red team 5, G6: the run's own network namespace counts every packet it had no route for, whatever
+    process sent it (a `curl` child is not seen by the audit hook); loopback is not counted."""
+    (box / "work" / "connect.py").write_text(_CONNECT)
+    assert _run(box, [PY, "connect.py", "192.0.2.1"]).no_route == 1
+    assert _run(box, ["/bin/sh", "-c", f"{PY} connect.py 192.0.2.1; {PY} connect.py 192.0.2.2"]).no_route == 2
+    assert _run(box, [PY, "connect.py", "127.0.0.1"], loopback=True).no_route == 0
+    assert _run(box, ["true"]).no_route == 0
+    assert _run(box, ["sleep", "30"], timeout=1).no_route is None  # killed: nothing counted, not zero
+    assert _run(box, ["true"], network=True).no_route is None

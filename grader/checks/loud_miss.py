@@ -487,6 +487,7 @@ def _rerun_facts(found: _Found, rerun: ReplayRun) -> tuple[int, bool]:
     found.facts["withheld_failed"] = failed
     found.facts["withheld_passed"] = res.passed if res else 0
     found.attempts += [(e.where, e.target) for e in rerun.audit.network_attempts]
+    _unrouted(found, rerun.run, "the withheld-tape rerun", bool(rerun.audit.network_attempts))
     # pytest-socket refuses getaddrinfo/connect before any socket exists, so the audit hook never sees
     # those: a recorder that falls through to the network (pytest-vcr's default `once`) shows up here.
     found.attempts += [(where, what) for where, what in rerun.blocked]
@@ -504,6 +505,19 @@ def _rerun_facts(found: _Found, rerun: ReplayRun) -> tuple[int, bool]:
     return failed, named
 
 
+def _unrouted(found: _Found, run: RunResult, which: str, seen: bool) -> None:
+    """Red team 5, G6: what left for the network past the audit hook (a `curl` child, any non-Python
+    process), counted by the run's own network namespace: one attempt, unless the hook already saw some."""
+    if run.no_route and not seen:
+        found.attempts.append(
+            (
+                f"({which})",
+                f"{counted(run.no_route, 'packet')} toward the network from a process the audit hook does "
+                "not see (not Python: curl, wget, a shell)",
+            )
+        )
+
+
 def _unseen_facts(
     found: _Found, unseen_run: tuple[RunResult, AuditLog] | None, command: list[str] | None
 ) -> bool:
@@ -513,6 +527,7 @@ def _unseen_facts(
     run, audit = unseen_run
     found.facts["unseen_exit"] = run.returncode if run.returncode is not None else -1
     found.attempts.extend((e.where, e.target) for e in audit.network_attempts)
+    _unrouted(found, run, "the unseen-message run", bool(audit.network_attempts))
     if run.returncode != 2:
         shown = " ".join(command or [])
         answered = run.returncode == 0 and run.stdout.strip()
@@ -532,6 +547,7 @@ def _in_tests_facts(
         return True
     run, audit = run_audit
     found.attempts.extend((e.where, e.target) for e in audit.network_attempts)
+    _unrouted(found, run, "the unseen message inside a test", bool(audit.network_attempts))
     shown = " ".join(command or [])
     code = run.returncode if run.returncode is not None else -1
     if not 100 <= code < 200:
