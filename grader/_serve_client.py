@@ -53,7 +53,28 @@ def unseen(body: dict[str, Any]) -> dict[str, Any]:
     return {**body, "note": probe.strip()}
 
 
+def _late(signum: int, frame: object) -> None:
+    raise TimeoutError(f"no whole HTTP answer within {_REQUEST_TIMEOUT:g} s")
+
+
+def whole_answers_in_time() -> None:
+    """Each `_send` gets `_REQUEST_TIMEOUT` for the whole exchange, not per read (red team 5, G7: a server
+    that trickled a space every 2 s for two minutes before a made-up answer kept the client reading until
+    the run's end, and the probe went unscored). The client's process only: it owns SIGALRM."""
+    signal.signal(signal.SIGALRM, _late)
+
+
 def _send(origin: str, req: dict[str, Any]) -> dict[str, Any]:
+    signal.setitimer(signal.ITIMER_REAL, _REQUEST_TIMEOUT)
+    try:
+        return _exchange(origin, req)
+    except TimeoutError as exc:
+        return {"status": -1, "body": str(exc)[:300]}
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _exchange(origin: str, req: dict[str, Any]) -> dict[str, Any]:
     data = json.dumps(req["body"]).encode("utf-8")
     url = origin + req["path"]  # http://<loopback>:<port>/...: the origin is matched by _URL
     headers = {"content-type": "application/json"}
@@ -121,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         if client == 0:
             try:
                 _drop(_NOBODY)
+                whole_answers_in_time()
                 answer = _client(plan, server_output, args.url_wait)
                 os.write(result, (json.dumps(answer) + "\n").encode("utf-8"))
             finally:

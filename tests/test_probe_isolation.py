@@ -315,3 +315,60 @@ def test_without_a_network_namespace_the_helpers_run_on_the_host_and_end_with_th
     assert os.stat(truth).st_mode & 0o077 == 0
     left = subprocess.run(["pgrep", "-f", str(truth)], capture_output=True, text=True, check=False)
     assert left.stdout.strip() == "", "the helper outlived the run"
+
+
+_TRICKLE_SERVER = """
+import http.server, sys, time
+
+class Trickle(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers["content-length"]))
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        for _ in range(200):  # a space (leading JSON whitespace) every 0.2 s: never idle for long
+            self.wfile.write(b"1\\r\\n \\r\\n")
+            self.wfile.flush()
+            time.sleep(0.2)
+        body = b'{"intent": "other", "needs_human": false}'
+        self.wfile.write(b"%x\\r\\n%s\\r\\n0\\r\\n\\r\\n" % (len(body), body))
+
+    def log_message(self, *args):
+        pass
+
+server = http.server.HTTPServer(("127.0.0.1", 0), Trickle)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+_ASK = """
+import json, sys
+from grader import _serve_client as client
+client._REQUEST_TIMEOUT = 2.0
+client.whole_answers_in_time()
+print(json.dumps(client._send(sys.argv[1], {"method": "POST", "path": "/v1/x", "body": {"m": 1}})))
+"""
+
+
+def test_the_serve_client_gives_each_answer_a_whole_deadline_not_a_per_read_one(tmp_path: Path) -> None:
+    """Red team 5, G7: a server trickling one byte of whitespace at a time before a made-up answer kept the
+    client reading until the run was killed, and the probe went unscored: the whole answer has a deadline."""
+    server = subprocess.Popen(
+        [sys.executable, "-c", _TRICKLE_SERVER], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        asked = subprocess.run(
+            [sys.executable, "-c", _ASK, f"http://127.0.0.1:{port}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=Path(__file__).resolve().parents[1],
+            check=False,
+        )
+    finally:
+        os.killpg(server.pid, 9)
+        server.wait()
+    answer = json.loads(asked.stdout)
+    assert answer["status"] == -1 and "no whole HTTP answer within 2 s" in answer["body"], asked
