@@ -248,3 +248,20 @@ def test_history_past_its_byte_cap_is_read_newest_first_and_the_rest_listed(
     assert line.startswith("git history: ") and "past the 8000 bytes read, newest commits first" in line
     monkeypatch.setattr(history, "HISTORY_CAP", 1 << 30)
     assert len(scan_history_with(Scanner(), repo)) == 2
+
+
+def test_a_key_in_committed_bytecode_is_found_in_history(tmp_path: Path) -> None:
+    """Red team 5, G9: a settings module with a key, deleted, its committed .pyc kept: read for the text it
+    holds (marshal's length byte glued to the key is read past), in the tree and in history."""
+    repo = _repo(tmp_path)
+    (repo / "__pycache__").mkdir()
+    marshalled = b"\xa7\r\r\n" + b"\0" * 12 + b"\xe3" + b"\0" * 20 + b"\xfa\x48" + KEY.encode()
+    (repo / "__pycache__" / "settings.cpython-311.pyc").write_bytes(marshalled)
+    added = _commit(repo, "bytecode", 2)
+    scanner = Scanner()
+
+    assert [f.location for f in scan_tree_with(scanner, repo)] == ["__pycache__/settings.cpython-311.pyc:2"]
+    (finding,) = scan_history_with(scanner, repo)
+
+    assert finding.location == f"{added}:__pycache__/settings.cpython-311.pyc:2"  # after the magic's \\n
+    assert finding.encoding == "binary file's text"

@@ -211,12 +211,26 @@ def test_symlinks_are_not_followed_and_git_is_skipped(tmp_path: Path) -> None:
     assert scan_tree(repo) == []
 
 
-def test_binary_files_are_skipped_but_binary_tapes_are_not(tmp_path: Path) -> None:
-    payload = b"\0\1\2" + GROQ_KEY.encode() + b"\0"
-    (tmp_path / "image.png").write_bytes(payload)
+def test_binary_files_are_read_for_the_text_they_hold(tmp_path: Path) -> None:
+    """Red team 5, G9: a key in a SQLite file, a PNG's text chunk or committed bytecode is found."""
+    (tmp_path / "cache.db").write_bytes(
+        b"SQLite format 3\0" + b"\0\7" * 50 + f"OPENAI_API_KEY={PROJECT_KEY}".encode()
+    )
+    png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR" + b"\0" * 13 + b"tEXtComment\0" + GROQ_KEY.encode() + b"\xae\x42"
+    (tmp_path / "shot.png").write_bytes(png)
+    (tmp_path / "noise.bin").write_bytes(bytes(range(256)) * 400)  # binary with no key: nothing
     (tmp_path / "cassettes").mkdir()
-    (tmp_path / "cassettes" / "raw.json").write_bytes(payload)
-    assert [f.path for f in scan_tree(tmp_path)] == ["cassettes/raw.json"]
+    (tmp_path / "cassettes" / "raw.json").write_bytes(b"\0\1\2" + GROQ_KEY.encode() + b"\0")
+
+    found = {f.path: f for f in scan_tree(tmp_path)}
+
+    assert set(found) == {
+        "cache.db",
+        "shot.png",
+        "cassettes/raw.json",
+    }
+    assert found["cache.db"].rule == "openai-project-key" and found["shot.png"].rule == "groq-api-key"
+    assert found["cache.db"].encoding == "binary file's text" and found["cassettes/raw.json"].encoding is None
 
 
 def test_huge_files_are_scanned_block_by_block_to_the_cap_and_the_rest_listed(

@@ -5,9 +5,10 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import re
 import stat
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,6 +30,19 @@ READ_CAP = 256 * 1024 * 1024
 _OVERLAP = 64 * 1024  # carried into the next block: longer than any line a rule needs around a key
 _HEAD = 8192
 _GZIP = b"\x1f\x8b"
+# A binary file (a SQLite database, a PNG's text chunk, committed bytecode) is read for the text it holds
+# (red team 5, G9): every byte that is not printable ASCII becomes a space, so a key stands alone, lines and
+# offsets unchanged.
+_TEXT_RUNS = bytes(b if 0x20 <= b < 0x7F or b in (0x09, 0x0A) else 0x20 for b in range(256))
+# A run's first character may be a length byte glued to the text (marshal's short strings in a .pyc):
+# each run is read once more without it.
+_RUN_START = re.compile(rb"(?:^|(?<=[ \t\n]))[\x21-\x7e]")
+_BINARY = "binary file's text"
+
+
+def _binary_forms(data: bytes) -> list[bytes]:
+    text = data.translate(_TEXT_RUNS)
+    return [text, _RUN_START.sub(b" ", text)]
 
 
 def walk(repo: Path) -> list[tuple[str, os.stat_result]]:
@@ -75,7 +89,7 @@ def scan_blob(
     kind: str | None = None,
     tape_dirs: tuple[str, ...] = (),
 ) -> list[SecretFinding]:
-    """Scan one file's bytes: gzip files are inflated, other binary files skipped unless they are tapes."""
+    """Scan one file's bytes: gzip files are inflated, other binary files read for the text they hold."""
     scanner.stats.bytes += len(data)
     head = data[:_HEAD]
     is_tape, kind = _counted_file(scanner, rel, head, commit, kind, tape_dirs)
@@ -86,7 +100,9 @@ def scan_blob(
     if b"\0" in head and (wide := wide_text(data)) is not None:
         data, encoding = wide  # UTF-16/32 text (what Windows PowerShell's `>` writes) is text
     elif b"\0" in head and not is_tape:
-        return []
+        return _scan_blocks(
+            scanner, [data], rel, kind=kind, commit=commit, encoding=_BINARY, forms=_binary_forms
+        )
     found = scanner.scan_bytes(data, source=rel, kind=kind, commit=commit)
     if encoding:
         found = [replace(f, encoding=f.encoding or encoding) for f in found]
@@ -127,7 +143,9 @@ def scan_large(
     if head[:2] == _GZIP:
         found = _scan_gzip(scanner, stream, rel, kind=kind, commit=commit, where=where or rel)
     elif b"\0" in head and not is_tape:
-        return []
+        found = _scan_blocks(
+            scanner, stream, rel, kind=kind, commit=commit, encoding=_BINARY, forms=_binary_forms
+        )
     else:
         found = _scan_blocks(scanner, stream, rel, kind=kind, commit=commit)
     where = where or rel
@@ -150,16 +168,27 @@ def _counted_file(
 
 
 def _scan_blocks(
-    scanner: Scanner, blocks: Iterable[bytes], rel: str, *, kind: str, commit: str | None, encoding: str = ""
+    scanner: Scanner,
+    blocks: Iterable[bytes],
+    rel: str,
+    *,
+    kind: str,
+    commit: str | None,
+    encoding: str = "",
+    forms: Callable[[bytes], list[bytes]] = lambda data: [data],
 ) -> list[SecretFinding]:
     """Findings in a stream of blocks, each scanned with the end of the one before it (a key across the
-    cut is whole in one of them); line numbers count from the stream's start, each finding once."""
+    cut is whole in one of them), in each of its ``forms``; line numbers count from the stream's start,
+    each finding once."""
     found: dict[tuple[str, int, str], SecretFinding] = {}
     lines = 0
     tail = b""
     for block in blocks:
         data = tail + block
-        for f in scanner.scan_bytes(data, source=rel, kind=kind, commit=commit):
+        hits = [
+            f for form in forms(data) for f in scanner.scan_bytes(form, source=rel, kind=kind, commit=commit)
+        ]
+        for f in hits:
             f = replace(f, line=f.line + lines, encoding=f.encoding or encoding or None)
             found.setdefault((f.rule, f.line, f.fingerprint), f)
         cut = max(0, len(data) - _OVERLAP)
