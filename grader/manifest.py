@@ -623,7 +623,11 @@ def _narrowing(
         takes_value = arg.startswith("-") and "=" not in arg and option in _VALUE_OPTIONS
         values = rest[index + 1 : index + 2] if takes_value else []
         index += 1 + len(values)
-        if option in _NARROWING_OPTIONS:
+        setting = (values[0] if values else arg.split("=", 1)[-1]).strip("'\"")
+        if option in _NARROWING_OPTIONS or (
+            option in ("-o", "--override-ini") and setting.split("=", 1)[0].strip() in _COLLECTION_KEYS
+        ):
+            # -o python_functions=... on the command line selects as the configuration key would (G5).
             narrowing.append(" ".join([arg, *values]))
         elif arg.startswith("@"):
             # Red team 5, G5a: pytest (8.2+) reads more arguments from the file: unread, left out of the run.

@@ -309,6 +309,8 @@ _DESELECT = " ".join(f"--deselect=tests/test_bad.py::test_label[{i}]" for i in r
         ("pytest @.pytest-args", "@.pytest-args, arguments read from a file"),
         ("pytest -c ci/pytest.ini --rootdir=.", "-c ci/pytest.ini, a configuration file of its own"),
         ("pytest --config-file=ci/pytest.ini", "--config-file=ci/pytest.ini, a configuration file"),
+        ("pytest -o python_functions=test_good*", "-o python_functions=test_good*"),
+        ("pytest --override-ini=norecursedirs=edge", "--override-ini=norecursedirs=edge"),
     ],
 )
 def test_arguments_from_a_file_or_a_configuration_of_its_own_leave_tests_out(
