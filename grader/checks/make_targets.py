@@ -84,10 +84,12 @@ def make_targets(ctx: Context) -> CheckResult:
             env={"CASSETTE_MISS_LOG": str(ctx.log_path("demo", ".misses.jsonl"))},
             label="make demo",
         )
-        ok = run.returncode == 0 and not run.timed_out and not audit.network_attempts
+        # A non-Python process's attempt is counted by the run's network namespace (red team 5, G6).
+        attempts = len(audit.network_attempts) or (1 if run.no_route else 0)
+        ok = run.returncode == 0 and not run.timed_out and not attempts
         facts["demo_passed"] = ok
         parts.append("demo passed" if ok else "demo failed")
-        how = "exit 0 offline, no connection attempt" if ok else _why(run, len(audit.network_attempts))
+        how = "exit 0 offline, no connection attempt" if ok else _why(run, attempts)
         details.append(f"{targets['demo']} demo: `make demo` in replay, no credentials: {how}")
     if facts["has_record"]:
         scratch = ctx.scratch_copy("record-without-key")
