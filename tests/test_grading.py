@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -584,3 +585,22 @@ def test_a_toml_nesting_bomb_is_a_malformed_pyproject_not_a_crash(make_submissio
     assert any("pyproject.toml is not valid TOML" in note for note in report.get("notes", [])), report
     rubric = load_rubric()
     assert report["total"]["max"] == sum(rubric.max * row.weight for row in rubric.rows)  # every row scored
+
+
+@pytest.mark.index
+@pytest.mark.slow
+def test_a_demo_that_asks_the_network_through_another_program_fails(
+    make_submission, grade_cache: Path
+) -> None:
+    """Red team 5, G6's counter: the demo's own network namespace counts what a non-Python process sent."""
+    if shutil.which("getent") is None:
+        pytest.skip("getent is not installed on this machine")
+    repo = make_submission(
+        {**PASSING, "Makefile": "test:\n\tpython -m pytest -q\n\ndemo:\n\t-getent ahosts api.openai.com\n"}
+    )
+
+    report = _grade(repo, grade_cache)
+
+    mt = report["facts"]["make-targets"]
+    assert mt["test_passed"] and not mt["demo_passed"], mt
+    assert any("connection attempt" in d for d in _row(report, "make-targets")["details"])
