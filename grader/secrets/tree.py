@@ -121,7 +121,7 @@ def scan_large(
     where: str | None = None,
 ) -> list[SecretFinding]:
     """Scan a file of ``size`` bytes given as blocks (at most `READ_CAP` of them): gzip is inflated block by
-    block, other binary files are skipped unless they are tapes; a file not read to its end is listed in
+    block, other binary files are read for the text they hold; a file not read to its end is listed in
     ``stats.unscanned``. A working-tree file read whole is remembered by its blob id for the history pass."""
     stats = scanner.stats
     blocks = iter(blocks)
