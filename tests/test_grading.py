@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from grader import sandbox
 from grader.checks import Check, CheckResult
 from grader.context import makefile_targets, pytest_plugin_modules, read_junit
 from grader.errors import NotAssessable
@@ -593,8 +594,8 @@ def test_a_demo_that_asks_the_network_through_another_program_fails(
     make_submission, grade_cache: Path
 ) -> None:
     """Red team 5, G6's counter: the demo's own network namespace counts what a non-Python process sent."""
-    if shutil.which("getent") is None:
-        pytest.skip("getent is not installed on this machine")
+    if shutil.which("getent") is None or sandbox.isolation().network != "namespace+pytest-socket":
+        pytest.skip("needs getent and a network namespace (the counter is the namespace's)")
     repo = make_submission(
         {**PASSING, "Makefile": "test:\n\tpython -m pytest -q\n\ndemo:\n\t-getent ahosts api.openai.com\n"}
     )
