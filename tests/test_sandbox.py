@@ -527,7 +527,7 @@ def test_the_memory_ceiling_covers_a_command_and_everything_it_forks(box, monkey
     assert json.loads(done.stdout.strip()) == [0, 0, 0], done.stderr  # under it: all three finish
 
 
-_CONNECT = textwrap.dedent(
+_CONNECT_ONCE = textwrap.dedent(
     """
     import socket, sys
     s = socket.socket()
@@ -544,7 +544,7 @@ _CONNECT = textwrap.dedent(
 def test_the_run_counts_what_it_sent_toward_the_network_from_any_process(box):
     """Red team 5, G6: the run's own network namespace counts every packet it had no route for, whatever
     process sent it (a `curl` child is not seen by the audit hook); loopback is not counted."""
-    (box / "work" / "connect.py").write_text(_CONNECT)
+    (box / "work" / "connect.py").write_text(_CONNECT_ONCE)
     assert _run(box, [PY, "connect.py", "192.0.2.1"]).no_route == 1
     assert _run(box, ["/bin/sh", "-c", f"{PY} connect.py 192.0.2.1; {PY} connect.py 192.0.2.2"]).no_route == 2
     assert _run(box, [PY, "connect.py", "127.0.0.1"], loopback=True).no_route == 0
