@@ -781,7 +781,9 @@ def run(
             )
         helpers = [list(h) for h in netns_helpers] if loopback and not network else []
         in_netns = helpers if _caps().netns else []
-        counted = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="netc-"))) / "snmp"
+        counted = None
+        if not network and _caps().netns:  # the run has a namespace of its own to count
+            counted = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="netc-"))) / "snmp"
         full = _wrap(
             argv,
             network=network,
@@ -789,7 +791,7 @@ def run(
             uid=uid if drop else None,
             mounts=mounts,
             netns_helpers=in_netns,
-            counters=counted if not network and _caps().netns else None,
+            counters=counted,
         )
         if procs:
             # Into its own groups before anything of the command's runs; everything it forks stays there
@@ -815,7 +817,8 @@ def run(
                 for path in owned:
                     if path.exists():
                         _chown_tree(path, os.getuid(), os.getgid(), tame=True)
-        result.no_route = None if result.timed_out or result.stopped else _no_route(counted)
+        if counted is not None and not (result.timed_out or result.stopped):
+            result.no_route = _no_route(counted)
     result.duration = time.monotonic() - start
     result.user = "unprivileged" if drop else "grader"
     return result

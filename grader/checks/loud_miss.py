@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import secrets as _random
 from collections.abc import Callable
@@ -611,19 +612,29 @@ def _reworded_facts(
         f"{head}: of {counted(compared, 'test')} that failed naming a miss with the tapes withheld, "
         f"{len(answered)} answered without one"
     )
+    _answered_findings(found, answered, compared, ("every tape withheld", "the tapes withheld", "ever held"))
+    return answered
+
+
+def _answered_findings(
+    found: _Found, answered: list[reworded_rerun.Answered], compared: int, said: tuple[str, str, str]
+) -> None:
+    """A `made-up-answer` finding for each of the first tests that answered a re-worded request, and the
+    first run that found any, for the summary. ``said``: how the tapes were, in a finding and in the
+    summary, and what "no tape" did ("ever held", "holds")."""
+    tapes, tapes_summary, held = said
     for item in answered[:_MAX_ANSWERED_SHOWN]:  # the report lists each finding under the row's details
         what = (
-            f"{item.test} {item.how} with its inputs re-worded and every tape withheld: it answered a "
-            "request no tape ever held"
+            f"{item.test} {item.how} with its inputs re-worded and {tapes}: it answered a request no tape "
+            f"{held}"
         )
         found.findings.append(Finding("made-up-answer", what, item.where))
-    found.answered = [item.test for item in answered]
-    if answered:
+    if answered and not found.answered:
+        found.answered = [item.test for item in answered]
         found.answered_how = (
-            f"with its recorded messages re-worded and the tapes withheld, {len(answered)} of "
-            f"{counted(compared, 'test')} answered a request no tape ever held instead of failing on the miss"
+            f"with its recorded messages re-worded and {tapes_summary}, {len(answered)} of "
+            f"{counted(compared, 'test')} answered a request no tape {held} instead of failing on the miss"
         )
-    return answered
 
 
 def _in_place_facts(
@@ -644,12 +655,14 @@ def _in_place_facts(
             f"re-worded run with the tapes in place not run: {prepared.failed or 'nothing was re-worded'}"
         )
         return []
-    tapes = tapes_of(ctx)
 
-    def recorded(key: str) -> bool:
-        return any(key in tape.path or key in tape.text for tape in tapes)
+    @functools.cache
+    def held() -> str:  # every tape's path and text, joined once, when first asked (a key has no newline)
+        return "\n".join(part for tape in tapes_of(ctx) for part in (tape.path, tape.text))
 
-    compared_answered = reworded_rerun.answered_in_place(rerun, reworded, run, _names_miss, recorded)
+    compared_answered = reworded_rerun.answered_in_place(
+        rerun, reworded, run, _names_miss, lambda key: key in held()
+    )
     if compared_answered is None:
         found.details.append("re-worded run with the tapes in place: not compared, no per-test outcomes")
         return []
@@ -660,18 +673,7 @@ def _in_place_facts(
         f"re-worded run with every tape in place: of {counted(compared, 'test')} whose miss named a new key "
         f"once re-worded, {len(answered)} answered without one"
     )
-    for item in answered[:_MAX_ANSWERED_SHOWN]:
-        what = (
-            f"{item.test} {item.how} with its inputs re-worded and every tape in place: it answered a "
-            "request no tape holds"
-        )
-        found.findings.append(Finding("made-up-answer", what, item.where))
-    if answered and not found.answered:
-        found.answered = [item.test for item in answered]
-        found.answered_how = (
-            f"with its recorded messages re-worded and every tape in place, {len(answered)} of "
-            f"{counted(compared, 'test')} answered a request no tape holds instead of failing on the miss"
-        )
+    _answered_findings(found, answered, compared, ("every tape in place", "every tape in place", "holds"))
     return answered
 
 
