@@ -266,7 +266,9 @@ def test_make_test_is_the_replay_command_and_demo_runs(make_submission, grade_ca
     repo = make_submission(
         {
             **PASSING,
-            "Makefile": "test:\n\tpython -m pytest -q\n\ndemo:\n\t@python -c \"print('demo ok')\"\n\n"
+            # A demo that reads its tape: one that opens none is a canned demo (test_make_targets_demo.py).
+            "Makefile": "test:\n\tpython -m pytest -q\n\ndemo:\n\t@python -c \"import pathlib; "
+            "print(len(next(pathlib.Path('cassettes').glob('*.json')).read_text()))\"\n\n"
             "record:\n\t@echo 'set OPENAI_API_KEY to record' >&2; exit 1\n",
         }
     )
@@ -278,7 +280,8 @@ def test_make_test_is_the_replay_command_and_demo_runs(make_submission, grade_ca
     mt = report["facts"]["make-targets"]
     assert mt["has_record"] and mt["has_test"] and mt["has_demo"]
     assert mt["test_passed"] and mt["demo_passed"] and mt["record_refuses_without_key"], mt
-    assert _row(report, "make-targets")["score"] == 3
+    assert mt["demo_read_tapes"], mt
+    assert _row(report, "make-targets")["score"] == load_rubric().max
 
 
 @pytest.mark.index

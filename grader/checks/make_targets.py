@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from grader.audit import AuditLog
 from grader.checks import CheckResult, register
 from grader.checks.replay import suite_passed
 from grader.context import makefile_target_lines
+from grader.details import counted
+from grader.tapes import tapes_of
 
 if TYPE_CHECKING:
     from grader.context import Context
@@ -16,6 +19,7 @@ __all__ = ["make_targets"]
 
 # A refusal is a sentence for a human, not a log dump: longer output suggests the recorder got going.
 _SHORT_MESSAGE_CHARS = 2000
+_NAMED_TAPES = 3  # tapes the demo's detail line names before "and N more"
 
 
 @register("make-targets")
@@ -29,9 +33,14 @@ def make_targets(ctx: Context) -> CheckResult:
         test_passed: `make test` was the replay command and it passed by the grader's verdict: exit 0 in
             time, every test it ran passed, nothing forged, no hidden failure (not merely exit 0)
         demo_passed: `make demo` exited 0 offline with no connection attempt
+        demo_read_tapes: that `make demo` run opened at least one of the submission's tapes for reading: a
+            file the tape reader parses as a recording (grader/tapes.py: any format, one tape per file or a
+            cassette of many, in the declared or discovered cassette folder), seen by the audit hook in
+            every Python process of the run; a demo that printed a saved table opened none
         record_refuses_without_key: `make record` with no key exited non-zero with a short message, no
             traceback and no connection attempt (run in a scratch copy)
-        summary: e.g. "record, test, demo present; test passed; demo passed; record refuses without a key"
+        summary: e.g. "record, test, demo present; test passed; demo passed, read 12 tapes; record refuses
+            without a key"
     """
     targets = makefile_target_lines(ctx.repo)
     facts: dict[str, object] = {
@@ -40,6 +49,7 @@ def make_targets(ctx: Context) -> CheckResult:
         "has_demo": "demo" in targets,
         "test_passed": False,
         "demo_passed": False,
+        "demo_read_tapes": False,
         "record_refuses_without_key": False,
         "summary": "",
     }
@@ -88,8 +98,24 @@ def make_targets(ctx: Context) -> CheckResult:
         attempts = len(audit.network_attempts) or (1 if run.no_route else 0)
         ok = run.returncode == 0 and not run.timed_out and not attempts
         facts["demo_passed"] = ok
-        parts.append("demo passed" if ok else "demo failed")
-        how = "exit 0 offline, no connection attempt" if ok else _why(run, attempts)
+        read = _tapes_read(ctx, audit)
+        facts["demo_read_tapes"] = bool(read)
+        if not ok:
+            parts.append("demo failed")
+            how = _why(run, attempts)
+        elif read:
+            parts.append(f"demo passed, read {counted(len(read), 'tape')}")
+            shown = ", ".join(read[:_NAMED_TAPES]) + (
+                f" and {len(read) - _NAMED_TAPES} more" if len(read) > _NAMED_TAPES else ""
+            )
+            how = f"exit 0 offline, no connection attempt, read {counted(len(read), 'tape')} ({shown})"
+        else:
+            # G11: `@cat` of a table saved from one real run exits 0 offline too; a replay reads a tape.
+            parts.append("demo exited 0 but opened no tape")
+            how = (
+                "exit 0 offline, no connection attempt, but it opened no tape "
+                f"({_no_tape_reason(ctx)}): a canned demo?"
+            )
         details.append(f"{targets['demo']} demo: `make demo` in replay, no credentials: {how}")
     if facts["has_record"]:
         scratch = ctx.scratch_copy("record-without-key")
@@ -117,6 +143,31 @@ def make_targets(ctx: Context) -> CheckResult:
         details.append(f"{targets['record']} record: `make record` with no key, in a scratch copy: {how}")
     facts["summary"] = "; ".join(parts)
     return CheckResult(facts=facts, details=details)
+
+
+def _tapes_read(ctx: Context, audit: AuditLog) -> list[str]:
+    """The submission's tapes (paths, sorted) that a run's audit log shows opened for reading.
+
+    The audit root of a run is its own copy of the tree, so opened paths are repo-relative like the tapes'.
+    A file the tape reader cannot parse as a recording (``invalid``) is not a tape a replay reads.
+    """
+    tapes = {t.path for t in tapes_of(ctx) if t.format != "invalid"}
+    return sorted(tapes & {_norm(path) for path in audit.opened})
+
+
+def _no_tape_reason(ctx: Context) -> str:
+    tapes = [t for t in tapes_of(ctx) if t.format != "invalid"]
+    if not tapes:
+        return "the grader found no readable tape in the submission"
+    folder = ctx.manifest.cassette_dir
+    return f"none of its {counted(len(tapes), 'tape')}" + (f" under {folder.as_posix()}/" if folder else "")
+
+
+def _norm(path: str) -> str:
+    path = path.replace("\\", "/")
+    while path.startswith("./"):
+        path = path[2:]
+    return path
 
 
 def _why(run: RunResult, attempts: int, output: str | None = None) -> str:
