@@ -267,7 +267,7 @@ def test_make_test_is_the_replay_command_and_demo_runs(make_submission, grade_ca
         {
             **PASSING,
             # A demo that reads its tape: one that opens none is a canned demo (test_make_targets_demo.py).
-            "Makefile": "test:\n\tpython -m pytest -q\n\ndemo:\n\t@python -c \"import pathlib; "
+            "Makefile": 'test:\n\tpython -m pytest -q\n\ndemo:\n\t@python -c "import pathlib; '
             "print(len(next(pathlib.Path('cassettes').glob('*.json')).read_text()))\"\n\n"
             "record:\n\t@echo 'set OPENAI_API_KEY to record' >&2; exit 1\n",
         }
