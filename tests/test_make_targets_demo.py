@@ -14,9 +14,13 @@ from typing import Any
 
 import pytest
 
+from grader.audit import AuditLog
+from grader.checks.make_targets import _tapes_read
 from grader.grading import grade
 from grader.rubric import load_rubric
 from tests.adversarial.builders import commit, sample_copy
+from tests.helpers.context import folder_context
+from tests.helpers.tape import A_TAPE
 
 _SAMPLE_DEMO = "\tCASSETTE_MODE=replay $(PYTHON) -m $(PACKAGE) --file data/tickets.jsonl --table\n"
 # What the sample's demo printed once, saved (the shape of its table; the words do not matter to the check).
@@ -53,6 +57,22 @@ def _make_targets(repo: Path, cache: Path) -> tuple[dict[str, Any], dict[str, An
     report = grade(str(repo), rubric=rubric, timeout=120, cache_root=cache)
     (row,) = report["rows"]
     return row, report["facts"]["make-targets"], rubric.max
+
+
+def test_only_recordings_the_tape_reader_parses_count_as_tapes_read(tmp_path: Path) -> None:
+    repo = tmp_path / "sub"
+    files = {**A_TAPE, "cassettes/notes.json": "not a recording", "data/table.txt": "T01 x"}
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text, encoding="utf-8")
+    (tape,) = A_TAPE
+    ctx = folder_context(repo)
+
+    # The audit root is the run's own copy of the tree: paths come repo-relative, `./` as the demo wrote it.
+    opened = AuditLog(opened={f"./{tape}", "cassettes/notes.json", "data/table.txt", "pyproject.toml"})
+    assert _tapes_read(ctx, opened) == [tape]
+    # A file in the tape folder that is no recording, or a saved table, is not a tape read.
+    assert _tapes_read(ctx, AuditLog(opened={"cassettes/notes.json", "data/table.txt"})) == []
 
 
 @pytest.mark.index

@@ -39,7 +39,7 @@ def make_targets(ctx: Context) -> CheckResult:
             every Python process of the run; a demo that printed a saved table opened none
         record_refuses_without_key: `make record` with no key exited non-zero with a short message, no
             traceback and no connection attempt (run in a scratch copy)
-        summary: e.g. "record, test, demo present; test passed; demo passed, read 12 tapes; record refuses
+        summary: e.g. "record, test, demo present; test passed; demo passed, read 24 tapes; record refuses
             without a key"
     """
     targets = makefile_target_lines(ctx.repo)
