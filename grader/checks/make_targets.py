@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from grader.audit import AuditLog
 from grader.checks import CheckResult, register
 from grader.checks.replay import suite_passed
 from grader.context import makefile_target_lines
@@ -12,6 +11,7 @@ from grader.details import counted
 from grader.tapes import tapes_of
 
 if TYPE_CHECKING:
+    from grader.audit import AuditLog
     from grader.context import Context
     from grader.sandbox import RunResult
 
@@ -35,8 +35,8 @@ def make_targets(ctx: Context) -> CheckResult:
         demo_passed: `make demo` exited 0 offline with no connection attempt
         demo_read_tapes: that `make demo` run opened at least one of the submission's tapes for reading: a
             file the tape reader parses as a recording (grader/tapes.py: any format, one tape per file or a
-            cassette of many, in the declared or discovered cassette folder), seen by the audit hook in
-            every Python process of the run; a demo that printed a saved table opened none
+            cassette of many, in the declared or discovered cassette folder), as the audit hook saw it in
+            the run's Python processes (the submission's venv); a demo that printed a saved table opened none
         record_refuses_without_key: `make record` with no key exited non-zero with a short message, no
             traceback and no connection attempt (run in a scratch copy)
         summary: e.g. "record, test, demo present; test passed; demo passed, read 24 tapes; record refuses
@@ -114,7 +114,7 @@ def make_targets(ctx: Context) -> CheckResult:
             parts.append("demo exited 0 but opened no tape")
             how = (
                 "exit 0 offline, no connection attempt, but it opened no tape "
-                f"({_no_tape_reason(ctx)}): a canned demo?"
+                f"({_no_tape_reason(ctx, audit)}): a canned demo?"
             )
         details.append(f"{targets['demo']} demo: `make demo` in replay, no credentials: {how}")
     if facts["has_record"]:
@@ -155,7 +155,9 @@ def _tapes_read(ctx: Context, audit: AuditLog) -> list[str]:
     return sorted(tapes & {_norm(path) for path in audit.opened})
 
 
-def _no_tape_reason(ctx: Context) -> str:
+def _no_tape_reason(ctx: Context, audit: AuditLog) -> str:
+    if audit.unsafe:  # the run replaced its audit log: what it opened is unknown, and not credited
+        return f"its audit log was not read: {audit.unsafe}"
     tapes = [t for t in tapes_of(ctx) if t.format != "invalid"]
     if not tapes:
         return "the grader found no readable tape in the submission"
