@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader.checks import CheckResult, Finding, register
+from grader.checks.replay_claims import ClaimLine, date_contradiction, host_contradiction
 from grader.safeio import read_bytes
 from grader.tapes import Tape, tapes_of
 
@@ -171,6 +172,13 @@ def replay_doc(ctx: Context) -> CheckResult:
 
     kit = [t for t in tapes_of(ctx) if t.format == "kit"]
     contradictions = _stored_dropped_fields(fields, kit, rel) + _unknown_models(sections, tapes_of(ctx), rel)
+    claims = _claim_lines(sections)
+    for claim in (
+        host_contradiction(claims, tapes_of(ctx), rel),
+        date_contradiction(claims, tapes_of(ctx), rel),
+    ):
+        if claim is not None:
+            contradictions.append(claim)
     for message, where in contradictions:
         findings.append(Finding("replay-doc", message, where))
         details.append(f"{where} {message}")
@@ -468,6 +476,25 @@ def _models_pattern(carried: set[str]) -> re.Pattern[str] | None:
     if not names:
         return None
     return re.compile("|".join(rf"(?<![\w.-]){re.escape(m)}(?![\w-])" for m in names))
+
+
+def _claim_lines(sections: list[_Section]) -> list[ClaimLine]:
+    """The lines a claim about the recording's host or date is read from: filled-in sections outside the
+    "does not prove" ones, fenced code left out (a command or an example tape is not a claim)."""
+    limits_rx = _TOPICS["what replay does not prove"][0]
+    out: list[ClaimLine] = []
+    for section in sections:
+        if _unfilled(section) or (
+            section.line and re.search(limits_rx, _plain(section.title), re.IGNORECASE)
+        ):
+            continue
+        in_code = False
+        for number, line in section.lines:
+            if line.lstrip().startswith(_FENCES):
+                in_code = not in_code
+            elif not in_code:
+                out.append((number, _plain(line), _plain(section.title)))
+    return out
 
 
 def _unknown_models(sections: list[_Section], tapes: list[Tape], rel: str) -> list[tuple[str, str]]:
