@@ -152,6 +152,7 @@ def test_what_counts_as_a_host_or_date_claim() -> None:
         (7, "not against api.openai.com, nor 127.0.0.1", "Endpoint"),
         (8, "Taped | Nov 29, 2026", "Recording notes"),
         (9, "Recorded 3/12/2026 and again in December 2026", "History"),
+        (10, "`make serve`: a replay-only endpoint on `127.0.0.1:8787`", "Endpoint and model"),
     ]
     assert claimed_hosts(lines) == [(1, "api.anthropic.com")]
     days = {number: (shown, spans) for number, shown, spans in claimed_dates(lines)}

@@ -38,6 +38,7 @@ _HOST = re.compile(_RULE["host"])
 _PROVIDERS: tuple[str, ...] = tuple(h.lower() for h in _RULE["provider_hosts"])
 _HOST_LINE = re.compile(_RULE["host_line"])
 _HOST_HEADING = re.compile(_RULE["host_heading"])
+_HOST_NOT_LINE = re.compile(_RULE["host_not_line"])
 _NOT_A_CLAIM = re.compile(_RULE["not_a_claim"])
 _DATE_LINE = re.compile(_RULE["date_line"])
 _DATE_HEADING = re.compile(_RULE["date_heading"])
@@ -56,8 +57,8 @@ def claimed_hosts(lines: list[ClaimLine]) -> list[tuple[int, str]]:
     loopback host, on a line or under a heading about the endpoint or the recording, not negated."""
     out: list[tuple[int, str]] = []
     for number, text, heading in lines:
-        if not (_HOST_LINE.search(text) or _HOST_HEADING.search(heading)):
-            continue
+        if not (_HOST_LINE.search(text) or _HOST_HEADING.search(heading)) or _HOST_NOT_LINE.search(text):
+            continue  # "`make serve`: a replay-only endpoint on 127.0.0.1:8787" is not where tapes came from
         for match in _HOST.finditer(text):
             host = match.group(1).lower().strip("[]")
             if _NOT_A_CLAIM.search(text[: match.start()]):
@@ -117,13 +118,13 @@ def date_contradiction(lines: list[ClaimLine], tapes: list[Tape], rel: str) -> t
                 return None
     ordered = sorted(days)
     recorded = (
-        ", ".join(d.isoformat() for d in ordered)
+        "on " + ", ".join(d.isoformat() for d in ordered)
         if len(ordered) <= 3
-        else f"{len(ordered)} days from {ordered[0].isoformat()} to {ordered[-1].isoformat()}"
+        else f"between {ordered[0].isoformat()} and {ordered[-1].isoformat()} ({len(ordered)} days)"
     )
     said = _listed(list(dict.fromkeys(shown for _, shown, _ in claims)))
     example = days[ordered[0]]
-    message = f"says the tapes were recorded on {said}, but they were recorded on {recorded} (e.g. {example})"
+    message = f"says the tapes were recorded on {said}, but they were recorded {recorded} (e.g. {example})"
     return message, f"{rel}:{claims[0][0]}"
 
 

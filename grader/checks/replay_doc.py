@@ -23,10 +23,12 @@ Heuristics (a document is prose; these are deliberately simple and reported line
 - Listed normalized fields are the backticked names (`user`) on list or table lines of the normalization
   section (or, without one, on lines that mention normalizing/dropping). A field has a reason when its line
   still has three words once the backticked names are removed. One without leaves the topic uncovered.
-- Contradictions, checked against kit-format tapes only (they store exactly what was hashed; vcrpy stores the
-  raw request whatever its matcher ignores): a field the document says is dropped/removed/ignored that a
-  stored request still carries; a model the document names (outside a "does not prove" / limitations
-  section) that no tape carries, requested or served.
+- Contradictions: a field the document says is dropped/removed/ignored that a stored request still carries
+  (kit-format tapes only: they store exactly what was hashed; vcrpy stores the raw request whatever its
+  matcher ignores); a model the document names (outside a "does not prove" / limitations section) that no
+  tape carries, requested or served; endpoint hosts the document claims, none of which a tape was recorded
+  against; recording dates it gives, none within a day of one a tape holds (grader/checks/replay_claims.py:
+  what counts as a claim, and how each tape format says where and when it was recorded).
 """
 
 from __future__ import annotations
@@ -102,7 +104,8 @@ def replay_doc(ctx: Context) -> CheckResult:
     Topics: endpoint family, model, recording date, normalized fields each with a reason, what replay proves
     and what it does not. A topic counts only where the document says something checkable about it (a host
     or URL, a model name, a date, a named field with a reason, a sentence of substance), wherever it is
-    written. Cross-checked against the kit-format tapes (see the module docstring for the heuristics).
+    written. Cross-checked against the tapes: dropped fields, models, the endpoint host and the recording
+    date (see the module docstring for the heuristics).
     The patterns are grader/rules/replay_doc.json; the baked project's `make check` reads a copy of it and
     reports the same count and the same lines.
 
@@ -110,7 +113,9 @@ def replay_doc(ctx: Context) -> CheckResult:
         exists: REPLAY.md found (repo root or docs/, any letter case)
         missing_sections: topics not covered (a normalized field without a reason, or a topic named with
             nothing checkable, counts as one)
-        contradictions: claims the tapes contradict (a dropped field still stored, a model no tape carries)
+        contradictions: claims the tapes contradict (a dropped field still stored, a model no tape carries,
+            endpoint hosts none of which the tapes were recorded against, recording dates none of which is
+            within a day of a tape's; each cited at its REPLAY.md line with what the tapes say)
         sections_found: topics covered, in document order of the checklist
         summary: one line, e.g. "REPLAY.md covers 6/6 topics, 0 contradictions"; a topic named without
             substance is listed with what it lacks and its line ("model at REPLAY.md:5 — no model name")

@@ -654,6 +654,7 @@ class ClaimRule:
         self.host = re.compile(cross["host"])
         self.providers = tuple(h.lower() for h in cross["provider_hosts"])
         self.host_line, self.host_heading = re.compile(cross["host_line"]), re.compile(cross["host_heading"])
+        self.host_not_line = re.compile(cross["host_not_line"])
         self.not_a_claim = re.compile(cross["not_a_claim"])
         self.date_line, self.date_heading = re.compile(cross["date_line"]), re.compile(cross["date_heading"])
         self.date_word = re.compile(cross["date_word"])
@@ -706,12 +707,12 @@ class ClaimRule:
         ):
             ordered = sorted(days)
             recorded = (
-                ", ".join(d.isoformat() for d in ordered)
+                "on " + ", ".join(d.isoformat() for d in ordered)
                 if len(ordered) <= 3
-                else f"{len(ordered)} days from {ordered[0].isoformat()} to {ordered[-1].isoformat()}"
+                else f"between {ordered[0].isoformat()} and {ordered[-1].isoformat()} ({len(ordered)} days)"
             )
             said = _listed(list(dict.fromkeys(shown for _, shown, _ in date_claims)))
-            message = f"says the tapes were recorded on {said}, but they were recorded on {recorded} "
+            message = f"says the tapes were recorded on {said}, but they were recorded {recorded} "
             out.append((message + f"(e.g. {days[ordered[0]]})", f"{rel}:{date_claims[0][0]}"))
         return out
 
@@ -719,6 +720,8 @@ class ClaimRule:
         out = []
         for number, text, heading in lines:
             if not (self.host_line.search(text) or self.host_heading.search(heading)):
+                continue
+            if self.host_not_line.search(text):
                 continue
             for match in self.host.finditer(text):
                 host = match.group(1).lower().strip("[]")
