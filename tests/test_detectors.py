@@ -746,3 +746,38 @@ def test_unplayed_counts_only_cassettes_vcrpy_loaded_alone() -> None:
     assert _unplayed([tape], {"tests/cassettes/t.yaml": (2, {0, 1})}) == []
     # Merged with a shared cassette by pytest-recording (4 interactions in vcrpy's view): not judged.
     assert _unplayed([tape], {"tests/cassettes/t.yaml": (4, {0})}) == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'import importlib\n_tapes = importlib.import_module(f"{__package__}.cassette")\n',
+        'from importlib import import_module as im\n_tapes = im(__package__ + ".cassette")\n',
+        'import importlib\n_tapes = importlib.import_module(".cassette", package=__package__)\n',
+        '_tapes = __import__("bot.cassette")\n',
+        'import importlib\nBASE = "bot"\n_tapes = importlib.import_module(BASE + ".cassette")\n',
+    ],
+)
+def test_boundary_sees_an_agent_importing_the_cassette_by_name(tmp_path, line):
+    # Red team 5, G8: the same import spelled as a call to importlib was not seen.
+    repo = _package(tmp_path, {
+        "bot/__init__.py": "",
+        "bot/cassette.py": "MODES = ()\n",
+        "bot/agent.py": line + "\ndef triage(m):\n    return _tapes.MODES\n",
+    })  # fmt: skip
+    result = boundary(folder_context(repo))
+    assert result.facts["agent_imports_cassette"] == 1
+    lineno = line.count("\n")
+    assert [f.location for f in result.findings] == [f"bot/agent.py:{lineno}"]
+
+
+def test_boundary_dynamic_imports_of_other_modules_are_not_the_cassette(tmp_path):
+    repo = _package(tmp_path, {
+        "bot/__init__.py": "",
+        "bot/cassette.py": "",
+        "bot/agent.py": "import importlib\nfrom importlib import import_module\n"
+                        "a = importlib.import_module(f'{__package__}.rules')\n"
+                        "b = import_module(name_from_config())\n"
+                        "c = import_module(f'{__package__}.{which}')\n",
+    })  # fmt: skip
+    assert boundary(folder_context(repo)).facts["agent_imports_cassette"] == 0

@@ -6,11 +6,14 @@ A client module calls a known client constructor or request function (httpx/http
 ``AsyncClient`` and the module-level ``get``/``post``/``request``/``stream``, ``requests.Session`` and
 friends, ``openai.OpenAI``/``AsyncOpenAI``/``AzureOpenAI``, ``anthropic.Anthropic``/``AsyncAnthropic``,
 ``urllib.request.urlopen``, ``aiohttp.ClientSession``), with import aliases resolved.
-A cassette module is named ``*cassette*`` or imports ``vcr``. Entry points (``__main__.py``, ``cli.py``,
-``demo.py``, ``record.py``, ``serve.py``) wire the layers together and turn a cassette miss into exit code 2
-(or HTTP 422 for a replay server), so they may import it, and so may an ``__init__.py`` that defines no
-function or class (a package's re-exports). Agent logic is every other module that is not a client module,
-and it must not import a cassette module.
+A cassette module is named ``*cassette*`` or imports ``vcr``. An import is a statement or a call to
+``importlib.import_module``/``__import__`` whose name the source spells out: a literal, ``__package__`` or
+``__name__`` in an f-string or a ``+``, a relative name with its ``package`` argument; of a name the source
+does not spell out whole (``f"{base}.cassette"``), the literal end counts. Entry points (``__main__.py``,
+``cli.py``, ``demo.py``, ``record.py``, ``serve.py``) wire the layers together and turn a cassette miss
+into exit code 2 (or HTTP 422 for a replay server), so they may import it, and so may an ``__init__.py``
+that defines no function or class (a package's re-exports). Agent logic is every other module that is not
+a client module, and it must not import a cassette module.
 """
 
 from __future__ import annotations
@@ -172,6 +175,7 @@ def _analyse(rel: str, name: str, tree: ast.AST) -> _Module:
                 module.imports.append((full, node.lineno))
                 module.imports.append((base, node.lineno))
                 aliases[alias.asname or alias.name] = full
+    module.imports += _dynamic_imports(tree, aliases, package, name)
     module.uses_vcr = any(n.split(".")[0] in ("vcr", "pytest_recording") for n, _ in module.imports)
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
@@ -184,6 +188,60 @@ def _analyse(rel: str, name: str, tree: ast.AST) -> _Module:
                 module.clients.append((resolved, node.lineno))
     module.clients.sort(key=lambda c: c[1])
     return module
+
+
+# Functions importing a module named by a string (red team 5, G8: `import_module(f"{__package__}.cassette")`).
+_IMPORT_CALLS = {"importlib.import_module", "__import__"}
+
+
+def _dynamic_imports(
+    tree: ast.AST, aliases: dict[str, str], package: str, name: str
+) -> list[tuple[str, int]]:
+    """Modules imported by a call whose argument the source spells out (absolute dotted names, with line).
+
+    A name with a part the source leaves open keeps its literal end (``f"{x}.cassette"`` -> ``cassette``):
+    `_imports_cassette` matches that against the end of a cassette module's name.
+    """
+    found: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        dotted = _dotted(node.func)
+        if dotted is None:
+            continue
+        head, _, rest = dotted.partition(".")
+        if aliases.get(head, head) + (f".{rest}" if rest else "") not in _IMPORT_CALLS:
+            continue
+        target, whole = _spelled(node.args[0], package, name)
+        if not whole:
+            target = target.rpartition("}")[2].lstrip(".")
+        elif target.startswith("."):  # relative: to its `package` argument (second, or by keyword)
+            anchor = node.args[1] if len(node.args) > 1 else None
+            anchor = next((k.value for k in node.keywords if k.arg == "package"), anchor)
+            base = _spelled(anchor, package, name) if anchor is not None else ("", False)
+            if not base[1]:
+                continue
+            level = len(target) - len(target.lstrip("."))
+            target = _absolute(target.lstrip(".") or None, level, base[0])
+        if target:
+            found.append((target, node.lineno))
+    return found
+
+
+def _spelled(node: ast.AST, package: str, name: str) -> tuple[str, bool]:
+    """The string an expression spells, and whether whole; a part the source leaves open is written `{}`."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value, True
+    if isinstance(node, ast.Name):
+        known = {"__package__": package, "__name__": name}.get(node.id)
+        return (known, True) if known is not None else ("{}", False)
+    if isinstance(node, ast.FormattedValue) and node.format_spec is None and node.conversion == -1:
+        return _spelled(node.value, package, name)
+    if isinstance(node, ast.JoinedStr) or (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)):
+        parts = node.values if isinstance(node, ast.JoinedStr) else [node.left, node.right]
+        spelled = [_spelled(p, package, name) for p in parts]
+        return "".join(s for s, _ in spelled), all(w for _, w in spelled)
+    return "{}", False
 
 
 def _absolute(module: str | None, level: int, package: str) -> str:
