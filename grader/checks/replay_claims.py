@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_left
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,9 @@ _DATE_LINE = re.compile(_RULE["date_line"])
 _DATE_HEADING = re.compile(_RULE["date_heading"])
 _DATE_WORD = re.compile(_RULE["date_word"])
 _SLACK = timedelta(days=int(_RULE["date_slack_days"]))
+# The document is the submission's: an enormous one must not make the comparisons quadratic.
+_MAX_CLAIMS = int(_RULE["max_claims"])
+_WINDOW = int(_RULE["negation_window"])
 # A date as the recording date topic reads one (model snapshots and API versions are not matched).
 _DATE = re.compile(
     next(t for t in _DOC_RULE["topics"] if t["name"] == "recording date")["substance"]["needs"][0]["pattern"]
@@ -61,10 +65,12 @@ def claimed_hosts(lines: list[ClaimLine]) -> list[tuple[int, str]]:
             continue  # "`make serve`: a replay-only endpoint on 127.0.0.1:8787" is not where tapes came from
         for match in _HOST.finditer(text):
             host = match.group(1).lower().strip("[]")
-            if _NOT_A_CLAIM.search(text[: match.start()]):
+            if _NOT_A_CLAIM.search(text[max(0, match.start() - _WINDOW) : match.start()]):
                 continue  # "not against api.openai.com", "e.g. `api.openai.com`"
             if is_loopback(host) or _provider(host):
                 out.append((number, match.group(1)))
+                if len(out) >= _MAX_CLAIMS:
+                    return out
     return out
 
 
@@ -83,6 +89,8 @@ def claimed_dates(lines: list[ClaimLine]) -> list[tuple[int, str, list[tuple[dat
             spans = _spans(match.group(0))
             if spans:
                 out.append((number, match.group(0), spans))
+                if len(out) >= _MAX_CLAIMS:
+                    return out
     return out
 
 
@@ -112,11 +120,12 @@ def date_contradiction(lines: list[ClaimLine], tapes: list[Tape], rel: str) -> t
     days = _tape_days(tapes)
     if not claims or not days:
         return None
+    ordered = sorted(days)
     for _, _, spans in claims:
         for first, last in spans:
-            if any(first - _SLACK <= day <= last + _SLACK for day in days):
+            near = bisect_left(ordered, first - _SLACK)  # the first tape day not before the claim's slack
+            if near < len(ordered) and ordered[near] <= last + _SLACK:
                 return None
-    ordered = sorted(days)
     recorded = (
         "on " + ", ".join(d.isoformat() for d in ordered)
         if len(ordered) <= 3

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
+from bisect import bisect_left
 from collections.abc import Iterator
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -659,6 +660,7 @@ class ClaimRule:
         self.date_line, self.date_heading = re.compile(cross["date_line"]), re.compile(cross["date_heading"])
         self.date_word = re.compile(cross["date_word"])
         self.slack = timedelta(days=int(cross["date_slack_days"]))
+        self.max_claims, self.window = int(cross["max_claims"]), int(cross["negation_window"])
         topic = next(t for t in rule["topics"] if t["name"] == "recording date")
         self.date = re.compile(topic["substance"]["needs"][0]["pattern"])
 
@@ -695,17 +697,14 @@ class ClaimRule:
             message = f"names endpoint host{plural} {shown}, but the tapes were recorded against {recorded} "
             out.append((message + f"(e.g. {example})", f"{rel}:{host_claims[0][0]}"))
         date_claims = self._dates(lines)
+        ordered = sorted(days)
         if (
             date_claims
             and days
             and not any(
-                first - self.slack <= day <= last + self.slack
-                for _, _, spans in date_claims
-                for first, last in spans
-                for day in days
+                self._near(ordered, first, last) for _, _, spans in date_claims for first, last in spans
             )
         ):
-            ordered = sorted(days)
             recorded = (
                 "on " + ", ".join(d.isoformat() for d in ordered)
                 if len(ordered) <= 3
@@ -725,13 +724,15 @@ class ClaimRule:
                 continue
             for match in self.host.finditer(text):
                 host = match.group(1).lower().strip("[]")
-                if self.not_a_claim.search(text[: match.start()]):
+                if self.not_a_claim.search(text[max(0, match.start() - self.window) : match.start()]):
                     continue
                 provider = any(
                     host == k or (k.startswith("*.") and host.endswith(k[1:])) for k in self.providers
                 )
                 if _loopback(host) or provider:
                     out.append((number, match.group(1)))
+                    if len(out) >= self.max_claims:
+                        return out
         return out
 
     def _dates(self, lines: list) -> list[tuple[int, str, list[tuple[date, date]]]]:
@@ -746,6 +747,8 @@ class ClaimRule:
                     spans = self._spans(match.group(0))
                     if spans:
                         out.append((number, match.group(0), spans))
+                        if len(out) >= self.max_claims:
+                            return out
         return out
 
     def _spans(self, text: str) -> list[tuple[date, date]]:
@@ -767,6 +770,10 @@ class ClaimRule:
         if numbers[0] >= 1900:
             return _valid_days([(numbers[0], numbers[1], numbers[2])])
         return _valid_days([(numbers[2], numbers[1], numbers[0]), (numbers[2], numbers[0], numbers[1])])
+
+    def _near(self, ordered: list[date], first: date, last: date) -> bool:
+        near = bisect_left(ordered, first - self.slack)
+        return near < len(ordered) and ordered[near] <= last + self.slack
 
     @staticmethod
     def _key(host: str) -> str:
