@@ -363,8 +363,15 @@ def test_answers_invented_only_when_the_tape_folder_is_whole_are_caught(
         assert facts["reworded_in_place_compared"] > 0
         assert facts["reworded_in_place_answered"] == 0 and made_up == []
         assert facts["loud"] is True and row["score"] == row["max"], row
+        assert report["facts"]["replay"]["made_up_passes"] == 0
+        assert not any(d.startswith("made-up answer") for d in replay["details"])
         return
-    assert replay["score"] == replay["max"]  # every test passes: the attack works on the suite
+    # Every test passes, but some on answers no tape holds: offline-replay is capped as for an edited tape.
+    assert report["facts"]["replay"]["failed"] == 0 and report["facts"]["replay"]["passed"] > 0
+    assert report["facts"]["replay"]["made_up_passes"] > 0
+    assert replay["score"] == replay["max"] - 1, replay
+    assert "passed on a request no tape holds once re-worded" in replay["evidence"]
+    assert any(d.startswith("made-up answer: tests/test_triage.py:") for d in replay["details"]), replay
     assert row["score"] <= 1, row
     assert 0 < facts["reworded_in_place_answered"] <= facts["reworded_in_place_compared"]
     assert facts["loud"] is False

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from grader.context import Context, ReplayRun
     from grader.sandbox import RunResult
 
-__all__ = ["loud_miss", "scan_fallbacks", "start_loud_miss"]
+__all__ = ["loud_miss", "made_up_passes", "scan_fallbacks", "start_loud_miss"]
 
 # Names of the two probes when `start_loud_miss` runs them in the background (Context.start_probe).
 _RERUN = "loud-miss withheld-tapes"
@@ -294,25 +294,31 @@ def _probes(
     """The withheld-tape rerun and the unseen-message run (None without a triage_command): the ones
     `start_loud_miss` started (waits for them), else (never started, or its copy could not be made in the
     background) each runs now; with ``--jobs`` above 1 the unseen message runs alongside the rerun."""
-    started = cast("tuple[int, ReplayRun] | None", ctx.probe_result(_RERUN))
     unseen = cast("tuple[RunResult, AuditLog] | None", ctx.probe_result(_UNSEEN) if command else None)
-    if started is not None:
-        facts["withheld"], rerun = started
-    else:
-        facts["withheld"], run_rerun = _prepare_rerun(ctx, cassette_dir)
     if command and unseen is None:
         # Its own probe name: the background one may have run and returned None (no copy).
-        ctx.start_probe(
-            _UNSEEN_NOW, _prepare_unseen(ctx, command), background=started is None and ctx.jobs > 1
-        )
-    if started is None:
-        try:
-            rerun = run_rerun()
-        finally:
-            ctx.wait_probe(_UNSEEN_NOW)  # the unseen run never outlives the check, whatever the rerun did
+        ctx.start_probe(_UNSEEN_NOW, _prepare_unseen(ctx, command), background=ctx.jobs > 1)
+    try:
+        facts["withheld"], rerun = _withheld_rerun(ctx, cassette_dir)
+    finally:
+        ctx.wait_probe(_UNSEEN_NOW)  # the unseen run never outlives the check, whatever the rerun did
     if command and unseen is None:
         unseen = cast("tuple[RunResult, AuditLog]", ctx.probe_result(_UNSEEN_NOW))
     return rerun, unseen
+
+
+def _withheld_rerun(ctx: Context, cassette_dir: Path) -> tuple[int, ReplayRun]:
+    """(tapes withheld, the suite's rerun without them): the one `start_loud_miss` started (waits for it),
+    else run now; once per grade, whichever check asks first (loud-miss, or replay for `made_up_passes`)."""
+
+    def get() -> tuple[int, ReplayRun]:
+        started = cast("tuple[int, ReplayRun] | None", ctx.probe_result(_RERUN))
+        if started is not None:
+            return started
+        withheld, run = _prepare_rerun(ctx, cassette_dir)
+        return withheld, run()
+
+    return ctx.memo(_RERUN, get)
 
 
 def _prepare_reworded(ctx: Context, cassette_dir: Path, in_place: bool) -> reworded_rerun.Prepared:
@@ -325,20 +331,70 @@ def _reworded_probe(
     ctx: Context, cassette_dir: Path, *, in_place: bool = False
 ) -> tuple[reworded_rerun.Prepared, ReplayRun | None] | str:
     """A re-worded rerun (tapes withheld, or ``in_place``) `start_loud_miss` started (waits for it), else
-    run now; a string says why it was not run (the grade's budget spent, the replay suite hung)."""
-    try:
-        started = ctx.probe_result(_IN_PLACE if in_place else _REWORDED)
-        if started is not None:
-            return cast("tuple[reworded_rerun.Prepared, ReplayRun | None]", started)
+    run now, once per grade; a string says why it was not run (the grade's budget spent, the replay suite
+    hung)."""
+    name = _IN_PLACE if in_place else _REWORDED
+
+    def get() -> tuple[reworded_rerun.Prepared, ReplayRun | None] | str:
         try:
-            prepared = _prepare_reworded(ctx, cassette_dir, in_place)
-        except NotAssessable:
-            raise
-        except Exception as exc:  # a probe the grader could not prepare costs the submission nothing
-            return f"its copy could not be prepared ({type(exc).__name__}: {str(exc)[:200]})"
-        return prepared, prepared.run() if prepared.run is not None else None
-    except NotAssessable as exc:
-        return str(exc)
+            started = ctx.probe_result(name)
+            if started is not None:
+                return cast("tuple[reworded_rerun.Prepared, ReplayRun | None]", started)
+            try:
+                prepared = _prepare_reworded(ctx, cassette_dir, in_place)
+            except NotAssessable:
+                raise
+            except Exception as exc:  # a probe the grader could not prepare costs the submission nothing
+                return f"its copy could not be prepared ({type(exc).__name__}: {str(exc)[:200]})"
+            return prepared, prepared.run() if prepared.run is not None else None
+        except NotAssessable as exc:
+            return str(exc)
+
+    return ctx.memo(name, get)
+
+
+def made_up_passes(ctx: Context) -> list[reworded_rerun.Answered]:
+    """Tests of the suite that passed on a request no tape holds: their recorded messages re-worded, with
+    the tapes withheld or with every tape in place (loud-miss's re-worded runs, compared as it compares
+    them). The replay check reads this (red team 4, F3): such a pass is one nobody recorded, like a pass
+    on an edited tape. Empty when the runs were not made (no cassette folder, nothing re-worded, no
+    environment, the grade's budget spent)."""
+    cassette_dir = ctx.manifest.cassette_dir
+    if cassette_dir is None or ctx.env is None:
+        return []
+    try:
+        rerun = _withheld_rerun(ctx, cassette_dir)[1]
+    except NotAssessable:
+        return []
+    reworded = _reworded_probe(ctx, cassette_dir)
+    if isinstance(reworded, str) or reworded[1] is None:
+        return []
+    compared = reworded_rerun.answered(rerun, reworded[1], _names_miss)
+    answered = compared[1] if compared is not None else []
+    in_place = _reworded_probe(ctx, cassette_dir, in_place=True)
+    if not isinstance(in_place, str) and in_place[1] is not None:
+        compared = reworded_rerun.answered_in_place(
+            rerun, reworded[1], in_place[1], _names_miss, _tape_holds(ctx)
+        )
+        answered += compared[1] if compared is not None else []
+    seen: set[str] = set()
+    passes = []
+    for item in answered:
+        if item.how == "passed" and item.test not in seen:
+            seen.add(item.test)
+            passes.append(item)
+    return passes
+
+
+def _tape_holds(ctx: Context) -> Callable[[str], bool]:
+    """Whether a committed tape holds a key (in its path or text): every tape's path and text joined once,
+    when first asked (a key has no newline)."""
+
+    @functools.cache
+    def held() -> str:
+        return "\n".join(part for tape in tapes_of(ctx) for part in (tape.path, tape.text))
+
+    return lambda key: key in held()
 
 
 def _in_tests_probe(ctx: Context, command: list[str] | None) -> tuple[RunResult, AuditLog] | None:
@@ -655,14 +711,7 @@ def _in_place_facts(
             f"re-worded run with the tapes in place not run: {prepared.failed or 'nothing was re-worded'}"
         )
         return []
-
-    @functools.cache
-    def held() -> str:  # every tape's path and text, joined once, when first asked (a key has no newline)
-        return "\n".join(part for tape in tapes_of(ctx) for part in (tape.path, tape.text))
-
-    compared_answered = reworded_rerun.answered_in_place(
-        rerun, reworded, run, _names_miss, lambda key: key in held()
-    )
+    compared_answered = reworded_rerun.answered_in_place(rerun, reworded, run, _names_miss, _tape_holds(ctx))
     if compared_answered is None:
         found.details.append("re-worded run with the tapes in place: not compared, no per-test outcomes")
         return []

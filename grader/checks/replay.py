@@ -9,12 +9,15 @@ from typing import TYPE_CHECKING
 
 from grader.audit import Results
 from grader.checks import CheckResult, Finding, register
+from grader.checks.loud_miss import made_up_passes
 from grader.context import ReplayRun
+from grader.details import counted
 from grader.tamper import GuardLog, Hook
 from grader.tape_history import TapeEdit, tape_edits
 from grader.tapes import tapes_of
 
 if TYPE_CHECKING:
+    from grader.checks.reworded_rerun import Answered
     from grader.context import Context
 
 __all__ = ["replay", "suite_passed"]
@@ -43,11 +46,13 @@ def _zero_facts() -> dict[str, object]:
         "tape_edits": 0,
         "first_tape_edit": "",
         "tapes": 0,
+        "made_up_passes": 0,
         "summary": "",
     }
 
 
-# First: make-targets and the others reuse its memoized suite run, and its timing is then the suite's.
+# First: make-targets and the others reuse its memoized suite run. It then waits for loud-miss's re-worded
+# runs (made_up_passes), which start with the suite.
 @register("replay", phase="first")
 def replay(ctx: Context) -> CheckResult:
     """Runs the submission's suite offline (`make test`, else `python -m pytest`) in the sandbox.
@@ -85,6 +90,10 @@ def replay(ctx: Context) -> CheckResult:
         first_tape_edit: commit:file:line of the first such edit, or "" when none
         tapes: readable tapes in the submission (the same count as the other rows): a suite that passes
             with nothing recorded shows no replay, whatever the ratio of its passing tests
+        made_up_passes: tests that passed on a request no tape holds in loud-miss's re-worded runs (their
+            recorded messages re-worded, the tapes withheld or every tape in place): a client that answers
+            for itself, so its passes here may be answers nobody recorded too (red team 4, F3); the check
+            waits for those runs (they run alongside the suite when loud-miss is in the rubric)
         summary: e.g. "24 passed, 0 failed, 0 errors, 0 connection attempts (make test, 1.2 s)"
     """
     facts = _zero_facts()
@@ -141,9 +150,22 @@ def replay(ctx: Context) -> CheckResult:
     if broken and rr.run.returncode != 0:
         # Nothing ran and the command failed: collection crashed, or `make test` never reached pytest.
         facts["errors"] = 1
-    facts["summary"] = _summary(ctx, rr, facts) + evidence.summary() + _edits_summary(edits) + no_tapes
+    made_up = made_up_passes(ctx)
+    facts["made_up_passes"] = len(made_up)
+    facts["summary"] = (
+        _summary(ctx, rr, facts)
+        + evidence.summary()
+        + _edits_summary(edits)
+        + _made_up_summary(made_up)
+        + no_tapes
+    )
 
     details = [*edit_details, *evidence.details()]
+    details += [
+        f"made-up answer: {item.where}: {item.test} passed with its recorded messages re-worded, on a "
+        "request no tape holds (loud-miss's re-worded runs)"
+        for item in made_up[:_MAX_DETAILS]
+    ]
     details += [f"connection attempt at {where}: {what}" for where, what in attempts[:_MAX_DETAILS]]
     details += [f"failed: {line}" for line in results.first_failures]
     if broken:
@@ -171,6 +193,16 @@ def _edits_summary(edits: list[TapeEdit]) -> str:
         f"; {len(edits)} {noun} edited after recording: {first.path} changed in {first.after}, "
         f"request unchanged since {first.before}"
         + (f" ({first.ref}, not in HEAD's history)" if first.ref else "")
+    )
+
+
+def _made_up_summary(made_up: list[Answered]) -> str:
+    """Why the default rubric caps the row: tests that passed on answers no tape holds."""
+    if not made_up:
+        return ""
+    return (
+        f"; {counted(len(made_up), 'test')} passed on a request no tape holds once re-worded "
+        f"(first: {made_up[0].test}): passes nobody recorded"
     )
 
 
