@@ -51,7 +51,8 @@ def rerecord_sample(session: nox.Session) -> None:
     """Re-record sample_solution's tapes through its own `make record` against the kit's stand-in server.
 
     The stand-in answers deterministically, so a re-recording reproduces every key and body; only
-    `meta.recorded_at` changes.
+    `meta.recorded_at` changes, so give the new day in sample_solution/REPLAY.md's recording date: the
+    replay-doc row holds it to the tapes' (a day's slack), and the sample must keep that row's full marks.
     """
     import os
     import subprocess

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -514,10 +515,18 @@ It proves it.
 It does not prove the rest.
 """
 
+# The day the sample's tapes were recorded, as a person writes it: the honest shapes below give it, and the
+# row holds a recording date to the tapes' (a re-recorded sample moves it; the documents follow).
+_SAMPLE_DAY = date.fromisoformat(
+    json.loads(next(iter(sorted((SAMPLE / "cassettes").glob("*.json")))).read_text())["meta"]["recorded_at"][
+        :10
+    ]
+)
+
 # Honest documents by people who never saw the template: no `##` headings, other words, other shapes.
 HONEST_SHAPES = {
-    "prose, no headings": """\
-Everything in cassettes/ was captured in one pass on 29 November 2026 against a local server at
+    "prose, no headings": f"""\
+Everything in cassettes/ was captured in one pass on {_SAMPLE_DAY:%d %B %Y} against a local server at
 http://127.0.0.1:8000 speaking the OpenAI wire format; we asked for gpt-4o-mini and it answered as
 gpt-4o-mini-2024-07-18. Before a request is hashed we drop `user` and `metadata`, since they identify
 whoever ran it and change from run to run, and `stream_options`, which only asks for usage numbers.
@@ -525,7 +534,7 @@ A green run tells you that the triage code builds the same requests and turns th
 the labelled answers without a network or a key. It cannot tell you whether a real model would answer the
 same way today, and it says nothing about rate limits, timeouts or tickets that were never recorded.
 """,
-    "tables under underlined titles": """\
+    "tables under underlined titles": f"""\
 Recording notes
 ===============
 
@@ -534,7 +543,7 @@ Recording notes
 | Server | 127.0.0.1 (the kit's stand-in, OpenAI-compatible) |
 | Asked for | gpt-4o-mini |
 | Answered by | gpt-4o-mini-2024-07-18 |
-| Taped | Nov 29, 2026 |
+| Taped | {_SAMPLE_DAY:%b %d, %Y} |
 
 Left out of the match key:
 

@@ -251,6 +251,16 @@ _VARIANTS = {
         "| `user` | dropped |",
         "| `temperature` | dropped | sampling noise, not the question |\n| `user` | dropped |",
     ).replace("## Recording date\n", "## Recording date\n\nFirst tried with gpt-4o.\n", 1),
+    # Red-team G10: the production host and another day claimed over stand-in tapes.
+    "lying about the host and the date": _DOC.replace(
+        _DOC[_DOC.index("- Endpoint host:") : _DOC.index("## Recording date")],
+        "- Endpoint host: api.openai.com (the production OpenAI API, recorded with my own key)\n\n",
+        1,
+    ).replace(
+        _DOC[_DOC.index("## Recording date\n\n") + 19 :].split(" (UTC;", 1)[0],
+        "All tapes were recorded on 2025-03-14",
+        1,
+    ),
     "headings with nothing checkable (red-team F10)": DOC_EMPTY,
     **{f"honest, {shape}": doc for shape, doc in HONEST_SHAPES.items()},
     "the template's stub": _TEMPLATE_DOC.split("\n", 1)[1]
@@ -277,6 +287,15 @@ def test_make_check_counts_and_cites_replay_md_as_the_grader_does(variant: str, 
         "honest, "
     ):
         assert (summary, problems) == ("REPLAY.md covers 6/6 topics, 0 contradictions", [])
+    elif variant == "lying about the host and the date":
+        assert summary == "REPLAY.md covers 6/6 topics, 2 contradictions"
+        host, day = problems
+        assert host.startswith(
+            "names endpoint host api.openai.com, but the tapes were recorded against 127.0.0.1"
+        )
+        assert host.endswith(f"(REPLAY.md:{_line_of(text, 'Endpoint host: api.openai.com')})")
+        assert day.startswith("says the tapes were recorded on 2025-03-14, but they were recorded on ")
+        assert day.endswith(f"(REPLAY.md:{_line_of(text, 'recorded on 2025-03-14')})")
     elif variant == "headings with nothing checkable (red-team F10)":
         # make check fails it, each topic at its heading with what it lacks, as the reviewers' row does.
         assert summary.startswith(

@@ -23,10 +23,12 @@ Heuristics (a document is prose; these are deliberately simple and reported line
 - Listed normalized fields are the backticked names (`user`) on list or table lines of the normalization
   section (or, without one, on lines that mention normalizing/dropping). A field has a reason when its line
   still has three words once the backticked names are removed. One without leaves the topic uncovered.
-- Contradictions, checked against kit-format tapes only (they store exactly what was hashed; vcrpy stores the
-  raw request whatever its matcher ignores): a field the document says is dropped/removed/ignored that a
-  stored request still carries; a model the document names (outside a "does not prove" / limitations
-  section) that no tape carries, requested or served.
+- Contradictions: a field the document says is dropped/removed/ignored that a stored request still carries
+  (kit-format tapes only: they store exactly what was hashed; vcrpy stores the raw request whatever its
+  matcher ignores); a model the document names (outside a "does not prove" / limitations section) that no
+  tape carries, requested or served; endpoint hosts the document claims, none of which a tape was recorded
+  against; recording dates it gives, none within a day of one a tape holds (grader/checks/replay_claims.py:
+  what counts as a claim, and how each tape format says where and when it was recorded).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader.checks import CheckResult, Finding, register
+from grader.checks.replay_claims import ClaimLine, date_contradiction, host_contradiction
 from grader.safeio import read_bytes
 from grader.tapes import Tape, tapes_of
 
@@ -101,7 +104,8 @@ def replay_doc(ctx: Context) -> CheckResult:
     Topics: endpoint family, model, recording date, normalized fields each with a reason, what replay proves
     and what it does not. A topic counts only where the document says something checkable about it (a host
     or URL, a model name, a date, a named field with a reason, a sentence of substance), wherever it is
-    written. Cross-checked against the kit-format tapes (see the module docstring for the heuristics).
+    written. Cross-checked against the tapes: dropped fields, models, the endpoint host and the recording
+    date (see the module docstring for the heuristics).
     The patterns are grader/rules/replay_doc.json; the baked project's `make check` reads a copy of it and
     reports the same count and the same lines.
 
@@ -109,7 +113,9 @@ def replay_doc(ctx: Context) -> CheckResult:
         exists: REPLAY.md found (repo root or docs/, any letter case)
         missing_sections: topics not covered (a normalized field without a reason, or a topic named with
             nothing checkable, counts as one)
-        contradictions: claims the tapes contradict (a dropped field still stored, a model no tape carries)
+        contradictions: claims the tapes contradict (a dropped field still stored, a model no tape carries,
+            endpoint hosts none of which the tapes were recorded against, recording dates none of which is
+            within a day of a tape's; each cited at its REPLAY.md line with what the tapes say)
         sections_found: topics covered, in document order of the checklist
         summary: one line, e.g. "REPLAY.md covers 6/6 topics, 0 contradictions"; a topic named without
             substance is listed with what it lacks and its line ("model at REPLAY.md:5 — no model name")
@@ -171,6 +177,13 @@ def replay_doc(ctx: Context) -> CheckResult:
 
     kit = [t for t in tapes_of(ctx) if t.format == "kit"]
     contradictions = _stored_dropped_fields(fields, kit, rel) + _unknown_models(sections, tapes_of(ctx), rel)
+    claims = _claim_lines(sections)
+    for claim in (
+        host_contradiction(claims, tapes_of(ctx), rel),
+        date_contradiction(claims, tapes_of(ctx), rel),
+    ):
+        if claim is not None:
+            contradictions.append(claim)
     for message, where in contradictions:
         findings.append(Finding("replay-doc", message, where))
         details.append(f"{where} {message}")
@@ -468,6 +481,25 @@ def _models_pattern(carried: set[str]) -> re.Pattern[str] | None:
     if not names:
         return None
     return re.compile("|".join(rf"(?<![\w.-]){re.escape(m)}(?![\w-])" for m in names))
+
+
+def _claim_lines(sections: list[_Section]) -> list[ClaimLine]:
+    """The lines a claim about the recording's host or date is read from: filled-in sections outside the
+    "does not prove" ones, fenced code left out (a command or an example tape is not a claim)."""
+    limits_rx = _TOPICS["what replay does not prove"][0]
+    out: list[ClaimLine] = []
+    for section in sections:
+        if _unfilled(section) or (
+            section.line and re.search(limits_rx, _plain(section.title), re.IGNORECASE)
+        ):
+            continue
+        in_code = False
+        for number, line in section.lines:
+            if line.lstrip().startswith(_FENCES):
+                in_code = not in_code
+            elif not in_code:
+                out.append((number, _plain(line), _plain(section.title)))
+    return out
 
 
 def _unknown_models(sections: list[_Section], tapes: list[Tape], rel: str) -> list[tuple[str, str]]:

@@ -18,6 +18,7 @@ Uses only the standard library, pytest and pytest-socket. Exits 1 when any check
 
 from __future__ import annotations
 
+import email.utils
 import ipaddress
 import json
 import os
@@ -27,8 +28,9 @@ import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
+from bisect import bisect_left
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -378,6 +380,8 @@ class ReplayRule:
                 line, why = self._unfilled_line(sections, heading_rx)
             problems.append(f"does not cover {topic}: {why} ({rel}:{line})")
         contradictions = self._stored_dropped(fields, tapes, rel) + self._unknown_models(sections, tapes, rel)
+        claims = ClaimRule(self.rule).judge(self._claim_lines(sections), tapes, rel)
+        contradictions += claims
         problems += [f"{message} ({where})" for message, where in contradictions]
         parts = []
         missing = [t for t in self.topics if t not in covered and t not in hollow]
@@ -608,6 +612,23 @@ class ReplayRule:
                     out.append((f"names model {shown}, which no tape carries", f"{rel}:{number}"))
         return out
 
+    def _claim_lines(self, sections: list) -> list[tuple[int, str, str]]:
+        """(line, text, section title) where a host or date claim is read: filled-in sections outside the
+        "does not prove" ones, fenced code left out."""
+        limits_rx = self.topics["what replay does not prove"][0]
+        out = []
+        for section in sections:
+            start, title, lines, _ = section
+            if self._unfilled(section) or (start and re.search(limits_rx, self._plain(title), re.IGNORECASE)):
+                continue
+            in_code = False
+            for number, line in lines:
+                if line.lstrip().startswith(self.fences):
+                    in_code = not in_code
+                elif not in_code:
+                    out.append((number, self._plain(line), self._plain(title)))
+        return out
+
     def _models(self, tape: dict) -> list[str | None]:
         meta = tape.get("meta") if isinstance(tape.get("meta"), dict) else {}
         body = tape["request"].get("body")
@@ -621,6 +642,197 @@ class ReplayRule:
             match = self.sse_model.search(response["text"][:200_000])
             found.append(match.group(1) if match else None)
         return [m if isinstance(m, str) else None for m in found]
+
+
+class ClaimRule:
+    """grader/checks/replay_claims.py mirrored: REPLAY.md's endpoint host and recording date held to the
+    tapes' `meta.endpoint` and `meta.recorded_at` (rule: `cross_check` in tools/replay_doc.json)."""
+
+    MONTHS = {name: n for n, name in enumerate("jan feb mar apr may jun jul aug sep oct nov dec".split(), 1)}
+
+    def __init__(self, rule: dict) -> None:
+        cross = rule["cross_check"]
+        self.host = re.compile(cross["host"])
+        self.providers = tuple(h.lower() for h in cross["provider_hosts"])
+        self.host_line, self.host_heading = re.compile(cross["host_line"]), re.compile(cross["host_heading"])
+        self.host_not_line = re.compile(cross["host_not_line"])
+        self.not_a_claim = re.compile(cross["not_a_claim"])
+        self.date_line, self.date_heading = re.compile(cross["date_line"]), re.compile(cross["date_heading"])
+        self.date_word = re.compile(cross["date_word"])
+        self.slack = timedelta(days=int(cross["date_slack_days"]))
+        self.max_claims, self.window = int(cross["max_claims"]), int(cross["negation_window"])
+        topic = next(t for t in rule["topics"] if t["name"] == "recording date")
+        self.date = re.compile(topic["substance"]["needs"][0]["pattern"])
+
+    def judge(self, lines: list, tapes: list[tuple[str, dict]], rel: str) -> list[tuple[str, str]]:
+        hosts: dict[str, tuple[str, str]] = {}
+        days: dict[date, str] = {}
+        for path, tape in tapes:
+            meta = tape.get("meta") if isinstance(tape.get("meta"), dict) else {}
+            response = tape.get("response") if isinstance(tape.get("response"), dict) else {}
+            headers = response.get("headers") if isinstance(response.get("headers"), dict) else {}
+            host = _tape_host(meta.get("endpoint")) if isinstance(meta.get("endpoint"), str) else None
+            if host:
+                hosts.setdefault(self._key(host), (host, f"{path}, meta.endpoint"))
+            found = [(meta.get("recorded_at"), "meta.recorded_at")]
+            stamp = next((v for k, v in headers.items() if str(k).lower() == "date"), None)
+            found.append(
+                (_http_day(stamp[0] if isinstance(stamp, list) and stamp else stamp), "response date header")
+            )
+            for value, where in found:
+                day = _iso_day(value)
+                if day is not None:
+                    days.setdefault(day, f"{path}, {where}")
+        out = []
+        host_claims = self._hosts(lines)
+        if (
+            host_claims
+            and hosts
+            and not any(_same_host(self._key(h), key) for _, h in host_claims for key in hosts)
+        ):
+            shown = _listed(sorted({h for _, h in host_claims}, key=str.lower))
+            plural = "s" if len({h.lower() for _, h in host_claims}) > 1 else ""
+            recorded = _listed(sorted({h for h, _ in hosts.values()}))
+            example = next(iter(hosts.values()))[1]
+            message = f"names endpoint host{plural} {shown}, but the tapes were recorded against {recorded} "
+            out.append((message + f"(e.g. {example})", f"{rel}:{host_claims[0][0]}"))
+        date_claims = self._dates(lines)
+        ordered = sorted(days)
+        if (
+            date_claims
+            and days
+            and not any(
+                self._near(ordered, first, last) for _, _, spans in date_claims for first, last in spans
+            )
+        ):
+            recorded = (
+                "on " + ", ".join(d.isoformat() for d in ordered)
+                if len(ordered) <= 3
+                else f"between {ordered[0].isoformat()} and {ordered[-1].isoformat()} ({len(ordered)} days)"
+            )
+            said = _listed(list(dict.fromkeys(shown for _, shown, _ in date_claims)))
+            message = f"says the tapes were recorded on {said}, but they were recorded {recorded} "
+            out.append((message + f"(e.g. {days[ordered[0]]})", f"{rel}:{date_claims[0][0]}"))
+        return out
+
+    def _hosts(self, lines: list) -> list[tuple[int, str]]:
+        out = []
+        for number, text, heading in lines:
+            if not (self.host_line.search(text) or self.host_heading.search(heading)):
+                continue
+            if self.host_not_line.search(text):
+                continue
+            for match in self.host.finditer(text):
+                host = match.group(1).lower().strip("[]")
+                if self.not_a_claim.search(text[max(0, match.start() - self.window) : match.start()]):
+                    continue
+                provider = any(
+                    host == k or (k.startswith("*.") and host.endswith(k[1:])) for k in self.providers
+                )
+                if _loopback(host) or provider:
+                    out.append((number, match.group(1)))
+                    if len(out) >= self.max_claims:
+                        return out
+        return out
+
+    def _dates(self, lines: list) -> list[tuple[int, str, list[tuple[date, date]]]]:
+        out = []
+        for number, text, heading in lines:
+            about = self.date_line.search(text) or (
+                self.date_heading.search(heading)
+                and (self.date_word.search(heading) or self.date_word.search(text))
+            )
+            if about:
+                for match in self.date.finditer(text):
+                    spans = self._spans(match.group(0))
+                    if spans:
+                        out.append((number, match.group(0), spans))
+                        if len(out) >= self.max_claims:
+                            return out
+        return out
+
+    def _spans(self, text: str) -> list[tuple[date, date]]:
+        """The days a written date may mean: one day, both readings of `1/12/2026`, or a whole month."""
+        numbers = [int(n) for n in re.findall(r"\d+", text)]
+        month_name = re.search(r"[A-Za-z]{3,}", text)
+        if month_name:
+            month = self.MONTHS.get(month_name.group(0)[:3].lower())
+            year = next((n for n in numbers if n >= 1900), None)
+            days = [n for n in numbers if n < 100]
+            if month is None or year is None:
+                return []
+            if days:
+                return _valid_days([(year, month, days[0])])
+            start = date(year, month, 1)
+            return [(start, (start + timedelta(days=31)).replace(day=1) - timedelta(days=1))]
+        if len(numbers) != 3:
+            return []
+        if numbers[0] >= 1900:
+            return _valid_days([(numbers[0], numbers[1], numbers[2])])
+        return _valid_days([(numbers[2], numbers[1], numbers[0]), (numbers[2], numbers[0], numbers[1])])
+
+    def _near(self, ordered: list[date], first: date, last: date) -> bool:
+        near = bisect_left(ordered, first - self.slack)
+        return near < len(ordered) and ordered[near] <= last + self.slack
+
+    @staticmethod
+    def _key(host: str) -> str:
+        return "loopback" if _loopback(host) else host.lower().strip("[]").rstrip(".")
+
+
+_HOSTLIKE = re.compile(
+    r"^(https?://)?[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9-]+)*(:\d+)?(/\S*)?$", re.IGNORECASE
+)
+
+
+def _tape_host(value: str) -> str | None:
+    """The host a tape's endpoint names (the grader's grader/recordings.py endpoint_host, copied)."""
+    if _loopback(value):
+        try:
+            return urlsplit(value if "://" in value else f"//{value}").hostname or value
+        except ValueError:
+            return value
+    text = re.sub(r"^(GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS)\s+", "", value.strip(), flags=re.IGNORECASE)
+    if not _HOSTLIKE.match(text):
+        return None
+    host = urlsplit(text if "://" in text else f"//{text}").hostname
+    return host if host and ("." in host or host == "localhost") else None
+
+
+def _same_host(claimed: str, recorded: str) -> bool:
+    return claimed == recorded or recorded.endswith("." + claimed) or claimed.endswith("." + recorded)
+
+
+def _http_day(value: object) -> str | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    when = when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _iso_day(value: object) -> date | None:
+    try:
+        return date.fromisoformat(value[:10]) if isinstance(value, str) and value else None
+    except ValueError:
+        return None
+
+
+def _valid_days(candidates: list[tuple[int, int, int]]) -> list[tuple[date, date]]:
+    out = []
+    for year, month, day in candidates:
+        try:
+            out.append((date(year, month, day),) * 2)
+        except ValueError:
+            continue
+    return out
+
+
+def _listed(items: list[str]) -> str:
+    return ", ".join(items[:3]) + (f" and {len(items) - 3} more" if len(items) > 3 else "")
 
 
 def _has_key(value: object, name: str, depth: int = 0) -> bool:
