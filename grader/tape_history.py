@@ -8,9 +8,13 @@ commit that had the recorded answer, the commit that changed it, and the tape's 
 Not an edit: a tape deleted, a tape whose request changed (a new recording), and a commit that re-records
 the whole set: it gives every tape the set held before it a new answer (a new key, a changed request or a
 changed response). Restamping every tape's ``recorded_at`` (or other metadata) in the commit that edits one
-answer is not a re-recording: the other answers stayed as they were. A tape moved in a commit is compared
-with what it was, and a tape deleted and later put back at the same path with the version deleted, so
-neither launders an edit. Headers are not compared (a re-recording changes ``date``), only status and body.
+answer is not a re-recording: the other answers stayed as they were. Nor is re-keying (red team 6, H8): a
+commit that gives tapes new keys or stored requests (a new normalization rule) but keeps their answers byte
+for byte asked nothing again, so an answer that changed with the same request change in that commit is an
+edit; tapes whose requests kept none of their old interactions are paired by position. A tape moved in a
+commit is compared with what it was, and a tape deleted and later put back at the same path with the version
+deleted, so neither launders an edit. Headers are not compared (a re-recording changes ``date``), only
+status and body.
 
 History is read from the first-parent line of HEAD (what is graded), merges compared with their first
 parent. An earlier version that line does not hold is looked for in merges' other parents (red team 4, F4)
@@ -28,7 +32,7 @@ import subprocess
 import tempfile
 from collections import defaultdict
 from collections.abc import Generator, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -59,6 +63,8 @@ class TapeEdit:
     request: str  # e.g. "POST /v1/chat/completions"
     # The ref that holds ``before`` when HEAD's history does not (e.g. "tag rehearsal"), else "".
     ref: str = ""
+    # The request fields that changed with it when the commit re-keyed the set (red team 6, H8), else "".
+    rekeyed: str = ""
 
     @property
     def location(self) -> str:
@@ -67,6 +73,12 @@ class TapeEdit:
     @property
     def message(self) -> str:
         where = f" ({self.ref}, not in HEAD's history)" if self.ref else ""
+        if self.rekeyed:
+            return (
+                f"{self.path}: the recorded response of {self.request} was changed in {self.after}, which "
+                f"re-keyed tapes (request fields {self.rekeyed} changed) keeping their answers byte for "
+                f"byte: a re-key, not a re-recording, of the answer held since {self.before}{where}"
+            )
         return (
             f"{self.path}: the recorded response of {self.request} was changed in {self.after}, "
             f"its request unchanged since {self.before}{where} (not a re-recording of the whole set)"
@@ -184,6 +196,13 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
             found[pair.group].append((n, change))
     edits: list[tuple[int, TapeEdit]] = []
     for group, group_changes in found.items():
+        # A commit that gave tapes new keys or stored requests but kept their answers byte for byte re-keyed
+        # them (a new normalization rule) without asking anything again: an answer that changed with the
+        # same request change in that commit was edited, not re-recorded (red team 6, H8).
+        rekeyed = {delta for _, change in group_changes for delta in change.rekeyed}
+        edits += [
+            (n, edit) for n, change in group_changes for edit, delta in change.rekey_edits if delta in rekeyed
+        ]
         # A re-recording asks every question again: every tape of the set gets new answers (ids, bodies).
         # A commit that touched every tape but left some answers as they were (only `recorded_at` or other
         # metadata restamped) re-recorded nothing: its changed answers are edits.
@@ -435,6 +454,11 @@ class _Change:
 
     edits: list[TapeEdit]
     rerecorded: bool  # a new key, a request changed or added, or a recorded answer changed
+    # Red team 6, H8: the request changes (fields changed, as a sorted tuple) of interactions that kept their
+    # answer byte for byte under a new key or request: re-keyed, not asked again.
+    rekeyed: set[tuple[str, ...]] = field(default_factory=set)
+    # Answers that changed with a new key or request: edits if the commit re-keyed others the same way.
+    rekey_edits: list[tuple[TapeEdit, tuple[str, ...]]] = field(default_factory=list)
 
 
 def _compare(pair: _Pair, old_data: bytes, new_data: bytes) -> _Change:
@@ -445,7 +469,8 @@ def _compare(pair: _Pair, old_data: bytes, new_data: bytes) -> _Change:
     if "invalid" in (old.format, new.format):
         return _Change(edits=[], rerecorded=True)
     if old.format == "kit" and new.format == "kit" and old.key != new.key:
-        return _Change(edits=[], rerecorded=True)  # a new key is a new recording
+        # A new key is a new recording, unless the answers stayed as they were (a re-key).
+        return _rekey(pair, old, new, _Change(edits=[], rerecorded=True))
     out: list[TapeEdit] = []
     rerecorded = False
     olds: dict[str, list[Interaction]] = defaultdict(list)
@@ -471,7 +496,46 @@ def _compare(pair: _Pair, old_data: bytes, new_data: bytes) -> _Change:
                     ref=pair.ref,
                 )
             )
-    return _Change(edits=out, rerecorded=rerecorded)
+    change = _Change(edits=out, rerecorded=rerecorded)
+    if not any(olds.get(sig) for sig in seen):  # no interaction kept its request: paired by position
+        return _rekey(pair, old, new, change)
+    return change
+
+
+def _rekey(pair: _Pair, old: Tape, new: Tape, change: _Change) -> _Change:
+    """``change`` with the interactions paired by position when none kept its request (same count): one
+    whose answer stayed byte for byte was re-keyed; one whose answer changed is an edit if its commit
+    re-keyed others with the same request change (decided per commit by `tape_edits`)."""
+    if len(old.interactions) != len(new.interactions):
+        return change
+    for before, after in zip(old.interactions, new.interactions, strict=True):
+        delta = _delta(before, after)
+        if _response(before) == _response(after):
+            change.rekeyed.add(delta)
+            continue
+        edit = TapeEdit(
+            path=pair.path,
+            line=_response_line(new, after),
+            before=pair.before[:_SHORT],
+            after=pair.after[:_SHORT],
+            request=f"{after.method or '?'} {after.path or after.url or '?'}",
+            ref=pair.ref,
+            rekeyed=", ".join(delta) or "none",
+        )
+        change.rekey_edits.append((edit, delta))
+    change.rerecorded = bool(change.rekey_edits)  # every answer kept: a re-key, not a re-recording
+    return change
+
+
+def _delta(before: Interaction, after: Interaction) -> tuple[str, ...]:
+    """The request fields two interactions differ in: the body's top-level keys, the method and URL."""
+    fields = {name for name in ("method", "url", "path") if getattr(before, name) != getattr(after, name)}
+    old, new = before.request_body, after.request_body
+    if isinstance(old, dict) and isinstance(new, dict):
+        fields |= {k for k in old.keys() | new.keys() if _canon(old.get(k)) != _canon(new.get(k))}
+    elif _canon(old) != _canon(new):
+        fields.add("body")
+    return tuple(sorted(str(name) for name in fields))
 
 
 def _request(inter: Interaction) -> str:

@@ -563,3 +563,49 @@ def test_grading_an_orphan_head_whose_original_a_tag_keeps_caps_offline_replay(r
     assert original[:7] in row["evidence"] and orphan[:7] in row["evidence"]
     finding = next(f for f in report["findings"] if f["rule"] == "tape-edited")
     assert finding["location"].startswith(f"{orphan[:7]}:cassettes/{tape.name}:")
+
+
+def _rekey_all(repo: Path, change_answer: Any) -> Path | None:
+    """One commit giving every tape a new key and a stored request without `max_tokens` (a new normalization
+    rule), each file renamed to its new key, as a re-keying script would; ``change_answer(i)`` says whether
+    tape i's answer changes too. Returns the first tape whose answer changed, at its new path."""
+    changed = None
+    for i, path in enumerate(_tapes(repo)):
+        tape = json.loads(path.read_text(encoding="utf-8"))
+        tape["request"]["body"].pop("max_tokens")
+        tape["key"] = f"{int(tape['key'], 16) ^ 0xFFFF:016x}"
+        if change_answer(i):
+            _bump_id(tape)
+        target = path.with_name(f"{tape['key']}.json")
+        path.unlink()
+        target.write_text(
+            json.dumps(tape, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+        if change_answer(i) and changed is None:
+            changed = target
+    commit(repo, "drop max_tokens from the key and re-key the tapes")
+    return changed
+
+
+def test_re_keying_every_tape_does_not_hide_a_hand_edited_answer(recorded) -> None:
+    # Red team 6, H8: every tape given a new key and stored request in one commit (no model asked: 23 answers
+    # byte for byte as before) looked like a re-recording of the set, and hid the one answer edited with them.
+    repo, first = recorded
+    edited = _rekey_all(repo, lambda i: i == 3)
+    second = _head(repo)
+    assert edited is not None
+
+    found = tape_edits(repo, "cassettes")
+
+    assert [(e.path, e.before, e.after) for e in found.edits] == [
+        (f"cassettes/{edited.name}", first[:7], second[:7])
+    ]
+    (edit,) = found.edits
+    assert edit.rekeyed == "max_tokens" and "a re-key, not a re-recording" in edit.message
+
+
+@pytest.mark.parametrize("answers", ["kept", "all-new"])
+def test_re_keying_alone_or_re_recording_under_a_new_key_rule_is_not_an_edit(recorded, answers: str) -> None:
+    repo, _ = recorded
+    _rekey_all(repo, lambda i: answers == "all-new")
+    assert tape_edits(repo, "cassettes").edits == []

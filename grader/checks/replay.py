@@ -192,10 +192,10 @@ def _edits_summary(edits: list[TapeEdit]) -> str:
         return ""
     first = edits[0]
     noun = "tape's recorded response" if len(edits) == 1 else "tapes' recorded responses"
+    kept = f"request only re-keyed ({first.rekeyed})" if first.rekeyed else "request unchanged"
     return (
         f"; {len(edits)} {noun} edited after recording: {first.path} changed in {first.after}, "
-        f"request unchanged since {first.before}"
-        + (f" ({first.ref}, not in HEAD's history)" if first.ref else "")
+        f"{kept} since {first.before}" + (f" ({first.ref}, not in HEAD's history)" if first.ref else "")
     )
 
 
