@@ -74,7 +74,9 @@ def test_a_key_in_a_zip_member_is_found_in_the_tree_and_in_history(tmp_path: Pat
     (repo / "debug" / "record-session.bin").unlink()
     _commit_all(repo, "drop it")
     _, tree, history = _scan(repo)
-    assert tree == [] and [h.split(":", 1)[1] for h in history] == ["debug/record-session.bin:debug/dev.env:2"]
+    assert tree == [] and [h.split(":", 1)[1] for h in history] == [
+        "debug/record-session.bin:debug/dev.env:2"
+    ]
 
 
 def test_a_zip_of_innocent_members_is_clean(tmp_path: Path) -> None:
