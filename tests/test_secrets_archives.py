@@ -3,7 +3,9 @@ tree and in git history."""
 
 from __future__ import annotations
 
+import bz2
 import io
+import lzma
 import os
 import subprocess
 import zipfile
@@ -178,3 +180,23 @@ def test_ordinary_names_are_not_flagged(tmp_path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("x\n")
     assert scan_tree_with(Scanner(), tmp_path) == []
+
+
+@pytest.mark.parametrize("suffix", ["xz", "bz2"])
+def test_xz_and_bzip2_files_are_inflated_and_scanned(tmp_path: Path, suffix: str) -> None:
+    text = f"line one\nline two\nOPENAI_API_KEY={ZIP_KEY}\n".encode()
+    packed = lzma.compress(text) if suffix == "xz" else bz2.compress(text)
+    (tmp_path / f"session.log.{suffix}").write_bytes(packed)
+    scanner = Scanner()
+    found = scan_tree_with(scanner, tmp_path)
+    assert [(f.location, f.encoding) for f in found] == [
+        (f"session.log.{suffix}:3", "xz" if suffix == "xz" else "bzip2")
+    ]
+    assert scanner.stats.unscanned == []
+    # A second stream after the first is not read: listed, not silently clean.
+    (tmp_path / f"session.log.{suffix}").write_bytes(
+        (lzma.compress(b"hello\n") if suffix == "xz" else bz2.compress(b"hello\n")) + packed
+    )
+    scanner = Scanner()
+    assert scan_tree_with(scanner, tmp_path) == []
+    assert any("only its first" in u for u in scanner.stats.unscanned)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import bz2
 import hashlib
 import io
 import itertools
+import lzma
 import os
 import re
 import stat
@@ -42,6 +44,9 @@ READ_CAP = 256 * 1024 * 1024
 _OVERLAP = 64 * 1024  # carried into the next block: longer than any line a rule needs around a key
 _HEAD = 8192
 _GZIP = b"\x1f\x8b"
+# xz and bzip2 single-file compression (red team 6): inflated like gzip, to the same cap.
+_XZ = b"\xfd7zXZ\x00"
+_BZIP2 = re.compile(rb"BZh[1-9]1AY&SY")
 # A zip archive is recognised by its first local header, whatever its name (red team 6, H2: a key in a
 # member of a committed .zip). Its members are read from memory, never extracted.
 _ZIP = b"PK\x03\x04"
@@ -136,6 +141,8 @@ def scan_blob(
     where = rel if commit is None else f"{rel} (in git history)"
     if head[:2] == _GZIP:
         return _scan_gzip(scanner, [data], rel, kind=kind, commit=commit, where=where)
+    if compressed := _compression(head):
+        return _scan_compressed(scanner, [data], rel, compressed, kind=kind, commit=commit, where=where)
     if head[:4] == _ZIP:
         found = _scan_zip(scanner, data, rel, kind=kind, commit=commit, where=where, tape_dirs=tape_dirs)
         if commit is None:  # the history pass takes these for the same blob (members included)
@@ -192,6 +199,10 @@ def scan_large(
     stream = counted(itertools.chain([first], blocks))
     if head[:2] == _GZIP:
         found = _scan_gzip(scanner, stream, rel, kind=kind, commit=commit, where=where or rel)
+    elif compressed := _compression(head):
+        found = _scan_compressed(
+            scanner, stream, rel, compressed, kind=kind, commit=commit, where=where or rel
+        )
     elif head[:4] == _ZIP and (archive is None or archive.depth < _NESTING):
         # The central directory is at the end: the archive is held whole (at most READ_CAP, like a tape),
         # its members are inflated block by block.
@@ -393,4 +404,57 @@ def _scan_zip(
         found += [replace(f, path=rel, member=f"{shown}:{f.member}" if f.member else shown) for f in inner]
     if outer is not None:
         outer.left, outer.members = archive.left, archive.members
+    return found
+
+
+def _compression(head: bytes) -> str | None:
+    if head.startswith(_XZ):
+        return "xz"
+    if _BZIP2.match(head):
+        return "bzip2"
+    return None
+
+
+def _scan_compressed(
+    scanner: Scanner,
+    compressed: Iterable[bytes],
+    rel: str,
+    name: str,
+    *,
+    kind: str,
+    commit: str | None,
+    where: str,
+) -> list[SecretFinding]:
+    """An xz or bzip2 stream inflated block by block as gzip is, up to `READ_CAP` inflated bytes; a body
+    longer than that, or one that stops being valid, is listed as not fully scanned."""
+    inflater = lzma.LZMADecompressor() if name == "xz" else bz2.BZ2Decompressor()
+    out, cut = 0, ""
+
+    def inflated() -> Iterator[bytes]:
+        nonlocal out, cut
+        try:
+            rest = iter(compressed)
+            for chunk in rest:
+                while True:
+                    if out >= READ_CAP:
+                        cut = f"its {name} body was scanned only to {READ_CAP} bytes"
+                        return
+                    piece = inflater.decompress(chunk, min(MAX_FILE_BYTES, READ_CAP - out))
+                    chunk = b""  # the rest stays in the decompressor until it needs input
+                    out += len(piece)
+                    if piece:
+                        yield piece
+                    if inflater.eof:
+                        # Concatenated streams (pbzip2 writes them): a key may be in a later one.
+                        if inflater.unused_data.strip(b"\0") or any(c.strip(b"\0") for c in rest):
+                            cut = f"only its first {name} stream was scanned"
+                        return
+                    if inflater.needs_input:
+                        break
+        except (lzma.LZMAError, OSError, EOFError, ValueError):
+            cut = f"its {name} body could not be inflated to its end"
+
+    found = _scan_blocks(scanner, inflated(), rel, kind=kind, commit=commit, encoding=name)
+    if cut:
+        scanner.stats.unscanned.append(f"{where}: {cut}")
     return found
