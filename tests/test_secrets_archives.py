@@ -128,12 +128,35 @@ def test_a_zip_bomb_is_read_to_the_cap_and_listed(tmp_path: Path, monkeypatch: p
     assert "bomb.zip: 1 members past the caps" in listed
 
 
-def test_the_member_count_is_capped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nested_zips_share_the_member_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tree_module, "MAX_MEMBERS", 3)
-    (tmp_path / "many.zip").write_bytes(_zip({f"m{i}.txt": b"x\n" for i in range(5)}))
+    inner = {f"m{i}.txt": b"x\n" for i in range(2)}
+    late = _zip({"k.env": f"K={ZIP_KEY}\n".encode()})
+    (tmp_path / "many.zip").write_bytes(_zip({"a.zip": _zip(inner), "b.zip": late}))
     scanner = Scanner()
-    scan_tree_with(scanner, tmp_path)
-    assert any("many.zip: 2 members past the caps" in u for u in scanner.stats.unscanned)
+    assert scan_tree_with(scanner, tmp_path) == []
+    # a.zip and its two members are the three; b.zip is past the cap, listed rather than silently clean.
+    assert [u for u in scanner.stats.unscanned if "past the caps" in u] == [
+        f"many.zip: 1 members past the caps (3 members, {tree_module.READ_CAP} bytes)"
+    ]
+
+
+def test_a_zip_with_more_entries_than_the_cap_is_not_opened_but_read_as_binary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tree_module, "MAX_MEMBERS", 3)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for i in range(4):
+            archive.writestr(f"m{i}.txt", f"K={ZIP_KEY}\n" if i == 3 else "x\n")
+    (tmp_path / "wide.zip").write_bytes(buffer.getvalue())
+    scanner = Scanner()
+    found = scan_tree_with(scanner, tmp_path)
+    # A stored member's text is still read, as any binary file's is; the archive is listed for a reviewer.
+    assert [(f.path, f.member, f.encoding) for f in found] == [("wide.zip", None, "binary file's text")]
+    assert any(
+        "wide.zip: a zip archive of more than 3 members, not opened" in u for u in scanner.stats.unscanned
+    )
 
 
 def test_a_key_as_a_file_name_is_found_in_the_tree_and_history_and_never_printed(tmp_path: Path) -> None:

@@ -50,6 +50,7 @@ _BZIP2 = re.compile(rb"BZh[1-9]1AY&SY")
 # A zip archive is recognised by its first local header, whatever its name (red team 6, H2: a key in a
 # member of a committed .zip). Its members are read from memory, never extracted.
 _ZIP = b"PK\x03\x04"
+_CENTRAL = b"PK\x01\x02"
 MAX_MEMBERS = 10_000  # per archive, nested ones included; the rest is listed as not scanned
 _NESTING = 1  # a zip inside a zip is opened; one more level down is read as a binary file
 # A binary file (a SQLite database, a PNG's text chunk, committed bytecode) is read for the text it holds
@@ -350,6 +351,15 @@ def _scan_zip(
     method, corrupt, past the caps) is listed in ``stats.unscanned``. Exception texts are never shown:
     zipfile's name the member, and a member's name may be a key."""
     unscanned = scanner.stats.unscanned
+    # zipfile builds an object per central-directory entry, each behind this signature: count them first,
+    # so a few MB of tiny entries cannot cost gigabytes before the member cap applies.
+    if data.count(_CENTRAL) > MAX_MEMBERS:
+        unscanned.append(
+            f"{where}: a zip archive of more than {MAX_MEMBERS} members, not opened; read as binary"
+        )
+        return _scan_blocks(
+            scanner, [data], rel, kind=kind, commit=commit, encoding=_BINARY, forms=_binary_forms
+        )
     try:
         infos = zipfile.ZipFile(io.BytesIO(data)).infolist()
     except (zipfile.BadZipFile, zipfile.LargeZipFile, *_MEMBER_ERRORS):
