@@ -172,3 +172,33 @@ def test_a_file_the_scan_could_not_read_to_its_end_keeps_the_row_below_full_mark
     monkeypatch.setattr(tree, "READ_CAP", 1 << 28)
     (row,) = [r for r in score(load_rubric(), {"secrets": secrets(_ctx(repo))}) if r.id == "no-credentials"]
     assert row.score == 3, row
+
+
+def test_red_team_6_a_key_in_a_committed_zip_or_a_file_name_is_not_full_marks(tmp_path: Path) -> None:
+    """Red team 6, H2 and H5: the key only inside `debug/record-session.zip` (Python zipfile, deflated), or
+    only as a file's name, scored no-credentials full marks; each is now a finding in the tree and in
+    history, and the row is below the rubric's maximum."""
+    import io
+    import zipfile
+
+    rubric = load_rubric()
+    for case in ("zip", "name"):
+        repo = _clean_repo(tmp_path / case)
+        (repo / "debug").mkdir()
+        if case == "zip":
+            buffer = io.BytesIO()
+            with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+                archive.writestr("debug/dev.env", f"OPENAI_API_KEY={TAPE_KEY}\n")
+            (repo / "debug" / "record-session.zip").write_bytes(buffer.getvalue())
+            where = "debug/record-session.zip:debug/dev.env:1"
+        else:
+            (repo / "debug" / f"{TAPE_KEY}.txt").write_text("ok\n")
+            where = "debug/sk-proj-…[redacted]:0"  # the part of the name holding the key, redacted
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", "debug")
+        result = secrets(_ctx(repo))
+        assert (result.facts["in_tree"], result.facts["in_history"]) == (1, 1), case
+        assert where in result.facts["summary"]
+        assert TAPE_KEY not in json.dumps(asdict(result))
+        (row,) = [r for r in score(rubric, {"secrets": result}) if r.id == "no-credentials"]
+        assert row.score < row.max, row

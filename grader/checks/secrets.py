@@ -27,6 +27,11 @@ _KIND_WORDS = {"tree": "file", "tape": "tape", "history": "history", "output": "
 def secrets(ctx: Context) -> CheckResult:
     """Scans the tree, every commit of every ref, the tapes (gzip/base64 bodies too) and command output.
 
+    Zip archives (known by content, whatever their name) are opened in memory and each member scanned as a
+    file is (`archive.zip:member:line`); gzip, xz and bzip2 files are inflated. Path names are read as
+    text too, the tree's and every commit's: a key used as a file name is found at `path:0` (the name
+    itself, shown with the key redacted).
+
     Files are read the way a person opening them would: UTF-16/32 text (what Windows PowerShell's ``>``
     writes) is transcoded rather than skipped as binary, and JSON ``\\u00XX`` escapes are read as the
     characters they stand for.
@@ -41,11 +46,12 @@ def secrets(ctx: Context) -> CheckResult:
     Facts:
         findings: credentials found, all kinds together (in_tree + in_tapes + in_history + in_output
             + canary_leaks)
-        in_tree: findings in working-tree files that are not tapes
+        in_tree: findings in working-tree files that are not tapes, zip members and file names included
         in_tapes: findings in tapes (recordings) of the working tree
         in_history: findings in git history, one per secret at the commit that introduced it (a key still
-            in the tree is counted here too); commit messages, annotated tag messages and ref names
-            included (`sha:commit message:line`, `tag NAME:tag message:line`, `refs:line`)
+            in the tree is counted here too); commit messages, annotated tag messages, ref names and every
+            commit's path names included (`sha:commit message:line`, `tag NAME:tag message:line`,
+            `refs:line`, `sha:path:0`)
         in_output: findings in the output of commands the grader ran
         rules_loaded: number of secret rules in grader/rules/secrets.toml
         bytes_scanned: bytes read from files, blobs and outputs
@@ -56,8 +62,10 @@ def secrets(ctx: Context) -> CheckResult:
         canary_leaks: files (tapes included) and output streams in which the canary recording probe found
             the generated key it gave the manifest's record_command (each counted once)
         canary_probe: "ran", or "not available: <why>" (no record_command or api_key_env, no environment)
-        unscanned: files, history blobs and compressed bodies not read to their end (past 256 MiB each, or
-            unreadable): a key there would not be found, so the row needs a reviewer's look (red team 5, G1)
+        unscanned: files, history blobs, compressed bodies and zip members not read to their end (past
+            256 MiB each, a zip past 256 MiB inflated or 10,000 members, an encrypted, corrupt or unknown-
+            method member, or unreadable): a key there would not be found, so the row needs a reviewer's
+            look (red team 5, G1; red team 6, H2)
         summary: e.g. "no credentials in 42 files, 17 commits, 12 tapes and 3 command outputs" or
             "2 credentials: openai-project-key at cassettes/ab.json:12 (sk-proj-…[redacted]), ..."
     """

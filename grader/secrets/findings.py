@@ -26,11 +26,15 @@ class SecretFinding:
     fingerprint: str  # sha256 prefix of the secret: equal secrets compare equal without being stored
     commit: str | None = None  # short sha of the commit that introduced it (history findings)
     encoding: str | None = None  # "gzip+base64" etc. when found inside an encoded body
+    # The zip member it is in ("inner.zip:dev.env" one level down); the path stays the archive's, so the
+    # history pass can relabel the archive without losing the member.
+    member: str | None = None
 
     @property
     def location(self) -> str:
-        """``file:line``, or ``commit:file:line`` for a history finding."""
-        where = f"{self.path}:{self.line}"
+        """``file:line``, ``archive:member:line`` inside a zip, ``commit:``-prefixed for a history finding.
+        Line 0 is the name itself (a key used as a file or member name)."""
+        where = f"{self.path}:{self.member}:{self.line}" if self.member else f"{self.path}:{self.line}"
         return f"{self.commit}:{where}" if self.commit else where
 
     def render(self) -> str:

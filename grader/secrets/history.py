@@ -6,7 +6,9 @@ working tree is neither unpacked nor scanned again: its tree findings are taken 
 
 What a clone carries besides files is read too (red team 4, F1): every commit's message
 (``short-sha:commit message:line``), every annotated tag's message (``tag NAME:tag message:line``) and the
-names of the refs themselves (``refs:line``, a branch named after a key).
+names of the refs themselves (``refs:line``, a branch named after a key). The path names of every
+commit's tree are read as text too (red team 6, H5: a key as a file name), each at the commit that first
+added it (``short-sha:path:0``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from grader import gitsafe
 from grader.secrets.findings import SecretFinding
 from grader.secrets.scanner import Scanner
 from grader.secrets.tapes import looks_like_tape
-from grader.secrets.tree import MAX_FILE_BYTES, READ_CAP, scan_blob, scan_large
+from grader.secrets.tree import MAX_FILE_BYTES, READ_CAP, scan_blob, scan_large, scan_names
 
 __all__ = ["HistoryError", "is_git_repo", "scan_history_with"]
 
@@ -84,7 +86,7 @@ def scan_history_with(
         found = scan_blob(scanner, data, path, commit=_UNKNOWN, kind="history", tape_dirs=tape_dirs)
         if found:
             by_blob[sha] = found
-    messages = _message_findings(scanner, repo)
+    messages = _message_findings(scanner, repo) + _name_findings(scanner, repo)
     if not by_blob:
         return messages
     origins = _introductions(repo, set(by_blob))
@@ -124,6 +126,34 @@ def _message_findings(scanner: Scanner, repo: Path) -> list[SecretFinding]:
             )
     keep("\n".join(names).encode("utf-8", "surrogateescape"), "refs", None)
     return list(found.values())
+
+
+def _name_findings(scanner: Scanner, repo: Path) -> list[SecretFinding]:
+    """Findings in the path names of every commit's tree, each at the oldest commit that added the path
+    (every path of every tree is added by some commit, relative to a parent or as a root)."""
+    log = _git(
+        repo,
+        "log",
+        "--all",
+        "--reverse",
+        "--name-only",
+        "--no-renames",
+        "-m",
+        "--no-textconv",
+        "--no-ext-diff",
+        "--no-show-signature",
+        "--format=%x00%H",
+    ).decode("utf-8", "surrogateescape")
+    first: dict[str, str] = {}
+    commit = _UNKNOWN
+    for line in log.split("\n"):
+        if line.startswith("\0"):  # a path may start with "@"; never with NUL
+            commit = line[1:8]
+        elif line:
+            first.setdefault(line, commit)
+    names = list(first)
+    found = scan_names(scanner, names, kind="history")
+    return [replace(f, commit=first[names[i]]) for i, f in found]
 
 
 def _commit_messages(repo: Path) -> Iterator[tuple[str, bytes]]:

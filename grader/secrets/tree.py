@@ -2,24 +2,38 @@
 
 from __future__ import annotations
 
+import bz2
 import hashlib
+import io
 import itertools
+import lzma
 import os
 import re
 import stat
+import zipfile
 import zlib
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from grader.safeio import read_blocks, read_bytes
 from grader.secrets.decode import wide_text
 from grader.secrets.findings import SecretFinding
-from grader.secrets.scanner import Scanner
+from grader.secrets.redact import redact
+from grader.secrets.scanner import Scanner, git_blob_id
 from grader.secrets.tapes import looks_like_tape
 from grader.walk import files as walk_files
 
-__all__ = ["MAX_FILE_BYTES", "READ_CAP", "scan_blob", "scan_large", "scan_tree_with", "walk"]
+__all__ = [
+    "MAX_FILE_BYTES",
+    "MAX_MEMBERS",
+    "READ_CAP",
+    "scan_blob",
+    "scan_large",
+    "scan_names",
+    "scan_tree_with",
+    "walk",
+]
 
 # Files up to this size are read whole; larger ones are scanned block by block (red team 5, G1: a key on
 # the last line of a 60 MB log), so no file's size hides a secret up to READ_CAP.
@@ -30,6 +44,15 @@ READ_CAP = 256 * 1024 * 1024
 _OVERLAP = 64 * 1024  # carried into the next block: longer than any line a rule needs around a key
 _HEAD = 8192
 _GZIP = b"\x1f\x8b"
+# xz and bzip2 single-file compression (red team 6): inflated like gzip, to the same cap.
+_XZ = b"\xfd7zXZ\x00"
+_BZIP2 = re.compile(rb"BZh[1-9]1AY&SY")
+# A zip archive is recognised by its first local header, whatever its name (red team 6, H2: a key in a
+# member of a committed .zip). Its members are read from memory, never extracted.
+_ZIP = b"PK\x03\x04"
+_CENTRAL = b"PK\x01\x02"
+MAX_MEMBERS = 10_000  # per archive, nested ones included; the rest is listed as not scanned
+_NESTING = 1  # a zip inside a zip is opened; one more level down is read as a binary file
 # A binary file (a SQLite database, a PNG's text chunk, committed bytecode) is read for the text it holds
 # (red team 5, G9): every byte that is not printable ASCII becomes a space, so a key stands alone, lines and
 # offsets unchanged.
@@ -64,7 +87,8 @@ def walk(repo: Path) -> list[tuple[str, os.stat_result]]:
 def scan_tree_with(scanner: Scanner, repo: Path, *, tape_dirs: tuple[str, ...] = ()) -> list[SecretFinding]:
     """Scan every file of the working tree; tapes are reported with kind "tape", other files "tree"."""
     findings: list[SecretFinding] = []
-    for rel, st in walk(repo):
+    files = walk(repo)
+    for rel, st in files:
         try:
             # Tapes are read whole (their encoded bodies are decoded whole), up to READ_CAP.
             if st.st_size > MAX_FILE_BYTES and not looks_like_tape(rel, b"", tape_dirs):
@@ -77,7 +101,29 @@ def scan_tree_with(scanner: Scanner, repo: Path, *, tape_dirs: tuple[str, ...] =
             scanner.stats.unscanned.append(f"{rel}: unreadable ({exc.strerror})")
             continue
         findings += scan_blob(scanner, data, rel, tape_dirs=tape_dirs)
-    return findings
+    return findings + [f for _, f in scan_names(scanner, [rel for rel, _ in files], kind="tree")]
+
+
+def scan_names(
+    scanner: Scanner, names: Sequence[str], *, kind: str, commit: str | None = None
+) -> list[tuple[int, SecretFinding]]:
+    """(index in ``names``, finding) for each credential in the names themselves (red team 6, H5: a key as
+    a committed file's name), one name a line. A finding is located at its name with line 0, the name
+    shown with the part that holds the key redacted (a report never prints a secret)."""
+    if not names:
+        return []
+    text = "\n".join(n.replace("\n", " ") for n in names).encode("utf-8", "surrogateescape")
+    found = scanner.scan_bytes(text, source="file names", kind=kind, commit=commit)
+    return [(f.line - 1, replace(f, path=shown_name(scanner, names[f.line - 1]), line=0)) for f in found]
+
+
+def shown_name(scanner: Scanner, name: str) -> str:
+    """``name`` with each ``/``-separated part in which the rules find a credential redacted."""
+    parts = name.split("/")
+    for i, part in enumerate(parts):
+        if scanner.scan_bytes(part.encode("utf-8", "surrogateescape"), source="name", kind="name"):
+            parts[i] = redact(part)
+    return "/".join(parts)
 
 
 def scan_blob(
@@ -93,9 +139,16 @@ def scan_blob(
     scanner.stats.bytes += len(data)
     head = data[:_HEAD]
     is_tape, kind = _counted_file(scanner, rel, head, commit, kind, tape_dirs)
+    where = rel if commit is None else f"{rel} (in git history)"
     if head[:2] == _GZIP:
-        where = rel if commit is None else f"{rel} (in git history)"
         return _scan_gzip(scanner, [data], rel, kind=kind, commit=commit, where=where)
+    if compressed := _compression(head):
+        return _scan_compressed(scanner, [data], rel, compressed, kind=kind, commit=commit, where=where)
+    if head[:4] == _ZIP:
+        found = _scan_zip(scanner, data, rel, kind=kind, commit=commit, where=where, tape_dirs=tape_dirs)
+        if commit is None:  # the history pass takes these for the same blob (members included)
+            scanner.tree_blobs[git_blob_id(data)] = found
+        return found
     encoding = None
     if b"\0" in head and (wide := wide_text(data)) is not None:
         data, encoding = wide  # UTF-16/32 text (what Windows PowerShell's `>` writes) is text
@@ -119,15 +172,20 @@ def scan_large(
     kind: str | None = None,
     tape_dirs: tuple[str, ...] = (),
     where: str | None = None,
+    archive: _Archive | None = None,
 ) -> list[SecretFinding]:
     """Scan a file of ``size`` bytes given as blocks (at most `READ_CAP` of them): gzip is inflated block by
-    block, other binary files are read for the text they hold; a file not read to its end is listed in
-    ``stats.unscanned``. A working-tree file read whole is remembered by its blob id for the history pass."""
+    block, a zip archive's members are read, other binary files are read for the text they hold; a file not
+    read to its end is listed in ``stats.unscanned``. A working-tree file read whole is remembered by its
+    blob id for the history pass. ``archive``: the zip this is a member of (not counted as a file)."""
     stats = scanner.stats
     blocks = iter(blocks)
     first = next(blocks, b"")
     head = first[:_HEAD]
-    is_tape, kind = _counted_file(scanner, rel, head, commit, kind, tape_dirs)
+    if archive is None:
+        is_tape, kind = _counted_file(scanner, rel, head, commit, kind, tape_dirs)
+    else:
+        is_tape, kind = False, kind or "tree"
     read = 0
     digest = hashlib.sha1(b"blob %d\0" % size, usedforsecurity=False)
 
@@ -142,6 +200,24 @@ def scan_large(
     stream = counted(itertools.chain([first], blocks))
     if head[:2] == _GZIP:
         found = _scan_gzip(scanner, stream, rel, kind=kind, commit=commit, where=where or rel)
+    elif compressed := _compression(head):
+        found = _scan_compressed(
+            scanner, stream, rel, compressed, kind=kind, commit=commit, where=where or rel
+        )
+    elif head[:4] == _ZIP and (archive is None or archive.depth < _NESTING):
+        # The central directory is at the end: the archive is held whole (at most READ_CAP, like a tape),
+        # its members are inflated block by block.
+        whole = b"".join(stream)
+        found = _scan_zip(
+            scanner,
+            whole,
+            rel,
+            kind=kind,
+            commit=commit,
+            where=where or rel,
+            tape_dirs=tape_dirs,
+            outer=archive,
+        )
     elif b"\0" in head and not is_tape:
         found = _scan_blocks(
             scanner, stream, rel, kind=kind, commit=commit, encoding=_BINARY, forms=_binary_forms
@@ -233,4 +309,162 @@ def _scan_gzip(
     if state["cut"]:
         where = where or rel
         scanner.stats.unscanned.append(f"{where}: its gzip body was scanned only to {READ_CAP} bytes")
+    return found
+
+
+@dataclass
+class _Archive:
+    """The caps one top-level zip shares with the zips nested in it: inflated bytes and members."""
+
+    left: int
+    members: int = 0
+    depth: int = 0
+
+
+# What a member that cannot be read raises: encrypted (RuntimeError), an unknown method
+# (NotImplementedError), a bad CRC or header (BadZipFile), a cut or corrupt stream.
+_MEMBER_ERRORS = (
+    RuntimeError,
+    NotImplementedError,
+    zipfile.BadZipFile,
+    zlib.error,
+    EOFError,
+    OSError,
+    ValueError,
+)
+
+
+def _scan_zip(
+    scanner: Scanner,
+    data: bytes,
+    rel: str,
+    *,
+    kind: str,
+    commit: str | None,
+    where: str,
+    tape_dirs: tuple[str, ...],
+    outer: _Archive | None = None,
+) -> list[SecretFinding]:
+    """Each member of a zip archive held in ``data`` scanned as a file is (gzip inflated, binary read for its
+    text, a zip one level down opened), and each member's name; at most `READ_CAP` inflated bytes and
+    `MAX_MEMBERS` members per top-level archive. A member not read to its end (encrypted, an unknown
+    method, corrupt, past the caps) is listed in ``stats.unscanned``. Exception texts are never shown:
+    zipfile's name the member, and a member's name may be a key."""
+    unscanned = scanner.stats.unscanned
+    # zipfile builds an object per central-directory entry, each behind this signature: count them first,
+    # so a few MB of tiny entries cannot cost gigabytes before the member cap applies.
+    if data.count(_CENTRAL) > MAX_MEMBERS:
+        unscanned.append(
+            f"{where}: a zip archive of more than {MAX_MEMBERS} members, not opened; read as binary"
+        )
+        return _scan_blocks(
+            scanner, [data], rel, kind=kind, commit=commit, encoding=_BINARY, forms=_binary_forms
+        )
+    try:
+        infos = zipfile.ZipFile(io.BytesIO(data)).infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, *_MEMBER_ERRORS):
+        unscanned.append(f"{where}: starts like a zip archive but could not be opened; read as binary")
+        return _scan_blocks(
+            scanner, [data], rel, kind=kind, commit=commit, encoding=_BINARY, forms=_binary_forms
+        )
+    archive = _Archive(READ_CAP) if outer is None else _Archive(outer.left, outer.members, outer.depth + 1)
+    zipped = zipfile.ZipFile(io.BytesIO(data))
+    names = [info.filename for info in infos]
+    named = scan_names(scanner, names, kind=kind, commit=commit)
+    found = [replace(f, path=rel, member=f.path) for _, f in named]
+    flagged = {i for i, _ in named}
+    for i, info in enumerate(infos):
+        if info.is_dir():
+            continue
+        shown = shown_name(scanner, info.filename) if i in flagged else info.filename
+        at = f"{where}:{shown}"
+        if archive.members >= MAX_MEMBERS or archive.left <= 0:
+            rest = sum(not x.is_dir() for x in infos[i:])
+            unscanned.append(
+                f"{where}: {rest} members past the caps ({MAX_MEMBERS} members, {READ_CAP} bytes)"
+            )
+            break
+        archive.members += 1
+        state = {"error": False}
+
+        def member_blocks(info: zipfile.ZipInfo = info, state: dict[str, bool] = state) -> Iterator[bytes]:
+            try:
+                with zipped.open(info) as stream:
+                    while archive.left > 0 and (block := stream.read(min(MAX_FILE_BYTES, archive.left))):
+                        archive.left -= len(block)
+                        yield block
+            except _MEMBER_ERRORS:
+                state["error"] = True
+
+        inner = scan_large(
+            scanner,
+            member_blocks(),
+            rel,
+            size=info.file_size,
+            commit=commit,
+            kind=kind,
+            tape_dirs=tape_dirs,
+            where=at,
+            archive=archive,
+        )
+        if state["error"]:
+            unscanned.append(
+                f"{at}: a zip member that could not be read (encrypted, unknown method or corrupt)"
+            )
+        found += [replace(f, path=rel, member=f"{shown}:{f.member}" if f.member else shown) for f in inner]
+    if outer is not None:
+        outer.left, outer.members = archive.left, archive.members
+    return found
+
+
+def _compression(head: bytes) -> str | None:
+    if head.startswith(_XZ):
+        return "xz"
+    if _BZIP2.match(head):
+        return "bzip2"
+    return None
+
+
+def _scan_compressed(
+    scanner: Scanner,
+    compressed: Iterable[bytes],
+    rel: str,
+    name: str,
+    *,
+    kind: str,
+    commit: str | None,
+    where: str,
+) -> list[SecretFinding]:
+    """An xz or bzip2 stream inflated block by block as gzip is, up to `READ_CAP` inflated bytes; a body
+    longer than that, or one that stops being valid, is listed as not fully scanned."""
+    inflater = lzma.LZMADecompressor() if name == "xz" else bz2.BZ2Decompressor()
+    out, cut = 0, ""
+
+    def inflated() -> Iterator[bytes]:
+        nonlocal out, cut
+        try:
+            rest = iter(compressed)
+            for chunk in rest:
+                while True:
+                    if out >= READ_CAP:
+                        cut = f"its {name} body was scanned only to {READ_CAP} bytes"
+                        return
+                    piece = inflater.decompress(chunk, min(MAX_FILE_BYTES, READ_CAP - out))
+                    chunk = b""  # the rest stays in the decompressor until it needs input
+                    out += len(piece)
+                    if piece:
+                        yield piece
+                    if inflater.eof:
+                        # Concatenated streams (pbzip2 writes them): a key may be in a later one.
+                        if inflater.unused_data.strip(b"\0") or any(c.strip(b"\0") for c in rest):
+                            cut = f"only its first {name} stream was scanned"
+                        return
+                    if inflater.needs_input:
+                        break
+        except (lzma.LZMAError, OSError, EOFError, ValueError):
+            cut = f"its {name} body could not be inflated to its end"
+
+    found = _scan_blocks(scanner, inflated(), rel, kind=kind, commit=commit, encoding=name)
+    if cut:
+        scanner.stats.unscanned.append(f"{where}: {cut}")
     return found
