@@ -403,7 +403,7 @@ def test_keys_a_key_function_dropping_the_system_prompt_keyed_and_stored_fails_t
     )
     assert f"{where} another model must change the key: {seeds}/{seeds} seeded pairs did" in result.details
     row = {r.id: r for r in score(load_rubric(), {"keys": result})}["canonical-keys"]
-    assert row.score is not None and row.score < 2, row
+    assert row.score == 1, row  # its tapes re-hash (not 0); a key dropping the prompt is never 2
 
 
 def test_keys_a_probe_rule_naming_a_field_the_take_home_lets_a_key_drop_is_refused(tmp_path):
