@@ -593,6 +593,31 @@ def test_a_toml_nesting_bomb_is_a_malformed_pyproject_not_a_crash(make_submissio
 
 @pytest.mark.index
 @pytest.mark.slow
+def test_a_suite_that_asks_the_network_through_another_program_is_not_offline(
+    make_submission, grade_cache: Path
+) -> None:
+    """Red team 6, H4: a passing test whose network attempt is a `getent`/`curl` child (no Python the audit
+    hook sees, no socket pytest-socket refuses) is counted by the suite's own network namespace."""
+    if shutil.which("getent") is None or sandbox.isolation().network != "namespace+pytest-socket":
+        pytest.skip("needs getent and a network namespace (the counter is the namespace's)")
+    asks = (
+        "import subprocess\n\n\ndef test_endpoint_reachability_is_optional():\n"
+        '    subprocess.run(["getent", "ahosts", "api.openai.com"], capture_output=True, check=False)\n'
+    )
+    repo = make_submission({**PASSING, "tests/test_reach.py": asks})
+
+    report = _grade(repo, grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["failed"] == 0 and facts["passed"] > 0, facts
+    assert facts["network_attempts"] == 1 and facts["first_network_attempt"] == "(the suite's run)", facts
+    row = _row(report, "offline-replay")
+    assert row["score"] < load_rubric().max, row
+    assert "1 connection attempt" in row["evidence"], row
+
+
+@pytest.mark.index
+@pytest.mark.slow
 def test_a_demo_that_asks_the_network_through_another_program_fails(
     make_submission, grade_cache: Path
 ) -> None:

@@ -79,8 +79,11 @@ def replay(ctx: Context) -> CheckResult:
             grader's logs (a link, a FIFO)
         exit_abnormal: true when pytest's session never finished (os._exit, a killed interpreter, the grader's
             plugins switched off); a timeout is reported as timed_out instead
-        network_attempts: connection attempts seen by the audit hook or refused by pytest-socket
-        first_network_attempt: file:line of the first connection attempt, or "" when none
+        network_attempts: connection attempts seen by the audit hook or refused by pytest-socket, or else
+            one when the run's network namespace counted packets it had no route for (a process the hook
+            does not see: curl, a Python outside the venv)
+        first_network_attempt: file:line of the first connection attempt ("(the suite's run)" for the
+            namespace's count), or "" when none
         timed_out: true when the suite ran past the grader's timeout and was killed
         duration: seconds the suite ran
         command: the command the grader ran (e.g. "make test")
@@ -444,6 +447,14 @@ def _attempts(rr: ReplayRun, results: Results) -> list[tuple[str, str]]:
         for line in results.first_failures:
             if "SocketBlockedError" in line:
                 out.setdefault((line.split(" (", 1)[0], "socket refused by pytest-socket"), None)
+    if not out and rr.run.no_route:
+        # Red team 6, H4 (as G6 for loud-miss's runs): a test that asks the network through `curl` or a
+        # Python outside the venv is seen by neither the hook nor pytest-socket, but by the run's namespace.
+        what = (
+            f"{counted(rr.run.no_route, 'packet')} toward the network from a process the audit hook does not "
+            "see (not Python: curl, wget, a shell)"
+        )
+        out[("(the suite's run)", what)] = None
     return list(out)
 
 

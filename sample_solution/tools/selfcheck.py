@@ -296,6 +296,16 @@ def _kit_tapes(cassette_dir: Path) -> list[tuple[str, dict]]:
     return out
 
 
+def _title(text: str) -> str:
+    """A heading's title without its closing #s (after a space, or the whole title) and the blanks around
+    them; in code, not in the rule's pattern, which must stay linear (the grader does the same)."""
+    title = text.rstrip()
+    bare = title.rstrip("#")
+    if bare != title and (not bare or bare[-1] in " \t"):
+        title = bare.rstrip()
+    return title
+
+
 class ReplayRule:
     """grader/checks/replay_doc.py's rule, mirrored: same sections, topics, TODO handling, normalized fields
     with a reason, and contradictions with the tapes (this project's kit-format tapes; the grader also reads
@@ -408,7 +418,7 @@ class ReplayRule:
             match = None if in_code else self.heading.match(line)
             last = sections[-1][2]
             if match:
-                sections.append((number, match.group(2), [], len(match.group(1))))
+                sections.append((number, _title(match.group(2)), [], len(match.group(1))))
             elif not in_code and self.setext.match(line) and self._setext_title(last):
                 start, title = last.pop()  # "Title" underlined with === or ---
                 sections.append((start, title.strip(), [], 1 if "=" in line else 2))
