@@ -529,11 +529,11 @@ def _differ_fields(path: Path = _PROBE_RULES) -> list[tuple[str, dict[str, Any],
         if not isinstance(entry, dict):
             raise ValueError(f"{where}[[differ]] entry {n} is not a table")
         what, both, fields = entry.get("what"), entry.get("both", {}), entry.get("set")
-        labelled = isinstance(what, str) and bool(what)
-        if not (labelled and isinstance(both, dict) and isinstance(fields, dict) and fields):
+        if not isinstance(what, str) or not what:
+            raise ValueError(f"{where}[[differ]] entry {n}: needs 'what', a label for the probe")
+        if not isinstance(both, dict) or not isinstance(fields, dict) or not fields:
             raise ValueError(
-                f"{where}[[differ]] entry {n}: needs 'what' (a label) and 'set' (a table of fields), "
-                "and 'both' must be a table"
+                f"{where}[[differ]] entry {n}: needs 'set', a table of fields, and 'both' must be a table"
             )
         dropped = (set(both) | set(fields)) & _MAY_DROP
         if dropped:
