@@ -858,3 +858,38 @@ def test_boundary_dynamic_imports_of_other_modules_are_not_the_cassette(tmp_path
                         "c = import_module(f'{__package__}.{which}')\n",
     })  # fmt: skip
     assert boundary(folder_context(repo)).facts["agent_imports_cassette"] == 0
+
+
+@pytest.mark.parametrize(
+    ("source", "call"),
+    [
+        ("import socket\n\ndef ask():\n    return socket.create_connection(('api.openai.com', 443))\n",
+         "socket.create_connection"),
+        ("import asyncio\n\nasync def ask():\n"
+         "    return await asyncio.open_connection('api.openai.com', 443)\n", "asyncio.open_connection"),
+        ("import subprocess\n\ndef ask(url):\n    return subprocess.run(['curl', '-s', url], check=True)\n",
+         "subprocess.run of curl"),
+        ("import os\n\ndef ask(url):\n    return os.popen('/usr/bin/wget -qO- ' + url)\n",
+         "os.popen of wget"),
+    ],
+)  # fmt: skip
+def test_boundary_counts_a_client_built_by_hand(tmp_path, source, call):
+    # Red team 6, H7: a second transport over a raw socket, asyncio streams or a curl child was not counted.
+    repo = _package(tmp_path, {
+        "bot/__init__.py": "",
+        "bot/client.py": "import httpx\n\ndef make():\n    return httpx.Client()\n",
+        "bot/fallback.py": source,
+    })  # fmt: skip
+    result = boundary(folder_context(repo))
+    assert result.facts["client_modules"] == 2, result.facts
+    assert any(d.startswith("bot/fallback.py:") and f"({call})" in d for d in result.details), result.details
+
+
+def test_boundary_a_subprocess_that_is_not_a_network_program_is_no_client(tmp_path):
+    repo = _package(tmp_path, {
+        "tools/check.py": "import subprocess, sys\n\ndef run():\n"
+                          "    subprocess.run([sys.executable, '-m', 'pytest'])\n"
+                          "    subprocess.run(['git', 'log'])\n"
+                          "    subprocess.run('make test', shell=True)\n",
+    })  # fmt: skip
+    assert boundary(folder_context(repo)).facts["client_modules"] == 0
