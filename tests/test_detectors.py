@@ -19,7 +19,7 @@ import pytest
 from grader.checks import registry
 from grader.checks.boundary import boundary
 from grader.checks.hygiene import hygiene
-from grader.checks.keys import keys
+from grader.checks.keys import _differ_fields, keys, probe_cases
 from grader.checks.metadata import metadata
 from grader.checks.replay_doc import replay_doc
 from grader.rubric import load_rubric, score
@@ -313,7 +313,7 @@ def test_keys_probes_pass_for_a_canonical_key_function(tmp_path):
     repo = _key_repo(tmp_path, _GOOD_KEY_FUNCTION)
     result = keys(_ctx(repo, key_function="pkg.cassette:key_for", run=_sandbox_run(repo)))
     facts = result.facts
-    assert facts["probes_run"] == 36 and facts["probes_failed"] == 0, result.details
+    assert facts["probes_run"] == len(probe_cases()) and facts["probes_failed"] == 0, result.details
     assert facts["mismatched"] == 0 and facts["key_function"] == "pkg.cassette:key_for"
 
 
@@ -333,11 +333,84 @@ def test_keys_probes_catch_a_key_over_raw_json(tmp_path):
     probes = [d for d in result.details if " probe: " in d]
     assert f"pkg/cassette.py:{line} probe: reordered keys must keep the key: 0/4 seeded pairs did" in probes
     assert f"pkg/cassette.py:{line} probe: another model must change the key: 4/4 seeded pairs did" in probes
-    assert len(probes) == 9
+    assert len(probes) == len({what for *_, what, _ in probe_cases()})
     # The tape that re-hashes is listed as such.
     assert any(
         d.startswith("cassettes/") and d.endswith(":2 re-hashes to its own name") for d in result.details
     )
+
+
+SAMPLE_PACKAGE = Path(__file__).resolve().parents[1] / "sample_solution" / "support_triage_agent"
+_SAMPLE_KEY_FUNCTION = "support_triage_agent.cassette:key_for"
+# Red team 6, H6: the sample's own `_normalize` with one rule more, dropping the system prompt in both wire
+# formats from the request it keys and stores; a re-recording under it re-hashes to every tape's name.
+_NORMALIZE_ANCHOR = "    if deep:\n        out = _drop_anywhere(out, _DROPPED_ANYWHERE, fired)\n"
+_DROP_SYSTEM = """    out.pop("system", None)
+    if isinstance(out.get("messages"), list):
+        out["messages"] = [m for m in out["messages"] if not (isinstance(m, dict) and m["role"] == "system")]
+"""
+_SYSTEM_PROBES = (
+    "another system message",
+    "the system message removed",
+    "another top-level system string",
+    "another top-level system text block",
+)
+
+
+def _sample_key_repo(tmp_path: Path, *, drop_system: bool) -> Path:
+    package = shutil.copytree(SAMPLE_PACKAGE, tmp_path / "support_triage_agent")
+    if drop_system:
+        source = (package / "cassette.py").read_text()
+        assert source.count(_NORMALIZE_ANCHOR) == 1
+        (package / "cassette.py").write_text(
+            source.replace(_NORMALIZE_ANCHOR, _DROP_SYSTEM + _NORMALIZE_ANCHOR)
+        )
+    _write_kit(
+        tmp_path / "cassettes", "hello"
+    )  # stored with no system message, as the re-recording stores it
+    return tmp_path
+
+
+def test_keys_the_samples_key_function_passes_every_probe(tmp_path):
+    repo = _sample_key_repo(tmp_path, drop_system=False)
+    result = keys(_ctx(repo, key_function=_SAMPLE_KEY_FUNCTION, run=_sandbox_run(repo)))
+    assert result.facts["probes_run"] == len(probe_cases()) and result.facts["probes_failed"] == 0, (
+        result.details
+    )
+    kinds = {what for *_, what, _ in probe_cases()}
+    assert (
+        set(_SYSTEM_PROBES) <= kinds and {"another max_tokens", "added tools", "a streamed request"} <= kinds
+    )
+
+
+def test_keys_a_key_function_dropping_the_system_prompt_keyed_and_stored_fails_the_system_probes(tmp_path):
+    repo = _sample_key_repo(tmp_path, drop_system=True)
+    result = keys(_ctx(repo, key_function=_SAMPLE_KEY_FUNCTION, run=_sandbox_run(repo)))
+    facts = result.facts
+    # The stored request re-hashes (what it dropped is not stored either): only the probes can tell.
+    assert (facts["tapes_checked"], facts["mismatched"]) == (1, 0)
+    seeds = len({seed for *_, seed in probe_cases()})
+    assert facts["differ_failed"] == len(_SYSTEM_PROBES) * seeds and facts["volatile_failed"] == 0
+    assert {f.message.split(" (seed")[0] for f in result.findings} == {
+        f"{what} does not change the key" for what in _SYSTEM_PROBES
+    }
+    assert {f.location for f in result.findings} == {"support_triage_agent/cassette.py:1"}
+    source = (repo / "support_triage_agent" / "cassette.py").read_text().splitlines()
+    line = 1 + next(n for n, text in enumerate(source) if text.startswith("def key_for"))
+    where = f"support_triage_agent/cassette.py:{line} probe:"
+    assert f"{where} another top-level system text block must change the key: 0/{seeds} seeded pairs did" in (
+        result.details
+    )
+    assert f"{where} another model must change the key: {seeds}/{seeds} seeded pairs did" in result.details
+    row = {r.id: r for r in score(load_rubric(), {"keys": result})}["canonical-keys"]
+    assert row.score == 1, row  # its tapes re-hash (not 0); a key dropping the prompt is never 2
+
+
+def test_keys_a_probe_rule_naming_a_field_the_take_home_lets_a_key_drop_is_refused(tmp_path):
+    rules = tmp_path / "key_probes.toml"
+    rules.write_text('version = 1\n[[differ]]\nwhat = "another user"\nset = { user = "u-2" }\n')
+    with pytest.raises(ValueError, match=r"key_probes.toml: \[\[differ\]\] entry 1: user may be left out"):
+        _differ_fields(rules)
 
 
 def test_keys_probe_of_an_unimportable_key_function_fails_once(tmp_path):
@@ -407,7 +480,11 @@ def test_keys_probe_the_submissions_own_key_function_called_as_its_parameters_su
     result = keys(_ctx(repo, cassette_dir="recordings", run=_sandbox_run(repo)))
     facts = result.facts
     assert facts["key_function"] == "bot.tapes:request_key (httpx.Request)", result.details
-    assert facts["probes_run"] == 40 and facts["volatile_failed"] == 0 and facts["differ_failed"] == 0
+    assert (
+        facts["probes_run"] == len(probe_cases(whitespace=True))
+        and facts["volatile_failed"] == 0
+        and facts["differ_failed"] == 0
+    )
     assert facts["optional_failed"] > 0  # metadata, request_id: the kit drops them, the brief does not ask
     assert any("not required by the take-home" in f.message for f in result.findings)
 

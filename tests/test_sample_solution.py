@@ -170,7 +170,7 @@ def test_grading_the_sample_scores_full_marks_under_the_rehearsal_rubric(
     assert report["facts"]["keys"]["chain_entries"] == len(_tapes(SAMPLE / "cassettes"))
     serve = report["facts"]["loud-miss"]
     assert serve["serve_replayed"] and serve["serve_unseen_status"] == 422 and serve["serve_names_key"]
-    # Rows whose evidence is counts ("36 probes, 0 failed") show what they counted, at places one can open.
+    # Rows whose evidence is counts ("84 probes, 0 failed") show what they counted, at places one can open.
     rows = {row["id"]: row for row in report["rows"]}
     for row_id in ("canonical-keys", "cassette-hygiene", "make-targets"):
         details = rows[row_id]["details"]

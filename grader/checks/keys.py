@@ -22,6 +22,7 @@ import json
 import random
 import re
 import secrets
+import sys
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -33,6 +34,11 @@ from grader.checks import CheckResult, Finding, register
 from grader.details import row_details
 from grader.safeio import read_text
 from grader.tapes import canonical_key, tapes_of
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
 
 if TYPE_CHECKING:
     from grader.context import Context
@@ -74,7 +80,12 @@ def keys(ctx: Context) -> CheckResult:
     Probes (the environment installed; the manifest's ``key_function``, else the submission's own key
     function found by grader/keyprobe.py and called the way its parameters suggest): key order, whitespace
     and the volatile fields the take-home names (an end-user ``user`` tag, a ``request_id``) must not change
-    the key; model, temperature and the messages must. Dropping ``metadata``, ``stream_options`` and
+    the key; the model, temperature, the user's message and the system prompt must (a ``role: system``
+    message changed or removed; Anthropic's top-level ``system`` changed, as a string and as text blocks),
+    and so must each request field grader/rules/key_probes.toml lists (``top_p``, ``seed``,
+    ``max_tokens``, ``stop``, ``tools``, ``tool_choice``, ``response_format``, ``stream``: red team 6, H6,
+    a key dropping the system prompt from the key and the stored request alike re-hashed every tape and
+    replayed answers recorded for another prompt). Dropping ``metadata``, ``stream_options`` and
     ``cache_control`` too is reported but not required. vcrpy cassettes with no key function: the
     ``match_on`` the suite configures is read; vcrpy's default ignores the request body.
 
@@ -85,8 +96,9 @@ def keys(ctx: Context) -> CheckResult:
         probes_run: key_function probe pairs answered
         probes_failed: wrong probe answers, plus a key_function that cannot be imported or crashes
         volatile_failed: probes where key order, whitespace, a user tag or a request_id changed the key
-        differ_failed: probes where another model, temperature or message did not change the key, plus a
-            key function that cannot be imported or crashes
+        differ_failed: probes where another model, temperature, user message, system prompt or field the
+            take-home keeps (grader/rules/key_probes.toml) did not change the key, plus a key function that
+            cannot be imported or crashes
         optional_failed: probes where metadata, stream_options or cache_control changed the key (reported,
             not required by the take-home)
         ignores_body: requests map to tapes by vcrpy's default matcher, which ignores the body
@@ -439,6 +451,7 @@ def probe_cases(
     ``whitespace``: also a pair the prober sends as the same JSON indented (a key function over bytes).
     """
     cases = []
+    differ_fields = _differ_fields()
     for seed in range(seeds):
         rng = random.Random(seed)  # noqa: S311 (reproducible payloads, not secrets)
         base = _payload(rng)
@@ -452,13 +465,88 @@ def probe_cases(
             "an added cache_control": _with_cache_control(base),
         }
         differ = {
-            "another model": {**base, "model": base["model"] + "-other"},
-            "another temperature": {**base, "temperature": base["temperature"] + 0.5},
-            "other messages": _other_messages(base, rng),
+            "another model": (base, {**base, "model": base["model"] + "-other"}),
+            "another temperature": (base, {**base, "temperature": base["temperature"] + 0.5}),
+            "other messages": (base, _other_messages(base, rng)),
+            **_system_prompt_pairs(base, rng),
+            **{what: ({**base, **both}, {**base, **both, **fields}) for what, both, fields in differ_fields},
         }
         cases += [(base, b, True, what, seed) for what, b in same.items()]
-        cases += [(base, b, False, what, seed) for what, b in differ.items()]
+        cases += [(a, b, False, what, seed) for what, (a, b) in differ.items()]
     return [(copy.deepcopy(a), copy.deepcopy(b), e, w, s) for a, b, e, w, s in cases]
+
+
+def _system_prompt_pairs(
+    base: dict[str, Any], rng: random.Random
+) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """Pairs differing only in the system prompt, in both wire formats: OpenAI's ``role: system`` message
+    (its text changed, or the message removed: added, seen from the other side) and Anthropic's top-level
+    ``system`` (as a string and as a list of text blocks). A key that drops the prompt replays answers
+    recorded for another prompt (red team 6, H6)."""
+    word = rng.choice(_WORDS)
+    other = copy.deepcopy(base)
+    other["messages"][0]["content"] += f" Answer {word}."
+    removed = {**base, "messages": [m for m in base["messages"] if m.get("role") != "system"]}
+    prompt = base["messages"][0]["content"]
+    anthropic = {
+        **{k: v for k, v in base.items() if k != "messages"},
+        "max_tokens": base.get("max_tokens", 256),
+        "messages": removed["messages"],
+    }
+    blocks = {**anthropic, "system": [{"type": "text", "text": prompt}]}
+    return {
+        "another system message": (base, other),
+        "the system message removed": (base, removed),
+        "another top-level system string": (
+            {**anthropic, "system": prompt},
+            {**anthropic, "system": f"{prompt} Answer {word}."},
+        ),
+        "another top-level system text block": (
+            blocks,
+            {**anthropic, "system": [{"type": "text", "text": f"{prompt} Answer {word}."}]},
+        ),
+    }
+
+
+_PROBE_RULES = Path(__file__).resolve().parent.parent / "rules" / "key_probes.toml"
+
+
+def _differ_fields(path: Path = _PROBE_RULES) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(what, fields set on both requests, fields set on the second) for each ``[[differ]]`` of the rule file:
+    the request fields the take-home keeps in the key."""
+    where = f"{path}: "
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"{where}cannot read the key probe rules: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{where}invalid TOML ({exc}); fix the syntax") from None
+    entries = data.get("differ")
+    if data.get("version") != 1 or not isinstance(entries, list):
+        raise ValueError(f"{where}expected 'version = 1' and [[differ]] entries")
+    out = []
+    for n, entry in enumerate(entries, 1):
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where}[[differ]] entry {n} is not a table")
+        what, both, fields = entry.get("what"), entry.get("both", {}), entry.get("set")
+        if not isinstance(what, str) or not what:
+            raise ValueError(f"{where}[[differ]] entry {n}: needs 'what', a label for the probe")
+        if not isinstance(both, dict) or not isinstance(fields, dict) or not fields:
+            raise ValueError(
+                f"{where}[[differ]] entry {n}: needs 'set', a table of fields, and 'both' must be a table"
+            )
+        dropped = (set(both) | set(fields)) & _MAY_DROP
+        if dropped:
+            raise ValueError(
+                f"{where}[[differ]] entry {n}: {', '.join(sorted(dropped))} may be left out of the key "
+                "(the take-home allows dropping it): not a field to probe"
+            )
+        out.append((what, both, fields))
+    return out
+
+
+# Top-level fields a key function may drop: an end-user tag, request ids, caching and usage switches.
+_MAY_DROP = {"user", "metadata", "request_id", "stream_options", "cache_control"}
 
 
 _WORDS = ("refund", "order", "late", "invoice", "password", "reset", "café", "naïve", "😀", "urgent", "help")
