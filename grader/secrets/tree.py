@@ -114,10 +114,10 @@ def scan_names(
         return []
     text = "\n".join(n.replace("\n", " ") for n in names).encode("utf-8", "surrogateescape")
     found = scanner.scan_bytes(text, source="file names", kind=kind, commit=commit)
-    return [(f.line - 1, replace(f, path=shown_name(scanner, names[f.line - 1]), line=0)) for f in found]
+    return [(f.line - 1, replace(f, path=_shown_name(scanner, names[f.line - 1]), line=0)) for f in found]
 
 
-def shown_name(scanner: Scanner, name: str) -> str:
+def _shown_name(scanner: Scanner, name: str) -> str:
     """``name`` with each ``/``-separated part in which the rules find a credential redacted."""
     parts = name.split("/")
     for i, part in enumerate(parts):
@@ -376,7 +376,7 @@ def _scan_zip(
     for i, info in enumerate(infos):
         if info.is_dir():
             continue
-        shown = shown_name(scanner, info.filename) if i in flagged else info.filename
+        shown = _shown_name(scanner, info.filename) if i in flagged else info.filename
         at = f"{where}:{shown}"
         if archive.members >= MAX_MEMBERS or archive.left <= 0:
             rest = sum(not x.is_dir() for x in infos[i:])
