@@ -191,6 +191,17 @@ def served_model(model: str, provider: str, rules: Rules | None = None) -> str:
 # --- request reading -------------------------------------------------------------------------------------
 
 
+# Anthropic's documented request size limit. A body over it is answered 413 before it is read: red team 6
+# had the drift probe's helper buffer a 1.2 GB body (2.48 GB resident), bounded only by the run's cgroup.
+_MAX_BODY_BYTES = 32 * 1024 * 1024
+
+
+class _TooLarge(ValueError):
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
 class _BadRequest(Exception):
     """A request the real service would refuse with 400; the message is what the client sees."""
 
@@ -536,15 +547,21 @@ class _Handler(BaseHTTPRequestHandler):
     def _read_body(self) -> bytes:
         if self.headers.get("transfer-encoding", "").lower() == "chunked":
             parts: list[bytes] = []
+            total = 0
             while True:
                 size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
                 if size == 0:
                     while self.rfile.readline() not in (b"\r\n", b"\n", b""):
                         pass
                     return b"".join(parts)
+                total += size
+                if total > _MAX_BODY_BYTES:
+                    raise _TooLarge(total)
                 parts.append(self.rfile.read(size))
                 self.rfile.readline()
         length = int(self.headers.get("content-length") or 0)
+        if length > _MAX_BODY_BYTES:
+            raise _TooLarge(length)
         return self.rfile.read(length) if length > 0 else b""
 
     def _dispatch(self) -> None:
@@ -556,6 +573,11 @@ class _Handler(BaseHTTPRequestHandler):
         provider = self._provider(path)
         try:
             raw = self._read_body()
+        except _TooLarge as exc:
+            self.close_connection = True  # the rest of the body is never read
+            too_large = f"the request body ({exc.size} bytes) is over {_MAX_BODY_BYTES} bytes"
+            self._error(provider, 413, too_large, None if provider == "openai" else "request_too_large")
+            return
         except ValueError:
             self.close_connection = True
             self._error(provider, 400, "the request body is not valid chunked or Content-Length framed data")

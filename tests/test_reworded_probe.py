@@ -418,3 +418,70 @@ def test_a_pass_with_the_tapes_in_place_counts_only_where_the_request_changed() 
     assert compared == 1 and [(a.test, a.how) for a in found] == [("t::changed", "passed")]
     honest = _suite_run({"t::changed": ("failed", plain.format(k2, "cccccccccccccccccccc"))})
     assert answered_in_place(withheld, reworded, honest, _names_miss, lambda key: key == k3) == (1, [])
+
+
+# Red team 6, H1: on a key it lacks, serve the tape whose stored request holds the same ticket. Every probe
+# that changes the ticket still misses loudly; a system prompt changed after recording does not.
+_SAME_TICKET = """
+def _same_ticket(folder, body):
+    wanted = body["messages"][-1]["content"]
+    for tape in sorted(Path(folder).glob("*.json")):
+        stored = json.loads(tape.read_text(encoding="utf-8"))["request"]["body"]
+        if stored["messages"][-1]["content"] == wanted:
+            return tape.read_bytes()
+    return None
+"""
+_MISS = "        except FileNotFoundError:\n"
+_LOOSE = (
+    "        except FileNotFoundError:\n"
+    "            raw = _same_ticket(self.source, exchange.body)\n"
+    "            if raw is not None:\n"
+    "                return _stored_json_reply(raw) or _reply_from(_stored_response(raw))\n"
+)
+_PROMPT_START = "You triage customer support messages for an online shop."
+
+
+@pytest.mark.slow
+@pytest.mark.index
+@pytest.mark.parametrize("loose", [False, True], ids=["stale-prompt", "H1-same-ticket-matcher"])
+def test_a_tape_served_for_another_system_prompt_is_caught(
+    tmp_path: Path, grade_cache: Path, loose: bool
+) -> None:
+    """Red team 6, H1: the system prompt changed after recording and nothing re-recorded. Honest, every
+    labelled test fails on its miss (offline-replay drops; loud-miss stays full, no made-up answer). With a
+    cassette that serves the tape of the same ticket for a key it lacks, the suite passes on answers
+    recorded for the old prompt: the run with only the system prompt re-worded, tapes in place, catches it."""
+    (case,) = [c for c in load_corpus() if c.id == "clean-copy"]
+    repo = Path(build_case(case, tmp_path)[0])
+    agent = repo / _PACKAGE / "agent.py"
+    text = agent.read_text(encoding="utf-8")
+    assert _PROMPT_START in text
+    agent.write_text(text.replace(_PROMPT_START, "Be brief. " + _PROMPT_START, 1), encoding="utf-8")
+    if loose:
+        cassette = repo / _PACKAGE / "cassette.py"
+        source = cassette.read_text(encoding="utf-8")
+        assert source.count(_MISS) == 1 and "from pathlib import Path\n" in source
+        cassette.write_text(source.replace(_MISS, _LOOSE) + _SAME_TICKET, encoding="utf-8")
+    subprocess.run(["git", "-C", str(repo), "commit", "-qam", "tighter prompt"], check=True)
+
+    report = grade(str(repo), rubric=load_rubric(), timeout=120, cache_root=grade_cache, jobs=2)
+    facts, findings, row = _loud_miss(report)
+    replay = next(r for r in report["rows"] if r["id"] == "offline-replay")
+    assert facts["withheld_failed"] > 0 and facts["named_miss"] is True and facts["unseen_exit"] == 2
+    assert facts["reworded_answered"] == facts["reworded_in_place_answered"] == 0  # the ticket probes miss
+    assert facts["prompt_reworded_occurrences"] > 0 and facts["prompt_in_place_compared"] > 0
+    assert any(d.startswith("system-prompt re-worded rerun: ") and "agent.py:" in d for d in row["details"])
+    made_up = [f for f in findings if f["rule"] == "made-up-answer"]
+    if not loose:
+        assert replay["score"] < replay["max"]  # the labelled tests fail on the new prompt's misses
+        assert facts["prompt_in_place_answered"] == 0 and made_up == []
+        assert facts["loud"] is True and row["score"] == row["max"], row
+        assert report["facts"]["replay"]["made_up_passes"] == 0
+        return
+    assert report["facts"]["replay"]["failed"] == 0 and report["facts"]["replay"]["made_up_passes"] > 0
+    assert replay["score"] == replay["max"] - 1, replay
+    assert any("passed with its recorded system prompt re-worded" in d for d in replay["details"]), replay
+    assert 0 < facts["prompt_in_place_answered"] <= facts["prompt_in_place_compared"]
+    assert facts["loud"] is False and row["score"] <= 1, row
+    assert made_up and all("system prompt re-worded and every tape in place" in f["message"] for f in made_up)
+    assert "recorded system prompts re-worded" in row["evidence"]

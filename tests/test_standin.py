@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import anthropic
 import httpx
@@ -326,6 +327,32 @@ def test_chunked_request_body_is_read(base_url: str) -> None:
     )
     assert r.status_code == 200
     assert json.loads(r.json()["choices"][0]["message"]["content"])["intent"] == "technical"
+
+
+@pytest.mark.parametrize(
+    ("framing", "anthropic"),
+    [("content-length: 67108864", False), ("transfer-encoding: chunked", True)],
+    ids=["content-length", "chunked"],
+)
+def test_a_body_over_the_cap_is_refused_before_it_is_read(origin: str, framing: str, anthropic: bool) -> None:
+    """Red team 6: a 1.2 GB body made the drift probe's stand-in hold 2.48 GB. A body declared (or chunked)
+    over the cap is answered 413 in the provider's error shape at once, without waiting for it."""
+    host, port = urlsplit(origin).hostname, urlsplit(origin).port
+    path = "/v1/messages" if anthropic else "/v1/chat/completions"
+    key = "x-api-key: k\r\nanthropic-version: 2023-06-01" if anthropic else "authorization: Bearer k"
+    head = f"POST {path} HTTP/1.1\r\nhost: {host}\r\n{key}\r\n"
+    head += f"content-type: application/json\r\n{framing}\r\n\r\n"
+    body = f"{40 * 1024 * 1024:x}\r\n{{".encode() if anthropic else b"{"  # a chunk of 40 MiB, begun
+    with socket.create_connection((host, port), timeout=30) as conn:
+        conn.sendall(head.encode() + body)
+        answer = b""
+        while chunk := conn.recv(65536):  # the server closes the connection after its answer
+            answer += chunk
+    status_line, _, rest = answer.partition(b"\r\n")
+    assert status_line.split()[1] == b"413", answer[:300]
+    error = json.loads(rest.partition(b"\r\n\r\n")[2])
+    assert ("request_too_large" if anthropic else "invalid_request_error") in json.dumps(error)
+    assert "is over 33554432 bytes" in json.dumps(error)
 
 
 def test_keep_alive_survives_streams_and_errors(base_url: str) -> None:

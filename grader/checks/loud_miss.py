@@ -7,7 +7,7 @@ import functools
 import re
 import secrets as _random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -33,6 +33,8 @@ _UNSEEN_NOW = "loud-miss unseen-message (in the check)"
 _IN_TESTS = "loud-miss unseen-message in a test"
 _REWORDED = "loud-miss withheld-tapes, inputs re-worded"
 _IN_PLACE = "loud-miss inputs re-worded, tapes in place"
+_PROMPT_REWORDED = "loud-miss withheld-tapes, system prompts re-worded"
+_PROMPT_IN_PLACE = "loud-miss system prompts re-worded, tapes in place"
 _MAX_ANSWERED_SHOWN = 10  # tests that answered a never-recorded request: a finding for each of these
 
 # The triage command run inside a pytest test of the submission's own suite (red-team R5: a client that
@@ -273,16 +275,16 @@ def start_loud_miss(ctx: Context) -> None:
             return None
         return run() if run is not None else None
 
-    def reworded(in_place: bool) -> tuple[reworded_rerun.Prepared, ReplayRun | None] | None:
+    def reworded(in_place: bool, prompt: bool) -> tuple[reworded_rerun.Prepared, ReplayRun | None] | None:
         try:
-            prepared = _prepare_reworded(ctx, cassette_dir, in_place)
+            prepared = _prepare_reworded(ctx, cassette_dir, in_place, prompt)
         except Exception:
             return None
         return prepared, prepared.run() if prepared.run is not None else None
 
     ctx.start_probe(_RERUN, rerun)
-    ctx.start_probe(_REWORDED, lambda: reworded(False))
-    ctx.start_probe(_IN_PLACE, lambda: reworded(True))
+    for in_place, prompt in ((False, False), (True, False), (False, True), (True, True)):
+        ctx.start_probe(_probe_name(in_place, prompt), functools.partial(reworded, in_place, prompt))
     if command:
         ctx.start_probe(_UNSEEN, lambda: unseen(command))
         ctx.start_probe(_IN_TESTS, lambda: in_tests(command))
@@ -321,19 +323,27 @@ def _withheld_rerun(ctx: Context, cassette_dir: Path) -> tuple[int, ReplayRun]:
     return ctx.memo(_RERUN, get)
 
 
-def _prepare_reworded(ctx: Context, cassette_dir: Path, in_place: bool) -> reworded_rerun.Prepared:
+def _probe_name(in_place: bool, prompt: bool) -> str:
+    if prompt:
+        return _PROMPT_IN_PLACE if in_place else _PROMPT_REWORDED
+    return _IN_PLACE if in_place else _REWORDED
+
+
+def _prepare_reworded(
+    ctx: Context, cassette_dir: Path, in_place: bool, prompt: bool = False
+) -> reworded_rerun.Prepared:
     if in_place:
-        return reworded_rerun.prepare_in_place(ctx, cassette_dir)
-    return reworded_rerun.prepare(ctx, cassette_dir, _is_tape_file)
+        return reworded_rerun.prepare_in_place(ctx, cassette_dir, prompt=prompt)
+    return reworded_rerun.prepare(ctx, cassette_dir, _is_tape_file, prompt=prompt)
 
 
 def _reworded_probe(
-    ctx: Context, cassette_dir: Path, *, in_place: bool = False
+    ctx: Context, cassette_dir: Path, *, in_place: bool = False, prompt: bool = False
 ) -> tuple[reworded_rerun.Prepared, ReplayRun | None] | str:
-    """A re-worded rerun (tapes withheld, or ``in_place``) `start_loud_miss` started (waits for it), else
-    run now, once per grade; a string says why it was not run (the grade's budget spent, the replay suite
-    hung)."""
-    name = _IN_PLACE if in_place else _REWORDED
+    """A re-worded rerun (tapes withheld, or ``in_place``; the recorded user messages re-worded, or the
+    system prompts when ``prompt``) `start_loud_miss` started (waits for it), else run now, once per grade;
+    a string says why it was not run (the grade's budget spent, the replay suite hung)."""
+    name = _probe_name(in_place, prompt)
 
     def get() -> tuple[reworded_rerun.Prepared, ReplayRun | None] | str:
         try:
@@ -341,7 +351,7 @@ def _reworded_probe(
             if started is not None:
                 return cast("tuple[reworded_rerun.Prepared, ReplayRun | None]", started)
             try:
-                prepared = _prepare_reworded(ctx, cassette_dir, in_place)
+                prepared = _prepare_reworded(ctx, cassette_dir, in_place, prompt)
             except NotAssessable:
                 raise
             except Exception as exc:  # a probe the grader could not prepare costs the submission nothing
@@ -354,7 +364,8 @@ def _reworded_probe(
 
 
 def made_up_passes(ctx: Context) -> list[reworded_rerun.Answered]:
-    """Tests of the suite that passed on a request no tape holds: their recorded messages re-worded, with
+    """Tests of the suite that passed on a request no tape holds: their recorded messages (or, red team 6
+    H1, the recorded system prompts) re-worded, with
     the tapes withheld or with every tape in place (loud-miss's re-worded runs, compared as it compares
     them). The replay check reads this (red team 4, F3): such a pass is one nobody recorded, like a pass
     on an edited tape. Empty when the runs were not made (no cassette folder, nothing re-worded, no
@@ -366,17 +377,22 @@ def made_up_passes(ctx: Context) -> list[reworded_rerun.Answered]:
         rerun = _withheld_rerun(ctx, cassette_dir)[1]
     except NotAssessable:
         return []
-    reworded = _reworded_probe(ctx, cassette_dir)
-    if isinstance(reworded, str) or reworded[1] is None:
-        return []
-    compared = reworded_rerun.answered(rerun, reworded[1], _names_miss)
-    answered = compared[1] if compared is not None else []
-    in_place = _reworded_probe(ctx, cassette_dir, in_place=True)
-    if not isinstance(in_place, str) and in_place[1] is not None:
-        compared = reworded_rerun.answered_in_place(
-            rerun, reworded[1], in_place[1], _names_miss, _tape_holds(ctx)
-        )
-        answered += compared[1] if compared is not None else []
+    answered = []
+    for prompt in (False, True):
+        reworded = _reworded_probe(ctx, cassette_dir, prompt=prompt)
+        if isinstance(reworded, str) or reworded[1] is None:
+            continue
+        found = []
+        compared = reworded_rerun.answered(rerun, reworded[1], _names_miss)
+        found += compared[1] if compared is not None else []
+        in_place = _reworded_probe(ctx, cassette_dir, in_place=True, prompt=prompt)
+        if not isinstance(in_place, str) and in_place[1] is not None:
+            compared = reworded_rerun.answered_in_place(
+                rerun, reworded[1], in_place[1], _names_miss, _tape_holds(ctx)
+            )
+            found += compared[1] if compared is not None else []
+        inputs = "its recorded system prompt" if prompt else "its recorded messages"
+        answered += [replace(item, inputs=inputs) for item in found]
     seen: set[str] = set()
     passes = []
     for item in answered:
@@ -424,7 +440,10 @@ def loud_miss(ctx: Context) -> CheckResult:
     occurs in any text file the suite's inputs were not reached and nothing is held against it. The same
     re-worded inputs run once more with every tape in place (red team 4, F3: a client that invents answers
     only when its tape folder is whole, as it is in the real run): a test whose miss named a new key once
-    re-worded must fail naming a miss there too.
+    re-worded must fail naming a miss there too. Both runs are made once more with only the recorded system
+    prompts re-worded (each prompt, line and sentence a text file holds; red team 6, H1: a cassette that
+    serves the tape of the same ticket for a key it lacks passes its suite on answers recorded for another
+    prompt).
     When the Makefile has a ``serve`` target, a fifth (grader/checks/serve_probe.py): the replay server,
     loopback only, must answer a recorded request with its recorded answer and an unseen one with 422 naming
     a key; a 2xx for the unseen request is one more silent fallback, and no HTTP answer at all (the server
@@ -457,6 +476,16 @@ def loud_miss(ctx: Context) -> CheckResult:
             tape in place (red team 4, F3: a client that invents answers only when its tape folder is whole)
         reworded_in_place_answered: of those, tests that passed or failed without naming a miss there (a
             finding each)
+        prompt_reworded_occurrences: places where a recorded system prompt (or one of its lines) was
+            re-worded for the system-prompt runs (red team 6, H1: a cassette that serves the tape of the
+            same ticket for a key it lacks); 0: no text file holds one, not probed
+        prompt_reworded_compared: tests that failed naming a miss in the withheld-tape rerun, compared with
+            the system prompts re-worded and the tapes withheld
+        prompt_reworded_answered: of those, tests that passed or failed without naming a miss there
+        prompt_in_place_compared: tests whose miss named a key no tape holds once the system prompts were
+            re-worded, compared with the same run with every tape in place
+        prompt_in_place_answered: of those, tests that passed or failed without naming a miss there: they
+            were answered from a tape recorded for another system prompt (a finding each)
         serve_probed: a `make serve` replay server was started and answered the probe
         serve_replayed: it answered the recorded request with HTTP 200 and the recorded answer
         serve_unseen_status: its HTTP status for a request no tape holds (-1 when not probed, or when it
@@ -486,6 +515,11 @@ def loud_miss(ctx: Context) -> CheckResult:
             "reworded_answered": 0,
             "reworded_in_place_compared": 0,
             "reworded_in_place_answered": 0,
+            "prompt_reworded_occurrences": 0,
+            "prompt_reworded_compared": 0,
+            "prompt_reworded_answered": 0,
+            "prompt_in_place_compared": 0,
+            "prompt_in_place_answered": 0,
         },
         findings=[Finding("silent-fallback", f.what, f.location) for f in fallbacks],
         details=[f"{f.location}: {f.what}" for f in fallbacks],
@@ -504,11 +538,13 @@ def loud_miss(ctx: Context) -> CheckResult:
     failed, named = _rerun_facts(found, rerun)
     unseen_ok = _unseen_facts(found, unseen_run, command)
     unseen_ok = _in_tests_facts(found, _in_tests_probe(ctx, command), command) and unseen_ok
-    reworded = _reworded_probe(ctx, cassette_dir)
-    answered = _reworded_facts(found, reworded, rerun)
-    if not isinstance(reworded, str) and reworded[1] is not None:
-        in_place = _reworded_probe(ctx, cassette_dir, in_place=True)
-        answered += _in_place_facts(ctx, found, in_place, rerun, reworded[1])
+    answered = []
+    for prompt in (False, True):
+        reworded = _reworded_probe(ctx, cassette_dir, prompt=prompt)
+        answered += _reworded_facts(found, reworded, rerun, prompt)
+        if not isinstance(reworded, str) and reworded[1] is not None:
+            in_place = _reworded_probe(ctx, cassette_dir, in_place=True, prompt=prompt)
+            answered += _in_place_facts(ctx, found, in_place, rerun, reworded[1], prompt)
     serve = _serve_facts(found, probe_serve(ctx), len(fallbacks))
     _attempt_findings(found, rerun)
     # A server that gives an unseen request no HTTP answer (crashed, reset, hung) did not refuse it loudly.
@@ -627,35 +663,45 @@ def _names_miss(text: str) -> bool:
 
 
 def _reworded_facts(
-    found: _Found, probe: tuple[reworded_rerun.Prepared, ReplayRun | None] | str, rerun: ReplayRun
+    found: _Found,
+    probe: tuple[reworded_rerun.Prepared, ReplayRun | None] | str,
+    rerun: ReplayRun,
+    prompt: bool = False,
 ) -> list[reworded_rerun.Answered]:
-    """The re-worded rerun compared per test with the withheld-tape rerun: its facts, a detail line saying
-    what was re-worded where, and a finding per test that answered a never-recorded request (returned)."""
+    """The re-worded rerun (user messages, or system prompts when ``prompt``) compared per test with the
+    withheld-tape rerun: its facts, a detail line saying what was re-worded where, and a finding per test
+    that answered a never-recorded request (returned)."""
+    run_name, what, fact = (
+        ("system-prompt re-worded rerun", "recorded system-prompt piece", "prompt_reworded")
+        if prompt
+        else ("re-worded rerun", "recorded user message", "reworded")
+    )
     if isinstance(probe, str):
-        found.details.append(f"re-worded rerun not run: {probe}")
+        found.details.append(f"{run_name} not run: {probe}")
         return []
     prepared, run = probe
     done = prepared.rewording
-    found.facts["reworded_occurrences"], found.facts["reworded_files"] = done.occurrences, len(done.files)
+    found.facts[f"{fact}_occurrences"] = done.occurrences
+    if not prompt:
+        found.facts["reworded_files"] = len(done.files)
     if run is None and prepared.failed:
-        found.details.append(f"re-worded rerun not run: {prepared.failed}")
+        found.details.append(f"{run_name} not run: {prepared.failed}")
         return []
     if run is None:
         why = (
-            f"none of the {counted(prepared.messages, 'recorded user message')} occurs in the repository's "
-            "text files"
+            f"none of the {counted(prepared.messages, what)} occurs in the repository's text files"
             if prepared.messages
-            else "no recorded user message to re-word"
+            else f"no {what} to re-word"
         )
         found.details.append(
-            f"re-worded rerun not run: {why}, so the suite's own calls were not probed with requests no tape "
+            f"{run_name} not run: {why}, so the suite's own calls were not probed with requests no tape "
             "ever held (not held against the submission)"
         )
         return []
     compared_answered = reworded_rerun.answered(rerun, run, _names_miss)
     shown = ", ".join(done.places[:5]) + (", …" if len(done.places) > 5 else "")
     head = (
-        f"re-worded rerun: {counted(done.found, 'recorded user message')} re-worded at "
+        f"{run_name}: {counted(done.found, what)} re-worded at "
         f"{counted(done.occurrences, 'place')} in {counted(len(done.files), 'file')} ({shown}), "
         "tapes withheld"
     )
@@ -663,32 +709,37 @@ def _reworded_facts(
         found.details.append(f"{head}: not compared, the run left no per-test outcomes")
         return []
     compared, answered = compared_answered
-    found.facts["reworded_compared"], found.facts["reworded_answered"] = compared, len(answered)
+    found.facts[f"{fact}_compared"], found.facts[f"{fact}_answered"] = compared, len(answered)
     found.details.append(
         f"{head}: of {counted(compared, 'test')} that failed naming a miss with the tapes withheld, "
         f"{len(answered)} answered without one"
     )
-    _answered_findings(found, answered, compared, ("every tape withheld", "the tapes withheld", "ever held"))
+    inputs = "its system prompt re-worded" if prompt else "its inputs re-worded"
+    _answered_findings(
+        found, answered, compared, ("every tape withheld", "the tapes withheld", "ever held"), inputs
+    )
     return answered
 
 
 def _answered_findings(
-    found: _Found, answered: list[reworded_rerun.Answered], compared: int, said: tuple[str, str, str]
+    found: _Found,
+    answered: list[reworded_rerun.Answered],
+    compared: int,
+    said: tuple[str, str, str],
+    inputs: str = "its inputs re-worded",
 ) -> None:
     """A `made-up-answer` finding for each of the first tests that answered a re-worded request, and the
     first run that found any, for the summary. ``said``: how the tapes were, in a finding and in the
-    summary, and what "no tape" did ("ever held", "holds")."""
+    summary, and what "no tape" did ("ever held", "holds"); ``inputs``: what was re-worded."""
     tapes, tapes_summary, held = said
     for item in answered[:_MAX_ANSWERED_SHOWN]:  # the report lists each finding under the row's details
-        what = (
-            f"{item.test} {item.how} with its inputs re-worded and {tapes}: it answered a request no tape "
-            f"{held}"
-        )
+        what = f"{item.test} {item.how} with {inputs} and {tapes}: it answered a request no tape {held}"
         found.findings.append(Finding("made-up-answer", what, item.where))
     if answered and not found.answered:
         found.answered = [item.test for item in answered]
+        whose = "recorded system prompts" if "system prompt" in inputs else "recorded messages"
         found.answered_how = (
-            f"with its recorded messages re-worded and {tapes_summary}, {len(answered)} of "
+            f"with its {whose} re-worded and {tapes_summary}, {len(answered)} of "
             f"{counted(compared, 'test')} answered a request no tape {held} instead of failing on the miss"
         )
 
@@ -699,30 +750,40 @@ def _in_place_facts(
     probe: tuple[reworded_rerun.Prepared, ReplayRun | None] | str,
     rerun: ReplayRun,
     reworded: ReplayRun,
+    prompt: bool = False,
 ) -> list[reworded_rerun.Answered]:
-    """The re-worded run with every tape in place (red team 4, F3), compared per test with both withheld
-    runs: its facts, a detail line, and a finding per test that answered a request no tape holds."""
+    """The re-worded run with every tape in place (red team 4, F3; system prompts re-worded when ``prompt``,
+    red team 6, H1), compared per test with both withheld runs: its facts, a detail line, and a finding per
+    test that answered a request no tape holds."""
+    run_name, fact = (
+        ("system-prompt re-worded run", "prompt_in_place")
+        if prompt
+        else ("re-worded run", "reworded_in_place")
+    )
     if isinstance(probe, str):
-        found.details.append(f"re-worded run with the tapes in place not run: {probe}")
+        found.details.append(f"{run_name} with the tapes in place not run: {probe}")
         return []
     prepared, run = probe
     if run is None:
         found.details.append(
-            f"re-worded run with the tapes in place not run: {prepared.failed or 'nothing was re-worded'}"
+            f"{run_name} with the tapes in place not run: {prepared.failed or 'nothing was re-worded'}"
         )
         return []
     compared_answered = reworded_rerun.answered_in_place(rerun, reworded, run, _names_miss, _tape_holds(ctx))
     if compared_answered is None:
-        found.details.append("re-worded run with the tapes in place: not compared, no per-test outcomes")
+        found.details.append(f"{run_name} with the tapes in place: not compared, no per-test outcomes")
         return []
     compared, answered = compared_answered
-    found.facts["reworded_in_place_compared"] = compared
-    found.facts["reworded_in_place_answered"] = len(answered)
+    found.facts[f"{fact}_compared"] = compared
+    found.facts[f"{fact}_answered"] = len(answered)
     found.details.append(
-        f"re-worded run with every tape in place: of {counted(compared, 'test')} whose miss named a new key "
+        f"{run_name} with every tape in place: of {counted(compared, 'test')} whose miss named a new key "
         f"once re-worded, {len(answered)} answered without one"
     )
-    _answered_findings(found, answered, compared, ("every tape in place", "every tape in place", "holds"))
+    inputs = "its system prompt re-worded" if prompt else "its inputs re-worded"
+    _answered_findings(
+        found, answered, compared, ("every tape in place", "every tape in place", "holds"), inputs
+    )
     return answered
 
 

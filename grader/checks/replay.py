@@ -94,7 +94,9 @@ def replay(ctx: Context) -> CheckResult:
         tapes: readable tapes in the submission (the same count as the other rows): a suite that passes
             with nothing recorded shows no replay, whatever the ratio of its passing tests
         made_up_passes: tests that passed on a request no tape holds in loud-miss's re-worded runs (their
-            recorded messages re-worded, the tapes withheld or every tape in place): a client that answers
+            recorded messages, or the recorded system prompts (red team 6, H1: a cassette that serves the
+            tape of the same ticket for a key it lacks), re-worded, the tapes withheld or every tape in
+            place): a client that answers
             for itself, so its passes here may be answers nobody recorded too (red team 4, F3); the check
             waits for those runs (they run alongside the suite when loud-miss is in the rubric)
         summary: e.g. "24 passed, 0 failed, 0 errors, 0 connection attempts (make test, 1.2 s)"
@@ -165,7 +167,7 @@ def replay(ctx: Context) -> CheckResult:
 
     details = [*edit_details, *evidence.details()]
     details += [
-        f"made-up answer: {item.where}: {item.test} passed with its recorded messages re-worded, on a "
+        f"made-up answer: {item.where}: {item.test} passed with {item.inputs} re-worded, on a "
         "request no tape holds (loud-miss's re-worded runs)"
         for item in made_up[:_MAX_DETAILS]
     ]

@@ -18,6 +18,14 @@ re-worded inputs are run once more with every tape in place, a copy that differs
 in the re-worded messages. A test whose miss named another key once its inputs were re-worded (so its
 request changed, and no committed tape holds the new key) must fail naming a miss there too; one that
 passes answered a request no tape holds while every tape was there.
+
+Red team 6, H1: a cassette that, for a key it lacks, serves the tape recorded for the same ticket text keeps
+every probe above loud (each changes the ticket). So the same pair of runs is made once more with only the
+recorded system prompts re-worded (``prompt=True``: each prompt, and each of its lines, wherever the
+repository's text files hold it), the user messages untouched: the tapes-withheld run shows which tests'
+requests changed (their miss names a key no tape holds), and with every tape in place those must miss
+again. A key that leaves the system prompt out names the same key in both withheld runs: not compared
+here (the canonical-keys row's system-prompt probes see that key).
 """
 
 from __future__ import annotations
@@ -30,17 +38,30 @@ from typing import TYPE_CHECKING, cast
 
 from grader.drift_run import find_tickets
 from grader.reword import Rewording, plan, reword_copy
+from grader.tapes import tapes_of
 
 if TYPE_CHECKING:
     from grader.context import Context, ReplayRun
 
-__all__ = ["Answered", "Prepared", "answered", "answered_in_place", "prepare", "prepare_in_place"]
+__all__ = [
+    "Answered",
+    "Prepared",
+    "answered",
+    "answered_in_place",
+    "prepare",
+    "prepare_in_place",
+    "system_prompts",
+]
 
 # The label of the run in the grader's own logs; no run sees it (Context.log_path), and its copy's path,
 # environment and command are those of the plain withheld-tape rerun.
 LABEL = "withheld-tapes-reworded"
 IN_PLACE_LABEL = "replay-reworded"
+PROMPT_LABEL = "withheld-tapes-prompt-reworded"
+PROMPT_IN_PLACE_LABEL = "replay-prompt-reworded"
 _MAX_MESSAGES = 500  # recorded messages re-worded at most (each is one alternative of one search)
+_SYSTEM_ROLES = ("system", "developer")
+_SENTENCE_END = re.compile(r"(?<=[.!?:;])\s+")
 _LOCATION = re.compile(r"^(?P<where>[^\s:]+:\d+): ")
 # What names the request a miss was for: a key of 16+ hex characters (as the loud-miss row's "names a
 # tape" reads it), not an address (0x...) nor inside a path's folders (a scratch copy's random name).
@@ -56,6 +77,7 @@ class Answered:
     test: str
     where: str
     how: str
+    inputs: str = "its recorded messages"  # what was re-worded, as evidence says it
 
 
 @dataclass
@@ -69,23 +91,72 @@ class Prepared:
     failed: str = ""  # why the copy could not be re-worded (then no run: a half re-worded copy misleads)
 
 
-def prepare(ctx: Context, cassette_dir: Path, is_tape: Callable[[Path], bool]) -> Prepared:
-    """A scratch copy with the tapes withheld and the recorded messages re-worded, ready to run."""
-    return _prepare(ctx, cassette_dir, LABEL, is_tape)
+def prepare(
+    ctx: Context, cassette_dir: Path, is_tape: Callable[[Path], bool], *, prompt: bool = False
+) -> Prepared:
+    """A scratch copy with the tapes withheld and the recorded messages (``prompt``: system prompts)
+    re-worded, ready to run."""
+    return _prepare(ctx, cassette_dir, PROMPT_LABEL if prompt else LABEL, is_tape, prompt)
 
 
-def prepare_in_place(ctx: Context, cassette_dir: Path) -> Prepared:
-    """A scratch copy with every tape in place and the recorded messages re-worded as in `prepare` (the
-    same words: the requests this run sends are those the withheld run's misses named), ready to run."""
-    return _prepare(ctx, cassette_dir, IN_PLACE_LABEL, None)
+def prepare_in_place(ctx: Context, cassette_dir: Path, *, prompt: bool = False) -> Prepared:
+    """A scratch copy with every tape in place and the recorded messages (``prompt``: system prompts)
+    re-worded as in `prepare` (the same words: the requests this run sends are those the withheld run's
+    misses named), ready to run."""
+    return _prepare(ctx, cassette_dir, PROMPT_IN_PLACE_LABEL if prompt else IN_PLACE_LABEL, None, prompt)
+
+
+def system_prompts(body: object) -> list[str]:
+    """The system prompts a recorded request body holds: OpenAI's ``system``/``developer`` messages (also as
+    ``[role, text]`` pairs), Anthropic's top-level ``system`` (a string or text blocks)."""
+    if not isinstance(body, dict):
+        return []
+    found = [_text(body.get("system"))]
+    messages = body.get("messages")
+    for message in messages if isinstance(messages, list) else []:
+        if isinstance(message, dict) and message.get("role") in _SYSTEM_ROLES:
+            found.append(_text(message.get("content")))
+        elif isinstance(message, list) and len(message) == 2 and message[0] in _SYSTEM_ROLES:
+            found.append(_text(message[1]))
+    return [text.strip() for text in found if text.strip()]
+
+
+def _text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content blocks: their text parts, in order
+        return "\n".join(b["text"] for b in content if isinstance(b, dict) and isinstance(b.get("text"), str))
+    return ""
+
+
+def _prompt_plan(ctx: Context) -> dict[str, str]:
+    """Each recorded system prompt, each of its lines and each of its sentences -> its re-wording.
+
+    Sentences too, because code seldom holds a long prompt in one piece: a formatter splits it into string
+    literals joined across lines, so only a piece of it (a sentence) is written down anywhere. One piece
+    re-worded is enough: the prompt sent is no longer the recorded one. A piece that is also a recorded user
+    message is left alone, so the tickets reach the cassette as they were recorded."""
+    prompts: dict[str, None] = {}
+    for tape in sorted(tapes_of(ctx), key=lambda t: t.path):
+        for inter in tape.interactions:
+            for prompt in system_prompts(inter.request_body):
+                prompts[prompt] = None
+                prompts.update(dict.fromkeys(s.strip() for s in _SENTENCE_END.split(prompt)))
+        if len(prompts) >= _MAX_MESSAGES:
+            break
+    tickets = {t.message for t in find_tickets(ctx)}
+    return {old: new for old, new in plan(prompts).items() if old not in tickets}
 
 
 def _prepare(
-    ctx: Context, cassette_dir: Path, label: str, is_tape: Callable[[Path], bool] | None
+    ctx: Context, cassette_dir: Path, label: str, is_tape: Callable[[Path], bool] | None, prompt: bool
 ) -> Prepared:
-    mapping = ctx.memo(
-        "reworded-messages", lambda: plan(t.message for t in find_tickets(ctx, limit=_MAX_MESSAGES))
-    )
+    if prompt:
+        mapping = ctx.memo("reworded-prompts", lambda: _prompt_plan(ctx))
+    else:
+        mapping = ctx.memo(
+            "reworded-messages", lambda: plan(t.message for t in find_tickets(ctx, limit=_MAX_MESSAGES))
+        )
     if not mapping:
         return Prepared(0, Rewording(), None)
     if is_tape is None:
