@@ -28,10 +28,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
+from grader._toml import tomllib
 
 __all__ = ["RULES_PATH", "Host", "InterceptRulesError", "Interception", "load_hosts", "prepare"]
 

@@ -7,18 +7,13 @@ import json
 import os
 import re
 import shlex
-import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from grader import pysource, walk
+from grader._toml import tomllib
 from grader.pytest_config import addopts_text, ini_sections
 from grader.safeio import read_bytes
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 __all__ = [
     "CASSETTE_DIR_CANDIDATES",

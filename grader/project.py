@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,14 +17,10 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from grader._json import mapping
+from grader._toml import tomllib
 from grader.requirements import Problem, poetry_specifier, vet_requirement
 from grader.safeio import read_bytes
 from grader.walk import tree
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 __all__ = ["Project", "read_project"]
 

@@ -10,15 +10,10 @@ pytest picks can depend on where it is started.
 from __future__ import annotations
 
 import configparser
-import sys
 from pathlib import Path
 
+from grader._toml import tomllib
 from grader.safeio import read_bytes
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 __all__ = ["addopts_text", "ini_sections"]
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import re
 import stat
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,12 +30,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from grader._json import mapping
+from grader._toml import tomllib
 from grader.details import counted
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 __all__ = [
     "Dependencies",

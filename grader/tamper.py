@@ -28,20 +28,15 @@ import errno
 import json
 import re
 import shutil
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from grader import pysource, walk
+from grader._toml import tomllib
 from grader.pytest_config import addopts_text, ini_sections
 from grader.safeio import UnsafeFile, read_bytes
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 __all__ = [
     "CLEAN_LAUNCHER",

@@ -22,23 +22,18 @@ import json
 import random
 import re
 import secrets
-import sys
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from grader import keyprobe, walk
 from grader._json import marked_answer
+from grader._toml import tomllib
 from grader.chain import chain_rewrites, read_chain
 from grader.checks import CheckResult, Finding, register
 from grader.details import row_details
 from grader.safeio import read_text
 from grader.tapes import canonical_key, tapes_of
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 if TYPE_CHECKING:
     from grader.context import Context

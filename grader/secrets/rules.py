@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import functools
 import re
-import sys
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader._toml import tomllib
 from grader.secrets.literals import match_prefixes
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 __all__ = ["DEFAULT_RULES", "Rule", "RuleError", "base62", "load_rules", "validators"]
 
