@@ -379,20 +379,9 @@ def made_up_passes(ctx: Context) -> list[reworded_rerun.Answered]:
         return []
     answered = []
     for prompt in (False, True):
-        reworded = _reworded_probe(ctx, cassette_dir, prompt=prompt)
-        if isinstance(reworded, str) or reworded[1] is None:
-            continue
-        found = []
-        compared = reworded_rerun.answered(rerun, reworded[1], _names_miss)
-        found += compared[1] if compared is not None else []
-        in_place = _reworded_probe(ctx, cassette_dir, in_place=True, prompt=prompt)
-        if not isinstance(in_place, str) and in_place[1] is not None:
-            compared = reworded_rerun.answered_in_place(
-                rerun, reworded[1], in_place[1], _names_miss, _tape_holds(ctx)
-            )
-            found += compared[1] if compared is not None else []
-        inputs = "its recorded system prompt" if prompt else "its recorded messages"
-        answered += [replace(item, inputs=inputs) for item in found]
+        for in_place in (False, True):
+            compared = _comparison(ctx, cassette_dir, rerun, prompt=prompt, in_place=in_place)
+            answered += compared[1] if compared is not None else []
     seen: set[str] = set()
     passes = []
     for item in answered:
@@ -400,6 +389,34 @@ def made_up_passes(ctx: Context) -> list[reworded_rerun.Answered]:
             seen.add(item.test)
             passes.append(item)
     return passes
+
+
+def _comparison(
+    ctx: Context, cassette_dir: Path, rerun: ReplayRun, *, prompt: bool, in_place: bool
+) -> tuple[int, list[reworded_rerun.Answered]] | None:
+    """(tests compared, those that answered without a miss) for one re-worded run against the withheld-tape
+    rerun (and, ``in_place``, its tapes-withheld twin): made once per grade, as loud-miss and the replay
+    check both read it. None when a run it needs was not made or left no per-test outcomes."""
+
+    def get() -> tuple[int, list[reworded_rerun.Answered]] | None:
+        reworded = _reworded_probe(ctx, cassette_dir, prompt=prompt)
+        if isinstance(reworded, str) or reworded[1] is None:
+            return None
+        if not in_place:
+            compared = reworded_rerun.answered(rerun, reworded[1], _names_miss)
+        else:
+            probe = _reworded_probe(ctx, cassette_dir, in_place=True, prompt=prompt)
+            if isinstance(probe, str) or probe[1] is None:
+                return None
+            compared = reworded_rerun.answered_in_place(
+                rerun, reworded[1], probe[1], _names_miss, _tape_holds(ctx)
+            )
+        if compared is None:
+            return None
+        inputs = "its recorded system prompt" if prompt else "its recorded messages"
+        return compared[0], [replace(item, inputs=inputs) for item in compared[1]]
+
+    return ctx.memo(f"loud-miss compared: prompt={prompt} in_place={in_place}", get)
 
 
 def _tape_holds(ctx: Context) -> Callable[[str], bool]:
@@ -541,10 +558,12 @@ def loud_miss(ctx: Context) -> CheckResult:
     answered = []
     for prompt in (False, True):
         reworded = _reworded_probe(ctx, cassette_dir, prompt=prompt)
-        answered += _reworded_facts(found, reworded, rerun, prompt)
+        compared = _comparison(ctx, cassette_dir, rerun, prompt=prompt, in_place=False)
+        answered += _reworded_facts(found, reworded, compared, prompt)
         if not isinstance(reworded, str) and reworded[1] is not None:
             in_place = _reworded_probe(ctx, cassette_dir, in_place=True, prompt=prompt)
-            answered += _in_place_facts(ctx, found, in_place, rerun, reworded[1], prompt)
+            compared = _comparison(ctx, cassette_dir, rerun, prompt=prompt, in_place=True)
+            answered += _in_place_facts(found, in_place, compared, prompt)
     serve = _serve_facts(found, probe_serve(ctx), len(fallbacks))
     _attempt_findings(found, rerun)
     # A server that gives an unseen request no HTTP answer (crashed, reset, hung) did not refuse it loudly.
@@ -665,7 +684,7 @@ def _names_miss(text: str) -> bool:
 def _reworded_facts(
     found: _Found,
     probe: tuple[reworded_rerun.Prepared, ReplayRun | None] | str,
-    rerun: ReplayRun,
+    compared_answered: tuple[int, list[reworded_rerun.Answered]] | None,
     prompt: bool = False,
 ) -> list[reworded_rerun.Answered]:
     """The re-worded rerun (user messages, or system prompts when ``prompt``) compared per test with the
@@ -698,7 +717,6 @@ def _reworded_facts(
             "ever held (not held against the submission)"
         )
         return []
-    compared_answered = reworded_rerun.answered(rerun, run, _names_miss)
     shown = ", ".join(done.places[:5]) + (", …" if len(done.places) > 5 else "")
     head = (
         f"{run_name}: {counted(done.found, what)} re-worded at "
@@ -745,11 +763,9 @@ def _answered_findings(
 
 
 def _in_place_facts(
-    ctx: Context,
     found: _Found,
     probe: tuple[reworded_rerun.Prepared, ReplayRun | None] | str,
-    rerun: ReplayRun,
-    reworded: ReplayRun,
+    compared_answered: tuple[int, list[reworded_rerun.Answered]] | None,
     prompt: bool = False,
 ) -> list[reworded_rerun.Answered]:
     """The re-worded run with every tape in place (red team 4, F3; system prompts re-worded when ``prompt``,
@@ -769,7 +785,6 @@ def _in_place_facts(
             f"{run_name} with the tapes in place not run: {prepared.failed or 'nothing was re-worded'}"
         )
         return []
-    compared_answered = reworded_rerun.answered_in_place(rerun, reworded, run, _names_miss, _tape_holds(ctx))
     if compared_answered is None:
         found.details.append(f"{run_name} with the tapes in place: not compared, no per-test outcomes")
         return []
