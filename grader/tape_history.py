@@ -462,7 +462,7 @@ class _Change:
 
 
 def _compare(pair: _Pair, old_data: bytes, new_data: bytes) -> _Change:
-    path, before, after = pair.path, pair.before[:_SHORT], pair.after[:_SHORT]
+    path = pair.path
     new_text = new_data.decode("utf-8", "replace")
     old, new = _parse(path, old_data.decode("utf-8", "replace")), _parse(path, new_text)
     new.text = new_text
@@ -486,20 +486,24 @@ def _compare(pair: _Pair, old_data: bytes, new_data: bytes) -> _Change:
             continue  # an interaction added: a recording, not an edit
         if _response(olds[sig][index]) != _response(inter):
             rerecorded = True
-            out.append(
-                TapeEdit(
-                    path=path,
-                    line=_response_line(new, inter),
-                    before=before,
-                    after=after,
-                    request=f"{inter.method or '?'} {inter.path or inter.url or '?'}",
-                    ref=pair.ref,
-                )
-            )
+            out.append(_edit(pair, new, inter))
     change = _Change(edits=out, rerecorded=rerecorded)
     if not any(olds.get(sig) for sig in seen):  # no interaction kept its request: paired by position
         return _rekey(pair, old, new, change)
     return change
+
+
+def _edit(pair: _Pair, new: Tape, inter: Interaction, rekeyed: str = "") -> TapeEdit:
+    """The finding for ``inter``'s answer, changed in ``pair``'s later commit (``new``: that version)."""
+    return TapeEdit(
+        path=pair.path,
+        line=_response_line(new, inter),
+        before=pair.before[:_SHORT],
+        after=pair.after[:_SHORT],
+        request=f"{inter.method or '?'} {inter.path or inter.url or '?'}",
+        ref=pair.ref,
+        rekeyed=rekeyed,
+    )
 
 
 def _rekey(pair: _Pair, old: Tape, new: Tape, change: _Change) -> _Change:
@@ -513,16 +517,7 @@ def _rekey(pair: _Pair, old: Tape, new: Tape, change: _Change) -> _Change:
         if _response(before) == _response(after):
             change.rekeyed.add(delta)
             continue
-        edit = TapeEdit(
-            path=pair.path,
-            line=_response_line(new, after),
-            before=pair.before[:_SHORT],
-            after=pair.after[:_SHORT],
-            request=f"{after.method or '?'} {after.path or after.url or '?'}",
-            ref=pair.ref,
-            rekeyed=", ".join(delta) or "none",
-        )
-        change.rekey_edits.append((edit, delta))
+        change.rekey_edits.append((_edit(pair, new, after, rekeyed=", ".join(delta) or "none"), delta))
     change.rerecorded = bool(change.rekey_edits)  # every answer kept: a re-key, not a re-recording
     return change
 
