@@ -253,7 +253,7 @@ def _run_notes(ctx: Context, rubric: Rubric, results: dict[str, CheckResult]) ->
     for reason in ctx.skipped:
         unassessed = {c for c, result in results.items() if reason in (result.not_assessable or "")}
         rows = [row.id for row in rubric.rows if row.check in unassessed]
-        where = f"rows left unassessed: {', '.join(rows)}" if rows else "every row still scored without it"
+        where = f"rows left unassessed: {', '.join(rows)}" if rows else "the rows were scored without it"
         notes.append(f"{reason}; {where}")
     return notes
 

@@ -66,6 +66,11 @@ def test_a_hanging_suite_costs_one_timeout_and_its_probes_are_skipped_with_a_not
     # (model-metadata 2: the sample was recorded against the stand-in, see tests/helpers/sample_marks.py)
     assert _row(report, "model-metadata")["score"] == default_scores()["model-metadata"]
     assert _row(report, "canonical-keys")["score"] == 3
+    # The canary record probe runs the suite too: skipped, so no-credentials cannot say "no leak" (R7-2).
+    creds = _row(report, "no-credentials")
+    assert report["facts"]["secrets"]["canary_skipped"] is True
+    assert creds["score"] == creds["max"] - 1, creds
+    assert "canary record probe was not run" in creds["evidence"], creds
 
 
 @pytest.mark.index

@@ -86,6 +86,9 @@ class CanaryProbe:
     details: list[str] = field(default_factory=list)
     fingerprint: str = ""  # of the canary key (never the key): its own output holds it and is no other leak
     output_label: str = ""  # the label of the probe's run in ctx.outputs
+    # It applied but was not run: the grade's budget was spent, or the replay suite hung (red team 7, R7-2:
+    # a submission that spent the budget before it kept a leak at record time unseen, row still at 3).
+    skipped: bool = False
 
 
 @dataclass(frozen=True)
@@ -314,7 +317,7 @@ def _execute(ctx: Context, plan: _Plan) -> CanaryProbe:
         # The template's record command runs the suite: once the replay suite hung, this is not run.
         run, _audit = ctx.run(argv, cwd=scratch, env=plan.env, loopback=True, label=_LABEL, suite_probe=True)
     except NotAssessable as exc:  # skipped, or the grade's budget is spent: the static scan still counts
-        return CanaryProbe(f"not available: {exc.reason}")
+        return CanaryProbe(f"not available: {exc.reason}", skipped=True)
     print_ = fingerprint(canary)
     if run.returncode == _NO_STANDIN and "stand-in server did not start" in run.stderr:
         return CanaryProbe(
@@ -349,6 +352,12 @@ def _execute(ctx: Context, plan: _Plan) -> CanaryProbe:
 
 def summarize(summary: str, probe: CanaryProbe, other_findings: int) -> str:
     """The secrets check's summary with the probe's outcome added in front (leaks) or at the end."""
+    if not probe.leaks and probe.skipped:
+        why = probe.status.removeprefix("not available: ")
+        return (
+            f"{summary}; the canary record probe was not run ({why}): a key the recording writes or prints "
+            "was not looked for"
+        )
     if not probe.leaks:
         return f"{summary}; the canary record probe found no leak" if probe.status == "ran" else summary
     places = ", ".join(f.location for f in probe.leaks[:3])

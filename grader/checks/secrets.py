@@ -62,6 +62,8 @@ def secrets(ctx: Context) -> CheckResult:
         canary_leaks: files (tapes included) and output streams in which the canary recording probe found
             the generated key it gave the manifest's record_command (each counted once)
         canary_probe: "ran", or "not available: <why>" (no record_command or api_key_env, no environment)
+        canary_skipped: the probe applied but was not run (the grade's budget was spent, or the replay suite
+            hung): a key the recording writes or prints was not looked for (red team 7, R7-2)
         unscanned: files, history blobs, compressed bodies and zip members not read to their end (past
             256 MiB each, a zip past 256 MiB inflated or 10,000 members, an encrypted, corrupt or unknown-
             method member, or unreadable): a key there would not be found, so the row needs a reviewer's
@@ -113,6 +115,7 @@ def secrets(ctx: Context) -> CheckResult:
         "outputs_scanned": stats.outputs,
         "canary_leaks": len(canary.leaks),
         "canary_probe": canary.status,
+        "canary_skipped": canary.skipped,
         "unscanned": len(stats.unscanned),
         "summary": summarize(
             _summary(found, stats.files, stats.commits, tapes, stats.outputs), canary, len(found)
