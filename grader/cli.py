@@ -324,14 +324,15 @@ def _write_atomic(path: Path, text: str) -> None:
     path = path.resolve() if path.is_symlink() else path
     folder = _check_output(path)
     if path.exists() and not path.is_file():
-        with path.open("w", encoding="utf-8") as handle:
+        with path.open("w", encoding="utf-8", errors="backslashreplace") as handle:
             handle.write(text)
         return
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     try:
         # mkstemp makes the file 0600; a report is a file like any other the user writes (umask applies).
         os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        # Reports are inert (no lone surrogate); this is the last resort should one slip through (R7-3).
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as handle:
             handle.write(text)
         os.replace(tmp, path)
     except BaseException:

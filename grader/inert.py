@@ -18,8 +18,12 @@ from typing import Any
 __all__ = ["csv_cell", "inert", "inert_tree"]
 
 # C0 except tab and newline (kept: they are whitespace every renderer already handles), DEL, C1, the
-# bidi embeddings/overrides/isolates, and the line/paragraph separators some terminals and editors obey.
-_ACTIVE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# bidi embeddings/overrides/isolates, the line/paragraph separators some terminals and editors obey, and
+# lone surrogates (red team 7, R7-3: one in a skip reason made the report unwritable as UTF-8: exit 1, no
+# report, the candidate "not assessable").
+_ACTIVE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
 # Starts of a cell a spreadsheet evaluates (OWASP "CSV injection"): formulas, and tab/CR that some
 # importers strip before looking at the next character.
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")

@@ -241,10 +241,13 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def write_text(path: Path, text: str) -> None:
-    """Write via a temp file in the same folder + rename, so a reader never sees half a file."""
+    """Write via a temp file in the same folder + rename, so a reader never sees half a file.
+
+    A lone surrogate (a submission's skip reason or output, kept raw in the stored facts: red team 7, R7-3)
+    is written as its ``\\udXXX`` escape, which inside a JSON string is the same character again."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as handle:
             handle.write(text)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)

@@ -28,13 +28,14 @@ REPO = Path(__file__).resolve().parents[1]
 ROW_IDS = [row.id for row in load_rubric(None).rows]
 
 # OSC 0 retitles the window; CSI 1A moves up a line, CSI 2K erases it, CSI G goes to its first column; then
-# a fake total; CSI 8m conceals what follows; U+202E reverses the rest of the line; 0x9b is the C1 CSI.
+# a fake total; CSI 8m conceals what follows; U+202E reverses the rest of the line; 0x9b is the C1 CSI; a
+# lone surrogate cannot be written as UTF-8 (red team 7, R7-3: the report was lost, exit 1).
 # (No CR or LF: the skip reason reaches the report as its first line.)
 HOSTILE = (
     "\x1b]0;all tests passed\x07\x1b[1A\x1b[2K\x1b[Gtotal: 54/54 (100%)\x1b[8m"
-    "\u202eylno thgir\u202c\x9b31m\x00"
+    "\u202eylno thgir\u202c\x9b31m\x00 \udc80"
 )
-RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def _hostile_submission(dest: Path) -> Path:
@@ -76,6 +77,7 @@ def test_a_skip_reason_of_terminal_escapes_cannot_fake_the_text_or_markdown_repo
         assert not RAW.search(shown), repr(RAW.search(shown))
         assert "\\x1b]0;all tests passed\\x07" in shown
         assert "\\u202e" in shown
+        assert "\\udc80" in shown
     # Only the real total is on a line of its own; every row is there, in order, each line its own.
     points, most = report["total"]["points"], report["total"]["max"]
     totals = [line for line in text.splitlines() if line.startswith("total:")]
