@@ -245,3 +245,40 @@ def test_the_record_command_sees_a_loopback_standin_url_and_no_route_out(
     output = dict(ctx.outputs)["canary record"]
     assert re.search(r"^http://127\.0\.0\.1:\d+/v1$", output, re.MULTILINE), output
     assert "outside: unreachable" in output
+
+
+@pytest.mark.index
+def test_a_compressed_dump_of_the_environment_is_a_leak_inside_its_body(
+    tmp_path: Path, installed: tuple[Path, object]
+) -> None:
+    # Red team 7, R7-5: the recorder snapshots its environment compressed; the plain dump was already found.
+    script = (
+        "import gzip, io, json, lzma, os, zipfile, zlib\n"
+        "dump = json.dumps(dict(os.environ), indent=1).encode()\n"
+        "open('.record-env.snapshot', 'wb').write(gzip.compress(dump))\n"
+        "open('.http-cache.bin', 'wb').write(zlib.compress(dump))\n"
+        "open('env.xz', 'wb').write(lzma.compress(dump))\n"
+        "with zipfile.ZipFile('debug.zip', 'w', zipfile.ZIP_DEFLATED) as z:\n"
+        "    z.writestr('run/env.json', dump)\n"
+        "    z.writestr('run/env.json.z', zlib.compress(dump))\n"
+        "    z.writestr('keys/' + os.environ['OPENAI_API_KEY'] + '.txt', dump)\n"
+    )
+    ctx = _ctx(tmp_path, installed, record_command=["python", "-c", script])
+    probe = probe_canary(ctx)
+    assert probe.status == "ran", _all_text(probe)
+    places = {f.location.rsplit(":", 1)[0]: f.message for f in probe.leaks}
+    assert set(places) == {
+        "debug.zip",  # the member named after the key: names are stored as they are
+        "debug.zip:keys/sk-…[redacted]",  # and that member's own leak, its name redacted
+        ".record-env.snapshot",
+        ".http-cache.bin",
+        "env.xz",
+        "debug.zip:run/env.json",
+        "debug.zip:run/env.json.z",
+    }
+    assert "(inside its gzip body)" in places[".record-env.snapshot"]
+    assert "(inside its zlib body)" in places[".http-cache.bin"]
+    assert "(inside its xz body)" in places["env.xz"]
+    assert "(inside its zlib body)" in places["debug.zip:run/env.json.z"]
+    assert "canary leak: .record-env.snapshot:" in _all_text(probe)
+    assert not _FULL_KEY.search(_all_text(probe))

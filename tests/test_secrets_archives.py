@@ -223,3 +223,44 @@ def test_xz_and_bzip2_files_are_inflated_and_scanned(tmp_path: Path, suffix: str
     scanner = Scanner()
     assert scan_tree_with(scanner, tmp_path) == []
     assert any("only its first" in u for u in scanner.stats.unscanned)
+
+
+def test_a_raw_zlib_file_is_inflated_in_the_tree_and_in_history(tmp_path: Path) -> None:
+    # Red team 7, R7-4: what HTTP and pickle caches write; the same bytes gzip'd were already found.
+    repo = tmp_path / "repo"
+    _init(repo)
+    (repo / ".cache").mkdir()
+    body = f"GET /v1/chat/completions\nAuthorization: Bearer {ZIP_KEY}\n".encode()
+    (repo / ".cache" / "http-0001").write_bytes(zlib.compress(body))
+    _commit_all(repo, "keep the http cache")
+    scanner, tree, history = _scan(repo)
+    assert tree == [".cache/http-0001:2"]
+    assert len(history) == 1 and history[0].endswith(":.cache/http-0001:2")
+    assert scanner.stats.unscanned == []
+    # Deleted later: the blob in history is inflated on its own; any level and window size is a zlib stream.
+    (repo / ".cache" / "http-0001").write_bytes(zlib.compress(body, level=1, wbits=12))
+    _commit_all(repo, "recompress")
+    (repo / ".cache" / "http-0001").unlink()
+    _commit_all(repo, "drop the cache")
+    scanner = Scanner()
+    assert scan_tree_with(scanner, repo) == []
+    found = scan_history_with(scanner, repo)
+    assert [(f.location.split(":", 1)[1], f.encoding) for f in found] == [(".cache/http-0001:2", "zlib")]
+    assert scanner.stats.unscanned == []
+
+
+def test_a_zlib_bomb_is_listed_and_files_only_starting_like_zlib_are_read_as_they_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tree_module, "READ_CAP", 4 * 1024 * 1024)
+    (tmp_path / "cache.bin").write_bytes(zlib.compress(b"\0" * (8 * 1024 * 1024) + f"K={ZIP_KEY}\n".encode()))
+    # "x^" is a valid zlib header: a text file starting so is text, its key found where it stands; bytes
+    # that start like zlib and are not are read as any binary file, never listed as unscanned.
+    (tmp_path / "notes.md").write_bytes(f"x^2 + y^2 = r^2\nOPENAI_API_KEY={ZIP_KEY}\n".encode())
+    (tmp_path / "data.bin").write_bytes(b"x\x9c\xff\xff\x00\x01garbage that is not deflate" * 20)
+    (tmp_path / "short.bin").write_bytes(b"x\xda")
+    scanner = Scanner()
+    assert [(f.location, f.encoding) for f in scan_tree_with(scanner, tmp_path)] == [("notes.md:2", None)]
+    assert scanner.stats.unscanned == [
+        f"cache.bin: its zlib body was scanned only to {4 * 1024 * 1024} bytes"
+    ]

@@ -24,11 +24,15 @@ library only), so neither the submission's `PYTHONPATH` nor its files can shadow
 from __future__ import annotations
 
 import base64
+import io
 import json
 import secrets as _random
 import shlex
 import shutil
 import string
+import zipfile
+import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,6 +45,8 @@ from grader.errors import NotAssessable
 from grader.safeio import read_bytes
 from grader.secrets import redact, scan_text
 from grader.secrets.findings import fingerprint
+from grader.secrets.inflate import Inflated, compression
+from grader.secrets.tree import MAX_MEMBERS
 
 if TYPE_CHECKING:
     from grader.context import Context
@@ -233,18 +239,84 @@ def _scan_tree(root: Path, canary: str) -> list[tuple[str, str]]:
             data = read_bytes(path, cap=_MAX_FILE_BYTES)  # the probe's run owned this copy
         except OSError:
             continue
-        found.extend(_first(path.relative_to(root).as_posix(), find_canary(data, canary)))
+        for where, body, inside in _bodies(path.relative_to(root).as_posix(), data, canary):
+            found.extend(_first(where, find_canary(body, canary), inside))
     return found
 
 
-def _first(where: str, hits: list[tuple[int, str]]) -> list[tuple[str, str]]:
+_ZIP, _CENTRAL = b"PK\x03\x04", b"PK\x01\x02"
+_HEAD = 8192  # what a compressed body is known by
+# What a zip member that cannot be read raises (encrypted, an unknown method, corrupt): it is skipped.
+_MEMBER_ERRORS = (
+    RuntimeError,
+    NotImplementedError,
+    zipfile.BadZipFile,
+    zlib.error,
+    EOFError,
+    OSError,
+    ValueError,
+)
+
+
+def _bodies(rel: str, data: bytes, canary: str) -> Iterator[tuple[str, bytes, str]]:
+    """(where, bytes, how they were reached) of what one file holds: its bytes; inflated, when it is a
+    gzip, zlib, xz or bzip2 file (red team 7, R7-5: a gzip'd dump of the environment); each member of a zip
+    archive, itself inflated when compressed. The inflated bytes of a file share `_MAX_FILE_BYTES`."""
+    yield rel, data, ""
+    budget = [_MAX_FILE_BYTES]
+    if data[:4] == _ZIP:
+        for name, member in _members(data, budget):
+            # A name holding the key is found in the archive's own bytes (names are stored as they are);
+            # a report never prints it.
+            hit = find_canary(name.encode("utf-8", "surrogateescape"), canary)
+            shown = redact(name) if hit else name
+            yield f"{rel}:{shown}", member, ""
+            yield from _inflated(f"{rel}:{shown}", member, budget)
+    else:
+        yield from _inflated(rel, data, budget)
+
+
+def _inflated(where: str, data: bytes, budget: list[int]) -> Iterator[tuple[str, bytes, str]]:
+    name = compression(data[:_HEAD])
+    if name is None or budget[0] <= 0:
+        return
+    # Past the cap the rest is left unread, as a file over `_MAX_FILE_BYTES` is.
+    body = b"".join(Inflated(name, [data], cap=budget[0], block=budget[0]))
+    budget[0] -= len(body)
+    yield where, body, f"inside its {name} body"
+
+
+def _members(data: bytes, budget: list[int]) -> Iterator[tuple[str, bytes]]:
+    """(name, bytes) of each readable member of the zip archive in ``data``, up to the secret scan's
+    member cap and ``budget`` inflated bytes in all; an archive with more entries is not opened (zipfile
+    builds an object per entry)."""
+    if data.count(_CENTRAL) > MAX_MEMBERS:
+        return
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+        infos = archive.infolist()
+    except (zipfile.LargeZipFile, *_MEMBER_ERRORS):
+        return
+    for info in infos[:MAX_MEMBERS]:
+        if info.is_dir() or budget[0] <= 0:
+            continue
+        try:
+            with archive.open(info) as stream:
+                body = stream.read(budget[0])
+        except _MEMBER_ERRORS:
+            continue
+        budget[0] -= len(body)
+        yield info.filename, body
+
+
+def _first(where: str, hits: list[tuple[int, str]], inside: str = "") -> list[tuple[str, str]]:
     """One place per file or stream: its first hit, and how many more lines hold the canary."""
     if not hits:
         return []
     line, how = hits[0]
     lines = {n for n, _ in hits}
     more = f"{len(lines) - 1} more line{'s' if len(lines) != 2 else ''} too" if len(lines) > 1 else ""
-    return [(f"{where}:{line}", ", ".join(x for x in (how, more) if x))]
+    return [(f"{where}:{line}", ", ".join(x for x in (inside, how, more) if x))]
 
 
 def start_canary(ctx: Context) -> None:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import bz2
 import hashlib
 import io
 import itertools
-import lzma
 import os
 import re
 import stat
@@ -19,6 +17,7 @@ from pathlib import Path
 from grader.safeio import read_blocks, read_bytes
 from grader.secrets.decode import wide_text
 from grader.secrets.findings import SecretFinding
+from grader.secrets.inflate import Inflated, compression
 from grader.secrets.redact import redact
 from grader.secrets.scanner import Scanner, git_blob_id
 from grader.secrets.tapes import looks_like_tape
@@ -43,10 +42,6 @@ MAX_FILE_BYTES = 16 * 1024 * 1024
 READ_CAP = 256 * 1024 * 1024
 _OVERLAP = 64 * 1024  # carried into the next block: longer than any line a rule needs around a key
 _HEAD = 8192
-_GZIP = b"\x1f\x8b"
-# xz and bzip2 single-file compression (red team 6): inflated like gzip, to the same cap.
-_XZ = b"\xfd7zXZ\x00"
-_BZIP2 = re.compile(rb"BZh[1-9]1AY&SY")
 # A zip archive is recognised by its first local header, whatever its name (red team 6, H2: a key in a
 # member of a committed .zip). Its members are read from memory, never extracted.
 _ZIP = b"PK\x03\x04"
@@ -135,15 +130,14 @@ def scan_blob(
     kind: str | None = None,
     tape_dirs: tuple[str, ...] = (),
 ) -> list[SecretFinding]:
-    """Scan one file's bytes: gzip files are inflated, other binary files read for the text they hold."""
+    """Scan one file's bytes: gzip, zlib, xz and bzip2 files are inflated, a zip's members read, other
+    binary files read for the text they hold."""
     scanner.stats.bytes += len(data)
     head = data[:_HEAD]
     is_tape, kind = _counted_file(scanner, rel, head, commit, kind, tape_dirs)
     where = rel if commit is None else f"{rel} (in git history)"
-    if head[:2] == _GZIP:
-        return _scan_gzip(scanner, [data], rel, kind=kind, commit=commit, where=where)
-    if compressed := _compression(head):
-        return _scan_compressed(scanner, [data], rel, compressed, kind=kind, commit=commit, where=where)
+    if compressed := compression(head):
+        return _scan_inflated(scanner, [data], rel, compressed, kind=kind, commit=commit, where=where)
     if head[:4] == _ZIP:
         found = _scan_zip(scanner, data, rel, kind=kind, commit=commit, where=where, tape_dirs=tape_dirs)
         if commit is None:  # the history pass takes these for the same blob (members included)
@@ -174,10 +168,11 @@ def scan_large(
     where: str | None = None,
     archive: _Archive | None = None,
 ) -> list[SecretFinding]:
-    """Scan a file of ``size`` bytes given as blocks (at most `READ_CAP` of them): gzip is inflated block by
-    block, a zip archive's members are read, other binary files are read for the text they hold; a file not
-    read to its end is listed in ``stats.unscanned``. A working-tree file read whole is remembered by its
-    blob id for the history pass. ``archive``: the zip this is a member of (not counted as a file)."""
+    """Scan a file of ``size`` bytes given as blocks (at most `READ_CAP` of them): a gzip, zlib, xz or bzip2
+    body is inflated block by block, a zip archive's members are read, other binary files are read for the
+    text they hold; a file not read to its end is listed in ``stats.unscanned``. A working-tree file read
+    whole is remembered by its blob id for the history pass. ``archive``: the zip this is a member of (not
+    counted as a file)."""
     stats = scanner.stats
     blocks = iter(blocks)
     first = next(blocks, b"")
@@ -198,12 +193,8 @@ def scan_large(
             yield block
 
     stream = counted(itertools.chain([first], blocks))
-    if head[:2] == _GZIP:
-        found = _scan_gzip(scanner, stream, rel, kind=kind, commit=commit, where=where or rel)
-    elif compressed := _compression(head):
-        found = _scan_compressed(
-            scanner, stream, rel, compressed, kind=kind, commit=commit, where=where or rel
-        )
+    if compressed := compression(head):
+        found = _scan_inflated(scanner, stream, rel, compressed, kind=kind, commit=commit, where=where or rel)
     elif head[:4] == _ZIP and (archive is None or archive.depth < _NESTING):
         # The central directory is at the end: the archive is held whole (at most READ_CAP, like a tape),
         # its members are inflated block by block.
@@ -271,45 +262,6 @@ def _scan_blocks(
         lines += data.count(b"\n", 0, cut)
         tail = data[cut:]
     return list(found.values())
-
-
-def _scan_gzip(
-    scanner: Scanner,
-    compressed: Iterable[bytes],
-    rel: str,
-    *,
-    kind: str,
-    commit: str | None,
-    where: str | None = None,
-) -> list[SecretFinding]:
-    """A gzip stream inflated block by block and scanned as it comes, up to `READ_CAP` inflated bytes (a
-    decompression bomb costs time, never memory); a body longer than that is listed as not fully scanned."""
-    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    state = {"out": 0, "cut": False}
-
-    def inflated() -> Iterator[bytes]:
-        try:
-            for chunk in compressed:
-                while chunk and not inflater.eof:
-                    room = READ_CAP - state["out"]
-                    if room <= 0:
-                        state["cut"] = True
-                        return
-                    piece = inflater.decompress(chunk, min(MAX_FILE_BYTES, room))
-                    state["out"] += len(piece)
-                    if piece:
-                        yield piece
-                    chunk = inflater.unconsumed_tail
-                if inflater.eof:
-                    return
-        except zlib.error:
-            return  # not gzip after all, or cut short: what was inflated was scanned
-
-    found = _scan_blocks(scanner, inflated(), rel, kind=kind, commit=commit, encoding="gzip")
-    if state["cut"]:
-        where = where or rel
-        scanner.stats.unscanned.append(f"{where}: its gzip body was scanned only to {READ_CAP} bytes")
-    return found
 
 
 @dataclass
@@ -417,15 +369,7 @@ def _scan_zip(
     return found
 
 
-def _compression(head: bytes) -> str | None:
-    if head.startswith(_XZ):
-        return "xz"
-    if _BZIP2.match(head):
-        return "bzip2"
-    return None
-
-
-def _scan_compressed(
+def _scan_inflated(
     scanner: Scanner,
     compressed: Iterable[bytes],
     rel: str,
@@ -435,36 +379,11 @@ def _scan_compressed(
     commit: str | None,
     where: str,
 ) -> list[SecretFinding]:
-    """An xz or bzip2 stream inflated block by block as gzip is, up to `READ_CAP` inflated bytes; a body
-    longer than that, or one that stops being valid, is listed as not fully scanned."""
-    inflater = lzma.LZMADecompressor() if name == "xz" else bz2.BZ2Decompressor()
-    out, cut = 0, ""
-
-    def inflated() -> Iterator[bytes]:
-        nonlocal out, cut
-        try:
-            rest = iter(compressed)
-            for chunk in rest:
-                while True:
-                    if out >= READ_CAP:
-                        cut = f"its {name} body was scanned only to {READ_CAP} bytes"
-                        return
-                    piece = inflater.decompress(chunk, min(MAX_FILE_BYTES, READ_CAP - out))
-                    chunk = b""  # the rest stays in the decompressor until it needs input
-                    out += len(piece)
-                    if piece:
-                        yield piece
-                    if inflater.eof:
-                        # Concatenated streams (pbzip2 writes them): a key may be in a later one.
-                        if inflater.unused_data.strip(b"\0") or any(c.strip(b"\0") for c in rest):
-                            cut = f"only its first {name} stream was scanned"
-                        return
-                    if inflater.needs_input:
-                        break
-        except (lzma.LZMAError, OSError, EOFError, ValueError):
-            cut = f"its {name} body could not be inflated to its end"
-
-    found = _scan_blocks(scanner, inflated(), rel, kind=kind, commit=commit, encoding=name)
-    if cut:
-        scanner.stats.unscanned.append(f"{where}: {cut}")
+    """A gzip, zlib, xz or bzip2 body inflated block by block and scanned as it comes, up to `READ_CAP`
+    inflated bytes (a decompression bomb costs time, never memory); a body not read to its end for a reason
+    `Inflated` names is listed as not fully scanned."""
+    inflated = Inflated(name, compressed, cap=READ_CAP, block=MAX_FILE_BYTES)
+    found = _scan_blocks(scanner, inflated, rel, kind=kind, commit=commit, encoding=name)
+    if inflated.cut:
+        scanner.stats.unscanned.append(f"{where}: {inflated.cut}")
     return found
