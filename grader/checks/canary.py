@@ -31,7 +31,6 @@ import shlex
 import shutil
 import string
 import zipfile
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +44,7 @@ from grader.errors import NotAssessable
 from grader.safeio import read_bytes
 from grader.secrets import redact, scan_text
 from grader.secrets.findings import fingerprint
-from grader.secrets.inflate import Inflated, compression
+from grader.secrets.inflate import ZIP_CENTRAL, ZIP_LOCAL, ZIP_MEMBER_ERRORS, Inflated, compression
 from grader.secrets.tree import MAX_MEMBERS
 
 if TYPE_CHECKING:
@@ -244,18 +243,7 @@ def _scan_tree(root: Path, canary: str) -> list[tuple[str, str]]:
     return found
 
 
-_ZIP, _CENTRAL = b"PK\x03\x04", b"PK\x01\x02"
 _HEAD = 8192  # what a compressed body is known by
-# What a zip member that cannot be read raises (encrypted, an unknown method, corrupt): it is skipped.
-_MEMBER_ERRORS = (
-    RuntimeError,
-    NotImplementedError,
-    zipfile.BadZipFile,
-    zlib.error,
-    EOFError,
-    OSError,
-    ValueError,
-)
 
 
 def _bodies(rel: str, data: bytes, canary: str) -> Iterator[tuple[str, bytes, str]]:
@@ -264,7 +252,7 @@ def _bodies(rel: str, data: bytes, canary: str) -> Iterator[tuple[str, bytes, st
     archive, itself inflated when compressed. The inflated bytes of a file share `_MAX_FILE_BYTES`."""
     yield rel, data, ""
     budget = [_MAX_FILE_BYTES]
-    if data[:4] == _ZIP:
+    if data[:4] == ZIP_LOCAL:
         for name, member in _members(data, budget):
             # A name holding the key is found in the archive's own bytes (names are stored as they are);
             # a report never prints it.
@@ -290,12 +278,12 @@ def _members(data: bytes, budget: list[int]) -> Iterator[tuple[str, bytes]]:
     """(name, bytes) of each readable member of the zip archive in ``data``, up to the secret scan's
     member cap and ``budget`` inflated bytes in all; an archive with more entries is not opened (zipfile
     builds an object per entry)."""
-    if data.count(_CENTRAL) > MAX_MEMBERS:
+    if data.count(ZIP_CENTRAL) > MAX_MEMBERS:
         return
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
         infos = archive.infolist()
-    except (zipfile.LargeZipFile, *_MEMBER_ERRORS):
+    except (zipfile.LargeZipFile, *ZIP_MEMBER_ERRORS):
         return
     for info in infos[:MAX_MEMBERS]:
         if info.is_dir() or budget[0] <= 0:
@@ -303,7 +291,7 @@ def _members(data: bytes, budget: list[int]) -> Iterator[tuple[str, bytes]]:
         try:
             with archive.open(info) as stream:
                 body = stream.read(budget[0])
-        except _MEMBER_ERRORS:
+        except ZIP_MEMBER_ERRORS:
             continue
         budget[0] -= len(body)
         yield info.filename, body

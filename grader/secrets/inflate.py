@@ -9,10 +9,26 @@ from __future__ import annotations
 import bz2
 import lzma
 import re
+import zipfile
 import zlib
 from collections.abc import Iterable, Iterator
 
-__all__ = ["Inflated", "compression"]
+__all__ = ["ZIP_CENTRAL", "ZIP_LOCAL", "ZIP_MEMBER_ERRORS", "Inflated", "compression"]
+
+# A zip archive's local-file and central-directory signatures (an archive is known by the first; the
+# second, counted, bounds its members before it is opened).
+ZIP_LOCAL, ZIP_CENTRAL = b"PK\x03\x04", b"PK\x01\x02"
+# What a zip member that cannot be read raises: encrypted (RuntimeError), an unknown method
+# (NotImplementedError), a bad CRC or header (BadZipFile), a cut or corrupt stream.
+ZIP_MEMBER_ERRORS = (
+    RuntimeError,
+    NotImplementedError,
+    zipfile.BadZipFile,
+    zlib.error,
+    EOFError,
+    OSError,
+    ValueError,
+)
 
 _GZIP = b"\x1f\x8b"
 # xz and bzip2 single-file compression (red team 6).

@@ -9,7 +9,6 @@ import os
 import re
 import stat
 import zipfile
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 from grader.safeio import read_blocks, read_bytes
 from grader.secrets.decode import wide_text
 from grader.secrets.findings import SecretFinding
-from grader.secrets.inflate import Inflated, compression
+from grader.secrets.inflate import ZIP_CENTRAL, ZIP_LOCAL, ZIP_MEMBER_ERRORS, Inflated, compression
 from grader.secrets.redact import redact
 from grader.secrets.scanner import Scanner, git_blob_id
 from grader.secrets.tapes import looks_like_tape
@@ -44,8 +43,6 @@ _OVERLAP = 64 * 1024  # carried into the next block: longer than any line a rule
 _HEAD = 8192
 # A zip archive is recognised by its first local header, whatever its name (red team 6, H2: a key in a
 # member of a committed .zip). Its members are read from memory, never extracted.
-_ZIP = b"PK\x03\x04"
-_CENTRAL = b"PK\x01\x02"
 MAX_MEMBERS = 10_000  # per archive, nested ones included; the rest is listed as not scanned
 _NESTING = 1  # a zip inside a zip is opened; one more level down is read as a binary file
 # A binary file (a SQLite database, a PNG's text chunk, committed bytecode) is read for the text it holds
@@ -138,7 +135,7 @@ def scan_blob(
     where = rel if commit is None else f"{rel} (in git history)"
     if compressed := compression(head):
         return _scan_inflated(scanner, [data], rel, compressed, kind=kind, commit=commit, where=where)
-    if head[:4] == _ZIP:
+    if head[:4] == ZIP_LOCAL:
         found = _scan_zip(scanner, data, rel, kind=kind, commit=commit, where=where, tape_dirs=tape_dirs)
         if commit is None:  # the history pass takes these for the same blob (members included)
             scanner.tree_blobs[git_blob_id(data)] = found
@@ -195,7 +192,7 @@ def scan_large(
     stream = counted(itertools.chain([first], blocks))
     if compressed := compression(head):
         found = _scan_inflated(scanner, stream, rel, compressed, kind=kind, commit=commit, where=where or rel)
-    elif head[:4] == _ZIP and (archive is None or archive.depth < _NESTING):
+    elif head[:4] == ZIP_LOCAL and (archive is None or archive.depth < _NESTING):
         # The central directory is at the end: the archive is held whole (at most READ_CAP, like a tape),
         # its members are inflated block by block.
         whole = b"".join(stream)
@@ -273,19 +270,6 @@ class _Archive:
     depth: int = 0
 
 
-# What a member that cannot be read raises: encrypted (RuntimeError), an unknown method
-# (NotImplementedError), a bad CRC or header (BadZipFile), a cut or corrupt stream.
-_MEMBER_ERRORS = (
-    RuntimeError,
-    NotImplementedError,
-    zipfile.BadZipFile,
-    zlib.error,
-    EOFError,
-    OSError,
-    ValueError,
-)
-
-
 def _scan_zip(
     scanner: Scanner,
     data: bytes,
@@ -305,7 +289,7 @@ def _scan_zip(
     unscanned = scanner.stats.unscanned
     # zipfile builds an object per central-directory entry, each behind this signature: count them first,
     # so a few MB of tiny entries cannot cost gigabytes before the member cap applies.
-    if data.count(_CENTRAL) > MAX_MEMBERS:
+    if data.count(ZIP_CENTRAL) > MAX_MEMBERS:
         unscanned.append(
             f"{where}: a zip archive of more than {MAX_MEMBERS} members, not opened; read as binary"
         )
@@ -314,7 +298,7 @@ def _scan_zip(
         )
     try:
         infos = zipfile.ZipFile(io.BytesIO(data)).infolist()
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, *_MEMBER_ERRORS):
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, *ZIP_MEMBER_ERRORS):
         unscanned.append(f"{where}: starts like a zip archive but could not be opened; read as binary")
         return _scan_blocks(
             scanner, [data], rel, kind=kind, commit=commit, encoding=_BINARY, forms=_binary_forms
@@ -345,7 +329,7 @@ def _scan_zip(
                     while archive.left > 0 and (block := stream.read(min(MAX_FILE_BYTES, archive.left))):
                         archive.left -= len(block)
                         yield block
-            except _MEMBER_ERRORS:
+            except ZIP_MEMBER_ERRORS:
                 state["error"] = True
 
         inner = scan_large(
