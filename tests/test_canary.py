@@ -282,3 +282,26 @@ def test_a_compressed_dump_of_the_environment_is_a_leak_inside_its_body(
     assert "(inside its zlib body)" in places["debug.zip:run/env.json.z"]
     assert "canary leak: .record-env.snapshot:" in _all_text(probe)
     assert not _FULL_KEY.search(_all_text(probe))
+
+
+def test_what_the_run_wrote_is_inflated_up_to_a_total_and_the_rest_is_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team 8, R8-3: a record run that writes many small bzip2 bombs would cost the grader seconds each.
+    The probe inflates at most `_INFLATE_TOTAL` bytes in all (lowered here); a compressed file past it is
+    listed as not inflated, so a gzip'd leak written after the bombs keeps the row below 3, not clean."""
+    import bz2
+    import gzip
+
+    from grader.checks import canary as canary_module
+
+    monkeypatch.setattr(canary_module, "_INFLATE_TOTAL", 12 * 1024 * 1024)
+    key = make_canary("OPENAI_API_KEY")
+    for n in range(5):
+        (tmp_path / f"cache-{n}.bz2").write_bytes(bz2.compress(b"\0" * (4 * 1024 * 1024)))
+    (tmp_path / "aa-early.gz").write_bytes(gzip.compress(f"KEY={key}\n".encode()))
+    (tmp_path / "zz-late.gz").write_bytes(gzip.compress(f"KEY={key}\n".encode()))
+    unscanned: list[str] = []
+    found = canary_module._scan_tree(tmp_path, key, unscanned)
+    assert [where for where, _ in found] == ["aa-early.gz:1"]
+    assert any(line.startswith("zz-late.gz: written by the canary run, not inflated") for line in unscanned)

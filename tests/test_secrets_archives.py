@@ -4,6 +4,7 @@ tree and in git history."""
 from __future__ import annotations
 
 import bz2
+import gzip
 import io
 import lzma
 import os
@@ -264,3 +265,24 @@ def test_a_zlib_bomb_is_listed_and_files_only_starting_like_zlib_are_read_as_the
     assert scanner.stats.unscanned == [
         f"cache.bin: its zlib body was scanned only to {4 * 1024 * 1024} bytes"
     ]
+
+
+def test_the_scan_inflates_a_bounded_total_and_lists_what_it_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team 8, R8-3: thousands of small bzip2 bombs each cost seconds of the grader's own time. The whole
+    scan inflates at most `INFLATE_TOTAL` bytes (lowered here so the test inflates 12 MiB, not 1 GiB): the
+    bombs past it are listed, not inflated, and a key after them is no longer silently missed as clean."""
+    monkeypatch.setattr(tree_module, "INFLATE_TOTAL", 12 * 1024 * 1024)
+    bomb = bz2.compress(b"\0" * (4 * 1024 * 1024))
+    for n in range(5):
+        (tmp_path / f"cache-{n}.bz2").write_bytes(bomb)
+    (tmp_path / "zz-session.log.gz").write_bytes(gzip.compress(f"OPENAI_API_KEY={ZIP_KEY}\n".encode()))
+    (tmp_path / "zz-session.zip").write_bytes(_session_zip())
+    scanner = Scanner()
+    scan_tree_with(scanner, tmp_path)
+    assert scanner.stats.inflated <= 12 * 1024 * 1024
+    listed = "\n".join(scanner.stats.unscanned)
+    assert "cache-3.bz2: its bzip2 body was not inflated" in listed, listed
+    assert "zz-session.log.gz: its gzip body was not inflated" in listed, listed
+    assert "zz-session.zip: 2 members past the caps" in listed, listed

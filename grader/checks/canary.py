@@ -63,6 +63,9 @@ __all__ = [
 _LABEL = "canary record"
 _ALNUM = string.ascii_letters + string.digits
 _MAX_FILE_BYTES = 64 * 1024 * 1024
+# Inflated bytes for the whole probe: red team 8, R8-3, thousands of small bzip2 bombs each cost seconds of
+# the grader's own time, outside the budget. Past it a compressed file is read as it is, and listed.
+_INFLATE_TOTAL = 1024 * 1024 * 1024
 _MAX_LISTED = 10
 # Exit code the wrapper script uses when the stand-in never printed its URL.
 _NO_STANDIN = 97
@@ -91,6 +94,8 @@ class CanaryProbe:
     details: list[str] = field(default_factory=list)
     fingerprint: str = ""  # of the canary key (never the key): its own output holds it and is no other leak
     output_label: str = ""  # the label of the probe's run in ctx.outputs
+    # Compressed files the run wrote that were not inflated (the probe's inflation budget was spent).
+    unscanned: list[str] = field(default_factory=list)
     # It applied but was not run: the grade's budget was spent, or the replay suite hung (red team 7, R7-2:
     # a submission that spent the budget before it kept a leak at record time unseen, row still at 3).
     skipped: bool = False
@@ -227,8 +232,9 @@ def _wrapper(base_env: str, anthropic: bool) -> str:
     return _WRAPPER.format(code=_NO_STANDIN, strip=strip, base_env=base_env)
 
 
-def _scan_tree(root: Path, canary: str) -> list[tuple[str, str]]:
+def _scan_tree(root: Path, canary: str, unscanned: list[str]) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
+    total = [_INFLATE_TOTAL]
     # Everything the run could have written to, whatever the folder (a key in .venv/ or node_modules/ is
     # a leak too); only git's own data is left out.
     for path in walk.files(root, skip={".git"}):
@@ -238,7 +244,10 @@ def _scan_tree(root: Path, canary: str) -> list[tuple[str, str]]:
             data = read_bytes(path, cap=_MAX_FILE_BYTES)  # the probe's run owned this copy
         except OSError:
             continue
-        for where, body, inside in _bodies(path.relative_to(root).as_posix(), data, canary):
+        rel = path.relative_to(root).as_posix()
+        if total[0] <= 0 and (data[:4] == ZIP_LOCAL or compression(data[:_HEAD]) is not None):
+            unscanned.append(f"{rel}: written by the canary run, not inflated ({_INFLATE_TOTAL} bytes were)")
+        for where, body, inside in _bodies(rel, data, canary, total):
             found.extend(_first(where, find_canary(body, canary), inside))
     return found
 
@@ -246,12 +255,23 @@ def _scan_tree(root: Path, canary: str) -> list[tuple[str, str]]:
 _HEAD = 8192  # what a compressed body is known by
 
 
-def _bodies(rel: str, data: bytes, canary: str) -> Iterator[tuple[str, bytes, str]]:
+def _bodies(rel: str, data: bytes, canary: str, total: list[int]) -> Iterator[tuple[str, bytes, str]]:
     """(where, bytes, how they were reached) of what one file holds: its bytes; inflated, when it is a
     gzip, zlib, xz or bzip2 file (red team 7, R7-5: a gzip'd dump of the environment); each member of a zip
-    archive, itself inflated when compressed. The inflated bytes of a file share `_MAX_FILE_BYTES`."""
+    archive, itself inflated when compressed. The inflated bytes of a file share `_MAX_FILE_BYTES`, and
+    those of every file ``total`` (what is left of `_INFLATE_TOTAL`, taken from as it is used)."""
     yield rel, data, ""
-    budget = [_MAX_FILE_BYTES]
+    budget = [min(_MAX_FILE_BYTES, total[0])]
+    start = budget[0]
+    try:
+        yield from _inflated_bodies(rel, data, canary, budget)
+    finally:
+        total[0] -= start - budget[0]
+
+
+def _inflated_bodies(
+    rel: str, data: bytes, canary: str, budget: list[int]
+) -> Iterator[tuple[str, bytes, str]]:
     if data[:4] == ZIP_LOCAL:
         for name, member in _members(data, budget):
             # A name holding the key is found in the archive's own bytes (names are stored as they are);
@@ -386,7 +406,8 @@ def _execute(ctx: Context, plan: _Plan) -> CanaryProbe:
             output_label=_LABEL,
         )
 
-    places = _scan_tree(scratch, canary)
+    unscanned: list[str] = []
+    places = _scan_tree(scratch, canary, unscanned)
     for stream, text in (("stdout", run.stdout), ("stderr", run.stderr)):
         places.extend(_first(f"{stream} of {shown}", find_canary(text.encode("utf-8"), canary)))
     masked = redact(canary)
@@ -407,7 +428,7 @@ def _execute(ctx: Context, plan: _Plan) -> CanaryProbe:
     details += [f"canary leak: {f.location} {f.message}" for f in leaks[:_MAX_LISTED]]
     if len(leaks) > _MAX_LISTED:
         details.append(f"... and {len(leaks) - _MAX_LISTED} more canary leaks")
-    return CanaryProbe("ran", leaks, details, fingerprint=print_, output_label=_LABEL)
+    return CanaryProbe("ran", leaks, details, fingerprint=print_, output_label=_LABEL, unscanned=unscanned)
 
 
 def summarize(summary: str, probe: CanaryProbe, other_findings: int) -> str:

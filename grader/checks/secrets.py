@@ -116,17 +116,17 @@ def secrets(ctx: Context) -> CheckResult:
         "canary_leaks": len(canary.leaks),
         "canary_probe": canary.status,
         "canary_skipped": canary.skipped,
-        "unscanned": len(stats.unscanned),
+        "unscanned": len(stats.unscanned) + len(canary.unscanned),
         "summary": summarize(
             _summary(found, stats.files, stats.commits, tapes, stats.outputs), canary, len(found)
         )
-        + _unscanned(stats.unscanned),
+        + _unscanned(stats.unscanned + canary.unscanned),
     }
     findings = [_to_finding(f) for f in found] + canary.leaks
     details += [f"{_KIND_WORDS[f.kind]}: {f.render()}" for f in found]
     details += canary.details
     details += [f"skipped {line}" for line in stats.skipped]
-    details += [f"not fully scanned: {line}" for line in stats.unscanned]
+    details += [f"not fully scanned: {line}" for line in stats.unscanned + canary.unscanned]
     return CheckResult(facts=facts, findings=findings, details=details)
 
 

@@ -39,6 +39,7 @@ class ScanStats:
     skipped: list[str] = field(default_factory=list)  # "path: reason" for files not scanned
     # "path: why" for files or bodies read only in part (past the caps) or not at all: a key may hide there
     unscanned: list[str] = field(default_factory=list)
+    inflated: int = 0  # bytes inflated from compressed bodies and zip members, for the scan's total cap
 
 
 @dataclass(frozen=True)
