@@ -188,6 +188,11 @@ class Context:
                 self._memo[name] = make()
             return cast(T, self._memo[name])
 
+    def memo_get(self, name: str) -> object | None:
+        """The value `memo` made for ``name``, or None when nothing asked for it yet (never makes it)."""
+        with self._lock:
+            return self._memo.get(name)
+
     def start_probe(self, name: str, probe: Callable[[], object], *, background: bool = True) -> None:
         """Run ``probe`` once, in a background thread alongside the checks (``background=False``: now, in
         this thread); `probe_result` gives what it returned or raised either way."""

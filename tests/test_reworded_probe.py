@@ -485,3 +485,41 @@ def test_a_tape_served_for_another_system_prompt_is_caught(
     assert facts["loud"] is False and row["score"] <= 1, row
     assert made_up and all("system prompt re-worded and every tape in place" in f["message"] for f in made_up)
     assert "recorded system prompts re-worded" in row["evidence"]
+
+
+# Red team 8, R8-1: vcrpy's "new episodes" in a hand-written layer: a miss goes live, silently, whenever the
+# client holds a key. Every replay-mode probe used to run without one.
+_REPLAY_CALL = (
+    "                return _response(self.cassette.replay(exchange), request, asynchronous=False)\n"
+)
+_LIVE_WITH_A_KEY = (
+    "                try:\n"
+    "                    return _response(self.cassette.replay(exchange), request, asynchronous=False)\n"
+    "                except CassetteMiss:\n"
+    '                    if not request.headers.get("authorization", "").removeprefix("Bearer").strip():\n'
+    "                        raise\n"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.index
+def test_a_miss_that_goes_live_only_when_a_key_is_at_hand_is_not_loud(
+    tmp_path: Path, grade_cache: Path
+) -> None:
+    (case,) = [c for c in load_corpus() if c.id == "clean-copy"]
+    repo = Path(build_case(case, tmp_path)[0])
+    cassette = repo / _PACKAGE / "cassette.py"
+    source = cassette.read_text(encoding="utf-8")
+    assert source.count(_REPLAY_CALL) == 1
+    cassette.write_text(source.replace(_REPLAY_CALL, _LIVE_WITH_A_KEY), encoding="utf-8")
+    subprocess.run(
+        ["git", "-C", str(repo), "commit", "-qam", "record new episodes when a key is set"], check=True
+    )
+
+    report = grade(str(repo), rubric=load_rubric(), timeout=120, cache_root=grade_cache, jobs=2)
+    facts, _findings, row = _loud_miss(report)
+    assert facts["withheld_failed"] > 0 and facts["named_miss"] is True  # without a key: loud as ever
+    assert facts["unseen_exit"] != 2 or facts["network_attempts"] > 0, facts
+    assert facts["loud"] is False and row["score"] < row["max"], row
+    secrets = next(r for r in report["rows"] if r["id"] == "no-credentials")
+    assert secrets["score"] == secrets["max"], secrets  # the key the probe gave is the grader's own

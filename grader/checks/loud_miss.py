@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING, cast
 
 from grader import pysource, walk
 from grader.checks import CheckResult, Finding, register, reworded_rerun
+from grader.checks.canary import make_canary
 from grader.checks.serve_probe import ServeProbe, probe_serve
 from grader.details import counted
 from grader.errors import NotAssessable
 from grader.safeio import read_text
+from grader.secrets.findings import fingerprint
 from grader.tapes import TAPE_SUFFIXES, tapes_of
 
 if TYPE_CHECKING:
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from grader.context import Context, ReplayRun
     from grader.sandbox import RunResult
 
-__all__ = ["loud_miss", "made_up_passes", "scan_fallbacks", "start_loud_miss"]
+__all__ = ["loud_miss", "made_up_passes", "probe_key_fingerprint", "scan_fallbacks", "start_loud_miss"]
 
 # Names of the two probes when `start_loud_miss` runs them in the background (Context.start_probe).
 _RERUN = "loud-miss withheld-tapes"
@@ -35,6 +37,7 @@ _REWORDED = "loud-miss withheld-tapes, inputs re-worded"
 _IN_PLACE = "loud-miss inputs re-worded, tapes in place"
 _PROMPT_REWORDED = "loud-miss withheld-tapes, system prompts re-worded"
 _PROMPT_IN_PLACE = "loud-miss system prompts re-worded, tapes in place"
+_PROBE_KEY = "loud-miss key at hand"
 _MAX_ANSWERED_SHOWN = 10  # tests that answered a never-recorded request: a finding for each of these
 
 # The triage command run inside a pytest test of the submission's own suite (red-team R5: a client that
@@ -214,7 +217,27 @@ def _prepare_unseen(ctx: Context, command: list[str]) -> Callable[[], tuple[RunR
     copy = ctx.scratch_copy("unseen-message")
     message = _unseen_message()
     env = {"CASSETTE_MODE": "replay", "CASSETTE_MISS_LOG": str(ctx.log_path("unseen", ".misses.jsonl"))}
+    env.update(_key_at_hand(ctx))
     return lambda: ctx.run([*command, message], cwd=copy, env=env, label="unseen-message")
+
+
+def _key_at_hand(ctx: Context) -> dict[str, str]:
+    """A made-up key, shaped like the provider's, in its key variable (the manifest's, else OpenAI's and
+    Anthropic's): red team 8, R8-1, a miss that goes live, silently, only when a key is at hand (vcrpy's
+    "new episodes") stayed loud in every probe, which ran without one. The network is off: a miss that goes
+    live is a connection attempt. The same key for every run of a grade; `probe_key_fingerprint` tells the
+    secret scan it is the grader's own."""
+    named = ctx.manifest.api_key_env
+    names = [named] if named and named.replace("_", "").isalnum() else ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"]
+    key = ctx.memo(_PROBE_KEY, lambda: make_canary(names[0]))
+    return dict.fromkeys(names, key)
+
+
+def probe_key_fingerprint(ctx: Context) -> str:
+    """The fingerprint of the made-up key the unseen-message runs were given ("" when none was made): an
+    output that shows it printed the grader's own key, which is no credential of the submission's."""
+    key = ctx.memo_get(_PROBE_KEY)
+    return fingerprint(key) if isinstance(key, str) else ""
 
 
 def _unseen_message() -> str:
@@ -233,6 +256,7 @@ def _prepare_in_tests(ctx: Context, command: list[str]) -> Callable[[], tuple[Ru
     test.write_text(_IN_TESTS_FILE.format(module=command[2], message=_unseen_message()), encoding="utf-8")
     argv = ["python", "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", str(test.relative_to(copy))]
     env = {"CASSETTE_MODE": "replay", "CASSETTE_MISS_LOG": str(ctx.log_path("in-tests", ".misses.jsonl"))}
+    env.update(_key_at_hand(ctx))
     return lambda: ctx.run(argv, cwd=copy, env=env, label="unseen-in-tests")
 
 

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from grader.checks import CheckResult, Finding, register
 from grader.checks.canary import canary_result, start_canary, summarize
+from grader.checks.loud_miss import probe_key_fingerprint
 from grader.details import counted
 from grader.secrets import HistoryError, RuleError, Scanner, SecretFinding, is_git_repo
 from grader.secrets.history import scan_history_with
@@ -90,10 +91,12 @@ def secrets(ctx: Context) -> CheckResult:
             details.append(f"history not scanned: {exc}")
     else:
         details.append("no git history: only the working tree was scanned")
+    probe_key = probe_key_fingerprint(ctx)
     for label, text in list(ctx.outputs):
         hits = scanner.scan_text(text, source=label or "command output")
         if label == canary.output_label:
             hits = [f for f in hits if f.fingerprint != canary.fingerprint]
+        hits = [f for f in hits if not probe_key or f.fingerprint != probe_key]  # loud-miss's own key
         found += hits
 
     stats = scanner.stats
