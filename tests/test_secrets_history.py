@@ -265,3 +265,28 @@ def test_a_key_in_committed_bytecode_is_found_in_history(tmp_path: Path) -> None
 
     assert finding.location == f"{added}:__pycache__/settings.cpython-311.pyc:2"  # after the magic's \\n
     assert finding.encoding == "binary file's text"
+
+
+def test_a_key_in_a_blob_only_a_tag_names_is_found_under_the_tag(tmp_path: Path) -> None:
+    """Red team 8, R8-2: `git tag keyblob <blob>` puts a blob in every clone without any commit holding it;
+    the history scan listed reachable objects by path and a tagged blob has none."""
+    repo = _repo(tmp_path)
+    blob = subprocess.run(
+        ["git", "-C", str(repo), "hash-object", "-w", "--stdin"],
+        input=f"OPENROUTER_API_KEY={KEY}\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    _git(repo, "tag", "keyblob", blob)
+    other = subprocess.run(
+        ["git", "-C", str(repo), "hash-object", "-w", "--stdin"],
+        input=f"HF_TOKEN={OTHER}\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    _git(repo, "tag", "-a", "-m", "notes", "notes-blob", other)  # an annotated tag of a blob
+    assert scan_tree(repo) == []
+    found = sorted(f.location for f in scan_history(repo))
+    assert found == ["unknown:refs/tags/keyblob:1", "unknown:refs/tags/notes-blob:1"], found

@@ -200,6 +200,24 @@ def _scan_large_blob(
         proc.wait()
 
 
+_NAMED_BY_A_REF = "(a blob a ref names directly)"
+
+
+def _named_by_refs(repo: Path, paths: dict[str, str]) -> dict[str, str]:
+    """sha -> the ref's name, for each object a ref (or an annotated tag) names directly with no path."""
+    refs = _git(repo, "for-each-ref", "--format=%(objectname) %(*objectname) %(refname)")
+    named: dict[str, str] = {}
+    for line in refs.decode("utf-8", "surrogateescape").splitlines():
+        parts = line.split(" ", 2)
+        if len(parts) != 3:
+            continue
+        direct, peeled, ref = parts
+        for sha in (direct, peeled):
+            if paths.get(sha) == _NAMED_BY_A_REF:
+                named.setdefault(sha, ref)
+    return named
+
+
 def _blobs(
     repo: Path, tape_dirs: tuple[str, ...], scanner: Scanner
 ) -> tuple[list[tuple[str, str]], dict[str, int]]:
@@ -210,10 +228,12 @@ def _blobs(
     paths: dict[str, str] = {}
     for line in listing.splitlines():
         sha, sep, path = line.partition(" ")
-        if sep and path:
-            paths.setdefault(sha, path)
+        # No path: a commit, a root tree, or an object a ref names directly (red team 8, R8-2: a blob behind
+        # a lightweight tag, fetched by every clone and in no commit); only blobs are kept below.
+        paths.setdefault(sha, path if sep and path else _NAMED_BY_A_REF)
     if not paths:
         return [], {}
+    paths.update(_named_by_refs(repo, paths))
     check = _git(
         repo,
         "cat-file",
