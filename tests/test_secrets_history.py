@@ -267,25 +267,25 @@ def test_a_key_in_committed_bytecode_is_found_in_history(tmp_path: Path) -> None
     assert finding.encoding == "binary file's text"
 
 
+def _blob(repo: Path, text: str) -> str:
+    """A blob written to the object store, in no commit: its sha."""
+    done = subprocess.run(
+        ["git", "-C", str(repo), "hash-object", "-w", "--stdin"],
+        input=text,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
 def test_a_key_in_a_blob_only_a_tag_names_is_found_under_the_tag(tmp_path: Path) -> None:
     """Red team 8, R8-2: `git tag keyblob <blob>` puts a blob in every clone without any commit holding it;
     the history scan listed reachable objects by path and a tagged blob has none."""
     repo = _repo(tmp_path)
-    blob = subprocess.run(
-        ["git", "-C", str(repo), "hash-object", "-w", "--stdin"],
-        input=f"OPENROUTER_API_KEY={KEY}\n",
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    blob = _blob(repo, f"OPENROUTER_API_KEY={KEY}\n")
     _git(repo, "tag", "keyblob", blob)
-    other = subprocess.run(
-        ["git", "-C", str(repo), "hash-object", "-w", "--stdin"],
-        input=f"HF_TOKEN={OTHER}\n",
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    other = _blob(repo, f"HF_TOKEN={OTHER}\n")
     _git(repo, "tag", "-a", "-m", "notes", "notes-blob", other)  # an annotated tag of a blob
     assert scan_tree(repo) == []
     found = sorted(f.location for f in scan_history(repo))
