@@ -69,6 +69,7 @@ __all__ = [
     "record_env",
     "run_tickets",
     "stage_profile",
+    "system_prompts",
     "triage_command",
 ]
 
@@ -181,6 +182,25 @@ def _last_user_message(body: object) -> str:
         if isinstance(message, list) and len(message) == 2 and message[0] == "user":
             return _text_of(message[1]).strip()
     return ""
+
+
+def system_prompts(body: object) -> list[str]:
+    """The system prompts a recorded request body holds: OpenAI's ``system``/``developer`` messages (also as
+    ``[role, text]`` pairs), Anthropic's top-level ``system`` (a string or text blocks). loud-miss re-words
+    them (red team 6, H1)."""
+    if not isinstance(body, dict):
+        return []
+    found = [_text_of(body.get("system"))]
+    messages = body.get("messages")
+    for message in messages if isinstance(messages, list) else []:
+        if isinstance(message, dict) and message.get("role") in _SYSTEM_ROLES:
+            found.append(_text_of(message.get("content")))
+        elif isinstance(message, list) and len(message) == 2 and message[0] in _SYSTEM_ROLES:
+            found.append(_text_of(message[1]))
+    return [text.strip() for text in found if text.strip()]
+
+
+_SYSTEM_ROLES = ("system", "developer")
 
 
 def last_user_message(body: object) -> str:

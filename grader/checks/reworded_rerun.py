@@ -21,8 +21,8 @@ passes answered a request no tape holds while every tape was there.
 
 Red team 6, H1: a cassette that, for a key it lacks, serves the tape recorded for the same ticket text keeps
 every probe above loud (each changes the ticket). So the same pair of runs is made once more with only the
-recorded system prompts re-worded (``prompt=True``: each prompt, and each of its lines, wherever the
-repository's text files hold it), the user messages untouched: the tapes-withheld run shows which tests'
+recorded system prompts re-worded (``prompt=True``: each prompt, each of its lines and sentences, wherever
+the repository's text files hold it), the user messages untouched: the tapes-withheld run shows which tests'
 requests changed (their miss names a key no tape holds), and with every tape in place those must miss
 again. A key that leaves the system prompt out names the same key in both withheld runs: not compared
 here (the canonical-keys row's system-prompt probes see that key).
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from grader.drift_run import find_tickets
+from grader.drift_run import find_tickets, system_prompts
 from grader.reword import Rewording, plan, reword_copy
 from grader.tapes import tapes_of
 
@@ -50,7 +50,6 @@ __all__ = [
     "answered_in_place",
     "prepare",
     "prepare_in_place",
-    "system_prompts",
 ]
 
 # The label of the run in the grader's own logs; no run sees it (Context.log_path), and its copy's path,
@@ -60,7 +59,6 @@ IN_PLACE_LABEL = "replay-reworded"
 PROMPT_LABEL = "withheld-tapes-prompt-reworded"
 PROMPT_IN_PLACE_LABEL = "replay-prompt-reworded"
 _MAX_MESSAGES = 500  # recorded messages re-worded at most (each is one alternative of one search)
-_SYSTEM_ROLES = ("system", "developer")
 _SENTENCE_END = re.compile(r"(?<=[.!?:;])\s+")
 _LOCATION = re.compile(r"^(?P<where>[^\s:]+:\d+): ")
 # What names the request a miss was for: a key of 16+ hex characters (as the loud-miss row's "names a
@@ -104,29 +102,6 @@ def prepare_in_place(ctx: Context, cassette_dir: Path, *, prompt: bool = False) 
     re-worded as in `prepare` (the same words: the requests this run sends are those the withheld run's
     misses named), ready to run."""
     return _prepare(ctx, cassette_dir, PROMPT_IN_PLACE_LABEL if prompt else IN_PLACE_LABEL, None, prompt)
-
-
-def system_prompts(body: object) -> list[str]:
-    """The system prompts a recorded request body holds: OpenAI's ``system``/``developer`` messages (also as
-    ``[role, text]`` pairs), Anthropic's top-level ``system`` (a string or text blocks)."""
-    if not isinstance(body, dict):
-        return []
-    found = [_text(body.get("system"))]
-    messages = body.get("messages")
-    for message in messages if isinstance(messages, list) else []:
-        if isinstance(message, dict) and message.get("role") in _SYSTEM_ROLES:
-            found.append(_text(message.get("content")))
-        elif isinstance(message, list) and len(message) == 2 and message[0] in _SYSTEM_ROLES:
-            found.append(_text(message[1]))
-    return [text.strip() for text in found if text.strip()]
-
-
-def _text(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # content blocks: their text parts, in order
-        return "\n".join(b["text"] for b in content if isinstance(b, dict) and isinstance(b.get("text"), str))
-    return ""
 
 
 def _prompt_plan(ctx: Context) -> dict[str, str]:
