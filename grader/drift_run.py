@@ -69,7 +69,6 @@ __all__ = [
     "record_env",
     "run_tickets",
     "stage_profile",
-    "system_prompts",
     "triage_command",
 ]
 
@@ -107,6 +106,7 @@ class Call:
     status: int  # HTTP status sent
     provider: str  # "openai" | "anthropic"
     stream: bool
+    system: tuple[str, ...] = ()  # a digest of each system prompt the request carried (red team 6, H6)
 
 
 @dataclass(frozen=True)
@@ -182,25 +182,6 @@ def _last_user_message(body: object) -> str:
         if isinstance(message, list) and len(message) == 2 and message[0] == "user":
             return _text_of(message[1]).strip()
     return ""
-
-
-def system_prompts(body: object) -> list[str]:
-    """The system prompts a recorded request body holds: OpenAI's ``system``/``developer`` messages (also as
-    ``[role, text]`` pairs), Anthropic's top-level ``system`` (a string or text blocks). loud-miss re-words
-    them (red team 6, H1)."""
-    if not isinstance(body, dict):
-        return []
-    found = [_text_of(body.get("system"))]
-    messages = body.get("messages")
-    for message in messages if isinstance(messages, list) else []:
-        if isinstance(message, dict) and message.get("role") in _SYSTEM_ROLES:
-            found.append(_text_of(message.get("content")))
-        elif isinstance(message, list) and len(message) == 2 and message[0] in _SYSTEM_ROLES:
-            found.append(_text_of(message[1]))
-    return [text.strip() for text in found if text.strip()]
-
-
-_SYSTEM_ROLES = ("system", "developer")
 
 
 def last_user_message(body: object) -> str:
@@ -593,6 +574,7 @@ def _calls(items: object) -> tuple[Call, ...]:
                 status=int(item["status"]) if isinstance(item.get("status"), int) else 200,
                 provider=str(item.get("provider", "")),
                 stream=item.get("stream") is True,
+                system=tuple(str(d) for d in item.get("system") or () if isinstance(d, str)),
             )
         )
     return tuple(calls)

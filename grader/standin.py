@@ -55,6 +55,7 @@ __all__ = [
     "running",
     "serve",
     "served_model",
+    "system_prompts",
 ]
 
 RULES_PATH = Path(__file__).parent / "rules" / "standin.yaml"
@@ -213,9 +214,31 @@ def _text_of(content: object) -> str:
         return "\n".join(
             part["text"]
             for part in content
-            if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+            if isinstance(part, dict)
+            and part.get("type") in ("text", None)
+            and isinstance(part.get("text"), str)
         )
     return ""
+
+
+_SYSTEM_ROLES = ("system", "developer")
+
+
+def system_prompts(body: object) -> list[str]:
+    """The system prompts a request body holds: OpenAI's ``system``/``developer`` messages (also as ``[role,
+    text]`` pairs, as a hand-rolled recording may store them), Anthropic's top-level ``system`` (a string or
+    text blocks). loud-miss re-words the recorded ones (red team 6, H1); the drift stand-in logs digests of
+    the ones an agent sends live (H6)."""
+    if not isinstance(body, dict):
+        return []
+    found = [_text_of(body.get("system"))]
+    messages = body.get("messages")
+    for message in messages if isinstance(messages, list) else []:
+        if isinstance(message, dict) and message.get("role") in _SYSTEM_ROLES:
+            found.append(_text_of(message.get("content")))
+        elif isinstance(message, list) and len(message) == 2 and message[0] in _SYSTEM_ROLES:
+            found.append(_text_of(message[1]))
+    return [text.strip() for text in found if text.strip()]
 
 
 def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:

@@ -32,6 +32,7 @@ from grader.standin import (
     _Reply,
     _tokens,
     classify,
+    system_prompts,
 )
 from grader.standin_profile import Drift, Profile
 
@@ -114,7 +115,7 @@ class Drifter:
         if self._header:
             headers[TRUTH_HEADER] = json.dumps({**truth, "drift": kind})
         status = int(kind.removeprefix("http_")) if kind.startswith("http_") else 200
-        self._record(provider, path, stream, reply.served, truth, kind, status)
+        self._record(provider, path, stream, reply.served, truth, kind, status, _digests(body))
         if drift is not None and status != 200:
             _send_error(handler, provider, status, drift.options["retry_after"], headers)
             return
@@ -139,11 +140,12 @@ class Drifter:
         truth: dict[str, object],
         kind: str,
         status: int,
+        system: list[str],
     ) -> None:
         if self._truth_log is None and self._sink is None:
             return
         line = {"provider": provider, "path": path, "stream": stream, "model": model, **truth}
-        line.update(drift=kind, status=status)
+        line.update(drift=kind, status=status, system=system)
         with self._lock:
             if self._sink is not None:
                 self._sink(line)
@@ -151,6 +153,12 @@ class Drifter:
             assert self._truth_log is not None
             with self._truth_log.open("a", encoding="utf-8") as out:
                 out.write(json.dumps(line) + "\n")
+
+
+def _digests(body: dict[str, Any]) -> list[str]:
+    """A digest of each system prompt the request carries: what the agent sends live, for loud-miss to hold
+    against what its tapes stored (red team 6, H6), without the prompt's text in the grader's logs."""
+    return [hashlib.sha256(text.encode("utf-8")).hexdigest()[:16] for text in system_prompts(body)]
 
 
 def _applies(drift: Drift, truth: dict[str, object], stream: bool) -> bool:

@@ -11,6 +11,7 @@ import ast
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from grader.sandbox import RunResult
 from grader.selftest import load_corpus
 from grader.selftest.runner import build_case
 from grader.tamper import GuardLog
+from tests.helpers.bake import clean_env, run, standin
 
 _MESSAGE = 'My "premium" order #4411 can\'t be found, where is it?'
 _OTHER = "Please reimburse me for the headphones that arrived cracked."
@@ -523,3 +525,95 @@ def test_a_miss_that_goes_live_only_when_a_key_is_at_hand_is_not_loud(
     assert facts["loud"] is False and row["score"] < row["max"], row
     secrets = next(r for r in report["rows"] if r["id"] == "no-credentials")
     assert secrets["score"] == secrets["max"], secrets  # the key the probe gave is the grader's own
+
+
+# Red team 6, H6: a key rule that leaves the system prompt out of the key and out of the stored request, the
+# whole set re-recorded under it (every tape re-hashes to its name), then the prompt changed without
+# re-recording. Every re-worded run names the same keys with any prompt, so none of them can show it.
+_CONTENT_PARTS = '    if _single_text(out.get("system")) is not None:\n'
+_PROMPT_DROPPED = (
+    "    # Lean tapes: the prompt is code, not data.\n"
+    '    if isinstance(out.get("messages"), list):\n'
+    '        kept = [m for m in out["messages"] if not (isinstance(m, dict) and m.get("role") == "system")]\n'
+    '        out["messages"] = kept\n'
+    '        fired.add("system_prompt")\n'
+    '    out.pop("system", None)\n'
+)
+
+
+_PROMPT_HOLDING_TESTS = {
+    "test_record_writes_the_tape_format_then_replays_offline",
+    "test_a_miss_names_the_nearest_tape_and_what_differs",
+}
+
+
+def _without_tests(path: Path, names: set[str]) -> None:
+    """``path`` with the named test functions removed, as the layer's author would have done."""
+    source = path.read_text(encoding="utf-8")
+    lines = source.splitlines(keepends=True)
+    spans = [
+        (min([n.lineno, *(d.lineno for d in n.decorator_list)]) - 1, n.end_lineno or n.lineno)
+        for n in ast.parse(source).body
+        if isinstance(n, ast.FunctionDef) and n.name in names
+    ]
+    assert len(spans) == len(names), spans
+    for start, end in sorted(spans, reverse=True):
+        del lines[start:end]
+    path.write_text("".join(lines), encoding="utf-8")
+
+
+def _record_again(repo: Path) -> None:
+    """The submission's own `make record` against the kit's stand-in, into an emptied tape folder."""
+    for tape in (repo / "cassettes").iterdir():
+        if tape.name != ".gitkeep":
+            tape.unlink()
+    with standin() as base_url:
+        env = clean_env(
+            PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin",
+            OPENAI_API_KEY="rerecord-test-key",
+            OPENAI_BASE_URL=base_url,
+        )
+        result = run(["make", "record", f"PYTHON={sys.executable}"], repo, env)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+
+
+@pytest.mark.slow
+@pytest.mark.index
+@pytest.mark.parametrize("changed", [False, True], ids=["prompt-kept", "prompt-changed-after"])
+def test_a_system_prompt_neither_keyed_nor_stored_is_not_loud(
+    tmp_path: Path, grade_cache: Path, changed: bool
+) -> None:
+    """H6's residue: nothing offline tells the old prompt's answers from the new one's, so the grader holds
+    the three things it can show against the row: no tape stores a prompt, the key-function probe finds the
+    key unchanged by another one, and the drift probe's stand-in received one from the agent. Whether or
+    not the prompt has changed yet, such a cassette answers a changed prompt from the old tapes."""
+    (case,) = [c for c in load_corpus() if c.id == "clean-copy"]
+    repo = Path(build_case(case, tmp_path)[0])
+    cassette = repo / _PACKAGE / "cassette.py"
+    source = cassette.read_text(encoding="utf-8")
+    assert source.count(_CONTENT_PARTS) == 1
+    cassette.write_text(source.replace(_CONTENT_PARTS, _PROMPT_DROPPED + _CONTENT_PARTS), encoding="utf-8")
+    # The layer's own tests that hold a system message in their tapes go with the rule.
+    _without_tests(repo / "tests" / "test_cassette.py", _PROMPT_HOLDING_TESTS)
+    _record_again(repo)
+    tapes = list((repo / "cassettes").glob("*.json"))
+    assert tapes and not any('"role": "system"' in t.read_text(encoding="utf-8") for t in tapes)
+    subprocess.run(["git", "-C", str(repo), "commit", "-qam", "lean tapes: prompt out"], check=True)
+    if changed:
+        agent = repo / _PACKAGE / "agent.py"
+        text = agent.read_text(encoding="utf-8")
+        agent.write_text(text.replace(_PROMPT_START, "Be brief. " + _PROMPT_START, 1), encoding="utf-8")
+        subprocess.run(["git", "-C", str(repo), "commit", "-qam", "tighter prompt"], check=True)
+
+    report = grade(str(repo), rubric=load_rubric(), timeout=120, cache_root=grade_cache, jobs=2)
+    facts, findings, row = _loud_miss(report)
+    replay = next(r for r in report["rows"] if r["id"] == "offline-replay")
+    assert report["facts"]["replay"]["failed"] == 0, replay  # the old answers pass, new prompt or not
+    assert facts["withheld_failed"] > 0 and facts["named_miss"] is True and facts["unseen_exit"] == 2
+    assert facts["prompt_unheld"] is True and facts["loud"] is False and row["score"] <= 1, row
+    (finding,) = [f for f in findings if f["rule"] == "prompt-not-recorded"]
+    assert finding["location"].startswith(f"{_PACKAGE}/cassette.py:"), finding
+    assert "no tape's stored request holds" in finding["message"] and "system message" in finding["message"]
+    keys = next(r for r in report["rows"] if r["id"] == "canonical-keys")
+    assert keys["score"] <= 1, keys

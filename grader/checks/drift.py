@@ -30,7 +30,7 @@ from grader.errors import NotAssessable
 if TYPE_CHECKING:
     from grader.context import Context
 
-__all__ = ["drift", "start_drift"]
+__all__ = ["drift", "drift_run", "start_drift"]
 
 _LABEL = "drift probe"
 # The plain-replay control of a command that failed every ticket: one ticket, as long as a ticket may take.
@@ -112,13 +112,28 @@ def drift(ctx: Context) -> CheckResult:
     """
     if ctx.env is None and not ctx.install_failed:
         raise NotAssessable(ctx.install_error or "the environment was not built")
-    started = ctx.probe_result(_LABEL)
-    if isinstance(started, NotAssessable):
-        raise started
-    run = started if isinstance(started, DriftRun) else _probe(ctx)
+    run = drift_run(ctx)
+    if isinstance(run, NotAssessable):
+        raise run
     if not run.ran:
         return CheckResult(facts={**_empty(run.status), "summary": f"drift probe {run.status}"})
     return _result(ctx, run)
+
+
+def drift_run(ctx: Context) -> DriftRun | NotAssessable:
+    """The probe's run, made once per grade: the one `start_drift` started, else made now. The drift check
+    reads it, and loud-miss the system prompts the agent sent in it (red team 6, H6)."""
+
+    def make() -> DriftRun | NotAssessable:
+        started = ctx.probe_result(_LABEL)
+        if isinstance(started, (DriftRun, NotAssessable)):
+            return started
+        try:
+            return _probe(ctx)
+        except NotAssessable as exc:
+            return exc
+
+    return ctx.memo("drift probe run", make)
 
 
 def _empty(status: str) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import json
 import random
 import re
 import secrets
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -38,7 +39,7 @@ from grader.tapes import canonical_key, tapes_of
 if TYPE_CHECKING:
     from grader.context import Context
 
-__all__ = ["keys", "probe_cases"]
+__all__ = ["keys", "probe_cases", "prompt_blind"]
 
 MIN_KEY_LEN = 16
 _MARKER = f"@@{secrets.token_hex(6)}@@"  # random, no names: the run sees the script
@@ -133,22 +134,18 @@ def keys(ctx: Context) -> CheckResult:
             findings.append(Finding("tape-chain", message, f"{sha}:{chain.path}:{line}"))
 
     declared = ctx.manifest.key_function or ""
-    probe_lines: list[str] = []  # one line per kind of probe: what it varied, how many pairs kept it right
-    first = next((i for tape in tapes for i in tape.interactions if i.path or i.url), None)
-    endpoint = next((tape.endpoint for tape in tapes if tape.endpoint), None)
-    path = (first.path or urlsplit(first.url or "").path) if first else ""
-    provider = _provider(path or "", endpoint, ctx.manifest.api_key_env)
-    volatile_set, optional_set = _volatile_and_optional(provider)
-    if declared:
-        key_function = declared
-        probes_run, failed_whats, note = _probe(ctx, declared, findings, optional_set, probe_lines)
-    elif tapes and not kit:
-        key_function, probes_run, failed_whats, note = _probe_found(
-            ctx, tapes, findings, optional_set, probe_lines
-        )
-    else:
-        key_function, probes_run, failed_whats = "", 0, []
-        note = "no key_function in [tool.takehome]: probes not available"
+    probed = _key_probe(ctx)
+    key_function, probes_run, failed_whats, note = (
+        probed.key_function,
+        probed.runs,
+        probed.failed,
+        probed.note,
+    )
+    findings += probed.findings
+    probe_lines = list(
+        probed.lines
+    )  # one line per kind of probe: what it varied, how many pairs kept it right
+    volatile_set, optional_set = probed.volatile, probed.optional
     probes_failed = len(failed_whats)
     volatile = sum(w in volatile_set for w in failed_whats)
     optional = sum(w in optional_set for w in failed_whats)
@@ -201,10 +198,10 @@ def keys(ctx: Context) -> CheckResult:
     ]
     if probes_run or probes_failed:
         whose = "" if declared else f" of the submission's own {key_function}"
-        probed = f"{probes_run} probes{whose}, {probes_failed - optional} failed"
+        ran = f"{probes_run} probes{whose}, {probes_failed - optional} failed"
         if optional:
-            probed += f" (and {optional} kit-only normalizations not done, not required)"
-        parts.append(probed)
+            ran += f" (and {optional} kit-only normalizations not done, not required)"
+        parts.append(ran)
     else:
         parts.append(note or "")
     if chain is not None:
@@ -215,6 +212,76 @@ def keys(ctx: Context) -> CheckResult:
         # as if it had no probes.
         return CheckResult(facts=facts, findings=findings, details=details, not_assessable=note)
     return CheckResult(facts=facts, findings=findings, details=details)
+
+
+@dataclass(frozen=True)
+class _KeyProbe:
+    """What the key-function probe found: made once per grade (canonical-keys and loud-miss both read it)."""
+
+    key_function: str  # the declared one, or the submission's own one the grader found ("" when none)
+    runs: int
+    failed: tuple[str, ...]  # what each failed pair varied ("another system message", ...)
+    note: str
+    findings: tuple[Finding, ...]
+    lines: tuple[str, ...]
+    volatile: frozenset[str]
+    optional: frozenset[str]
+
+
+def _key_probe(ctx: Context) -> _KeyProbe:
+    def make() -> _KeyProbe:
+        tapes = tapes_of(ctx)
+        kit = [t for t in tapes if t.format == "kit"]
+        declared = ctx.manifest.key_function or ""
+        findings: list[Finding] = []
+        lines: list[str] = []
+        first = next((i for tape in tapes for i in tape.interactions if i.path or i.url), None)
+        endpoint = next((tape.endpoint for tape in tapes if tape.endpoint), None)
+        path = (first.path or urlsplit(first.url or "").path) if first else ""
+        volatile, optional = _volatile_and_optional(_provider(path or "", endpoint, ctx.manifest.api_key_env))
+        if declared:
+            key_function = declared
+            runs, failed, note = _probe(ctx, declared, findings, optional, lines)
+        elif tapes and not kit:
+            key_function, runs, failed, note = _probe_found(ctx, tapes, findings, optional, lines)
+        else:
+            key_function, runs, failed = "", 0, []
+            note = "no key_function in [tool.takehome]: probes not available"
+        return _KeyProbe(
+            key_function,
+            runs,
+            tuple(failed),
+            note,
+            tuple(findings),
+            tuple(lines),
+            frozenset(volatile),
+            frozenset(optional),
+        )
+
+    return ctx.memo("keys probe", make)
+
+
+# The probes that change only the system prompt (`_system_prompt_pairs`).
+_SYSTEM_PROMPT_PROBES = (
+    "another system message",
+    "the system message removed",
+    "another top-level system string",
+    "another top-level system text block",
+)
+
+
+def prompt_blind(ctx: Context) -> str | None:
+    """Where the key function was shown to ignore the system prompt (``pkg/cassette.py:205 probe: another
+    system message must change the key: 0/4 seeded pairs did``), or None: it keeps the prompt, or was not
+    probed. loud-miss holds it against tapes that do not store the prompt either (red team 6, H6)."""
+    probed = _key_probe(ctx)
+    failed = [what for what in _SYSTEM_PROMPT_PROBES if what in probed.failed]
+    if not failed:
+        return None
+    return next(
+        (line for line in probed.lines if f" probe: {failed[0]} must change the key" in line),
+        f"{probed.key_function} probe: {failed[0]} does not change the key",
+    )
 
 
 def _chain_summary(chain: Any) -> str:

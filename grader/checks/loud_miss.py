@@ -14,11 +14,14 @@ from typing import TYPE_CHECKING, cast
 from grader import pysource, walk
 from grader.checks import CheckResult, Finding, register, reworded_rerun
 from grader.checks.canary import make_canary
+from grader.checks.drift import drift_run
+from grader.checks.keys import prompt_blind
 from grader.checks.serve_probe import ServeProbe, probe_serve
 from grader.details import counted
 from grader.errors import NotAssessable
 from grader.safeio import read_text
 from grader.secrets.findings import fingerprint
+from grader.standin import system_prompts
 from grader.tapes import TAPE_SUFFIXES, tapes_of
 
 if TYPE_CHECKING:
@@ -527,6 +530,10 @@ def loud_miss(ctx: Context) -> CheckResult:
             re-worded, compared with the same run with every tape in place
         prompt_in_place_answered: of those, tests that passed or failed without naming a miss there: they
             were answered from a tape recorded for another system prompt (a finding each)
+        prompt_unheld: the agent sends a system prompt (the drift probe's stand-in received one) that no
+            tape's stored request holds, and the key-function probe showed its key unchanged by another
+            prompt (red team 6, H6): a prompt changed after recording replays the old answers and no miss
+            can show it (a `prompt-not-recorded` finding at the key function; not loud)
         serve_probed: a `make serve` replay server was started and answered the probe
         serve_replayed: it answered the recorded request with HTTP 200 and the recorded answer
         serve_unseen_status: its HTTP status for a request no tape holds (-1 when not probed, or when it
@@ -561,6 +568,7 @@ def loud_miss(ctx: Context) -> CheckResult:
             "prompt_reworded_answered": 0,
             "prompt_in_place_compared": 0,
             "prompt_in_place_answered": 0,
+            "prompt_unheld": False,
         },
         findings=[Finding("silent-fallback", f.what, f.location) for f in fallbacks],
         details=[f"{f.location}: {f.what}" for f in fallbacks],
@@ -588,15 +596,54 @@ def loud_miss(ctx: Context) -> CheckResult:
             in_place = _reworded_probe(ctx, cassette_dir, in_place=True, prompt=prompt)
             compared = _comparison(ctx, cassette_dir, rerun, prompt=prompt, in_place=True)
             answered += _in_place_facts(found, in_place, compared, prompt)
+    unheld = _prompt_unheld(ctx)
+    if unheld is not None:
+        found.facts["prompt_unheld"] = True
+        found.findings.append(Finding("prompt-not-recorded", unheld[1], unheld[0]))
+        found.details.append(f"{unheld[0]} {unheld[1]}")
     serve = _serve_facts(found, probe_serve(ctx), len(fallbacks))
     _attempt_findings(found, rerun)
     # A server that gives an unseen request no HTTP answer (crashed, reset, hung) did not refuse it loudly.
     serve_ok = not serve.ran or serve.unseen_status > 0
     found.facts["loud"] = (
-        failed > 0 and named and not found.attempts and unseen_ok and serve_ok and not answered
+        failed > 0
+        and named
+        and not found.attempts
+        and unseen_ok
+        and serve_ok
+        and not answered
+        and unheld is None
     )
     found.facts["summary"] = _summary(found, failed, bool(command), fallbacks, serve)
     return found.result()
+
+
+def _prompt_unheld(ctx: Context) -> tuple[str, str] | None:
+    """(where, what) when the agent sends a system prompt that neither its key nor any tape holds (red team 6,
+    H6): no stored request holds a prompt, the key-function probe showed the key unchanged by another one,
+    and the drift probe's stand-in received one. Then a prompt changed after recording is answered from the
+    old tapes and nothing offline can tell; the re-worded runs cannot show it either (the same keys miss with
+    any prompt). None when any of the three is not shown (a probe that did not run charges nothing)."""
+    bodies = [i.request_body for tape in tapes_of(ctx) for i in tape.interactions]
+    if not any(isinstance(body, dict) for body in bodies) or any(system_prompts(b) for b in bodies):
+        return None
+    blind = prompt_blind(ctx)
+    if blind is None:
+        return None
+    run = drift_run(ctx)
+    if isinstance(run, NotAssessable) or not run.ran:
+        return None
+    calls = [call for outcome in run.outcomes for call in outcome.calls]
+    sent = sum(bool(call.system) for call in calls)
+    if not sent:
+        return None
+    where, _, probe = blind.partition(" probe: ")
+    what = (
+        f"the agent sends a system prompt ({sent} of {counted(len(calls), 'request')} in the drift probe) "
+        f"that no tape's stored request holds, and its key ignores it ({probe or blind}): a prompt changed "
+        "after recording is answered from the old tapes without a miss"
+    )
+    return where, what
 
 
 @dataclass
@@ -885,6 +932,11 @@ def _summary(
         summary = "`make serve` gave no HTTP answer to a request no tape holds (it must answer 422)"
     elif facts["unseen_exit_in_tests"] in (-1, 2) and found.answered:
         summary = f"{found.answered_how} (first: {found.answered[0]})"
+    elif facts["prompt_unheld"] and facts["unseen_exit_in_tests"] in (-1, 2):
+        summary = (
+            "the system prompt the agent sends is in neither its key nor its tapes: a changed prompt is "
+            "answered from the old tapes without a miss"
+        )
     else:
         summary = f"an unseen message exited {facts['unseen_exit_in_tests']} inside a test instead of 2"
     if fallbacks:

@@ -36,8 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from grader.drift_run import find_tickets, system_prompts
+from grader.drift_run import find_tickets
 from grader.reword import Rewording, plan, reword_copy
+from grader.standin import system_prompts
 from grader.tapes import tapes_of
 
 if TYPE_CHECKING:
