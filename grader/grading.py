@@ -22,7 +22,7 @@ from grader._json import jsonable
 from grader.acquire import acquire, no_space, no_space_reason, redact
 from grader.checks import PHASES, CheckResult, registry
 from grader.context import Context
-from grader.deeptree import MAX_DEPTH, remove_tree
+from grader.deeptree import MAX_DEPTH, remove_workspace
 from grader.details import submission_relative
 from grader.errors import BadInput, NotAssessable, describe
 from grader.install import Env, InstallFailed, default_cache_root, ensure_env
@@ -130,7 +130,7 @@ def grade(
             make_inert(root, root / "pristine")
             report_progress("workspace", 0.0, f"kept at {root}; {_KEPT_GIT}")
         else:
-            remove_tree(root)  # not shutil.rmtree: a run can leave folders too deep for it
+            remove_workspace(root)  # not shutil.rmtree: a run can leave folders too deep for it
 
 
 _KEPT_GIT = (

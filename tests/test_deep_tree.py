@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.deeptree import MAX_DEPTH, prune_deep, remove_tree
+from grader.deeptree import MAX_DEPTH, prune_deep, remove_tree, remove_workspace
 from tests.adversarial.builders import commit, sample_copy
 
 LEVELS = 1400
@@ -55,6 +55,24 @@ def test_prune_and_remove_without_recursion(outside_pytest_tmp: Path) -> None:
     _deep(tmp_path / "again")
     remove_tree(tmp_path / "again")
     assert not (tmp_path / "again").exists()
+
+
+def test_a_workspace_is_removed_whole_and_nothing_a_link_names(outside_pytest_tmp: Path) -> None:
+    """The end of every grade: its runs' copies removed side by side, a folder too deep for rmtree among them,
+    and a link a run left (to a folder of the host) removed as a link, its target untouched."""
+    host = outside_pytest_tmp / "host"
+    (host / "keep").mkdir(parents=True)
+    (host / "keep" / "file.txt").write_text("mine", encoding="utf-8")
+    workspace = outside_pytest_tmp / "workspace"
+    for run in ("a", "b", "c"):
+        (workspace / "scratch" / run / "repo").mkdir(parents=True)
+        (workspace / "scratch" / run / "repo" / "tape.json").write_text("{}", encoding="utf-8")
+    _deep(workspace / "home" / "deep")
+    (workspace / "home" / "up").symlink_to(host)
+    (workspace / "logs").symlink_to(host / "keep")
+    remove_workspace(workspace)
+    assert not workspace.exists()
+    assert (host / "keep" / "file.txt").read_text(encoding="utf-8") == "mine"
 
 
 @pytest.mark.slow
