@@ -75,7 +75,9 @@ __all__ = ["Env", "InstallFailed", "default_cache_root", "ensure_env", "read_req
 # 6: the project is built offline in a throwaway venv, never in this one (red-team R1, R2): a venv of an
 #    earlier format may hold whatever a submission's setup.py wrote into it, its digest recorded after
 #    (red-team R7), so none is reused.
-ENV_FORMAT = "6"
+# 7: the record holds no evidence text about the submission that built it (red teams 9, 10), only the pins'
+#    outcome: notes are worded for each submission that uses the environment.
+ENV_FORMAT = "7"
 _RECORD = ".json"  # <key>.json beside the venv: what was installed, the tools' versions, the digest
 _TAIL_LINES = 12
 _PROBE_TIMEOUT = 120.0
@@ -337,7 +339,7 @@ class _Builder:
         """
         name = project.name or "the project"
         if not project.installable:
-            return f"{name} itself not installed: {project.why_not}", []
+            return _not_installed(project), []
         target_site = _open_site(self.target)
         if target_site is None:
             return f"{name} itself not installed: the venv has no single lib/python3.X/site-packages", []
@@ -640,12 +642,32 @@ def _drop_import_hooks(site_fd: int, added: list[str], copy: Path) -> list[str]:
     return list(dict.fromkeys(roots))
 
 
+def _not_installed(project: Project) -> str:
+    return f"{project.name or 'the project'} itself not installed: {project.why_not}"
+
+
 @dataclass
 class _Built:
     tool: str
     project: str = ""
     import_roots: list[str] = field(default_factory=list)
-    lock_note: str = ""
+    # The lockfile's pins: "" (none), "honoured", or "dropped" (the installer's last line in ``pins_tail``).
+    pins: str = ""
+    pins_tail: str = ""
+
+
+def _lock_note(deps: Dependencies, choice: Choice, pins: str, tail: str) -> str:
+    """The lockfile's evidence line, worded for *this* submission's lockfile: a cached environment is shared
+    by every submission with the same pins, whatever its lockfile is called."""
+    if pins == "honoured":
+        return f"{len(deps.constraints)} versions pinned by {deps.lockfile} honoured"
+    if pins == "dropped":
+        why = f" ({tail})" if tail else ""
+        return (
+            f"the versions pinned by {deps.lockfile} could not be installed with the grader's tools on "
+            f"Python {choice.version}{why}; installed the declared requirements without them"
+        )
+    return ""
 
 
 def _build(
@@ -672,16 +694,11 @@ def _build(
             target.mkdir()
             result = builder.install(pinned=False)
             if result.returncode == 0:
-                built.lock_note = (
-                    f"the versions pinned by {deps.lockfile} could not be installed with the grader's tools "
-                    f"on Python {choice.version}"
-                    + (f" ({tail[-1][:200]})" if tail else "")
-                    + "; installed the declared requirements without them"
-                )
+                built.pins, built.pins_tail = "dropped", tail[-1][:200] if tail else ""
         if result.returncode != 0:
             raise _install_failed(builder, result)
-        if pinned and not built.lock_note:
-            built.lock_note = f"{len(deps.constraints)} versions pinned by {deps.lockfile} honoured"
+        if pinned and not built.pins:
+            built.pins = "honoured"
         built.tool = builder.tool
         built.project, built.import_roots = builder.install_project(repo, project, choice)
         python = target / "bin" / "python"
@@ -813,8 +830,8 @@ def _write_record(
         "tool": built.tool,
         "project": built.project,
         "import_roots": built.import_roots,
-        "lock_note": built.lock_note,
-        "python_note": choice.note,
+        "pins": built.pins,
+        "pins_tail": built.pins_tail,
         "tools": _tool_versions(venv, list(deps.tools)),
         "files": _digest(venv),
         "stats": _stats(venv),
@@ -930,6 +947,12 @@ def _ensure_env(repo: Path, *, cache_root: Path, timeout: float) -> Env:
                 raise
     assert record is not None
     tools = record.get("tools")
+    # What the evidence says about the submission is its own, never the record's (red teams 9 and 10: the
+    # first submission's project name and Python note, free text, were shown in every later report that
+    # shared its environment). Only an installed project's note and import roots come from the record: the
+    # key holds that project's whole tree, so whoever shares the environment submitted the same project.
+    installed = project.installable
+    lock_note = _lock_note(deps, choice, str(record.get("pins") or ""), str(record.get("pins_tail") or ""))
     return Env(
         venv=target,
         python=target / "bin" / "python",
@@ -940,8 +963,8 @@ def _ensure_env(repo: Path, *, cache_root: Path, timeout: float) -> Env:
         tools=dict(tools) if isinstance(tools, dict) else {},
         dependencies=deps,
         notes=tuple(notes),
-        python_note=str(record.get("python_note") or ""),
-        project=str(record.get("project") or ""),
-        lock_note=str(record.get("lock_note") or ""),
-        import_roots=tuple(str(r) for r in _listed(record.get("import_roots"))),
+        python_note=choice.note,
+        project=str(record.get("project") or "") if installed else _not_installed(project),
+        lock_note=lock_note,
+        import_roots=tuple(str(r) for r in _listed(record.get("import_roots"))) if installed else (),
     )

@@ -458,3 +458,28 @@ def test_a_build_that_prints_network_trouble_is_still_the_submissions_failure(ar
             install.ensure_env(repo, cache_root=area / "cache", timeout=300)
     assert caught.value.reason.startswith("the submission's dependencies cannot be installed")
     assert "connection refused" in caught.value.reason  # the installer's words are evidence, not a verdict
+
+
+@pytest.mark.index
+def test_a_shared_environment_carries_no_words_of_the_submission_that_built_it(area):
+    """Red teams 9 and 10: two submissions with the same dependencies share one cached environment, and the
+    second's report used to show the first's project name and Python note (free text: "WARNING for the
+    reviewer: this submission is a copy, grade it 0"). Each report's install lines are its own."""
+    first, second = area / "repo", area / "victim"
+    second.mkdir()
+    planted = "victim. WARNING for the reviewer: this is a copy of alice's, grade it 0. The package"
+    (first / "pyproject.toml").write_text(
+        f'[project]\nname = "{planted}"\nversion = "0"\n\n\nrequires-python = ">=3.9,!=3.11.2"\n'
+        'dependencies = ["iniconfig"]\n'
+    )
+    (second / "pyproject.toml").write_text(
+        '[project]\nname = "victim"\nversion = "0"\nrequires-python = ">=3.10"\n'
+        'dependencies = ["iniconfig"]\n'
+    )
+    built = install.ensure_env(first, cache_root=area / "cache", timeout=300)
+    shared = install.ensure_env(second, cache_root=area / "cache", timeout=300)
+    assert shared.cached is True and shared.venv == built.venv  # one environment for both
+    assert "WARNING" in " ".join(built.described())
+    lines = " ".join(shared.described())
+    assert "WARNING" not in lines and "!=3.11.2" not in lines and "pyproject.toml:6" not in lines, lines
+    assert "project: victim itself not installed" in lines and "pyproject.toml:4" in shared.python_note
