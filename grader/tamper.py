@@ -74,6 +74,9 @@ _ALWAYS = {
     "pytest_pyfunc_call": "replaces the test function call (can swallow its exception)",
 }
 _SKIP_CALLS = {"skip", "xfail", "skipif"}
+_PYTEST_PLUGINS_VAR = re.compile(
+    r"""\bPYTEST_PLUGINS\s*[:?+!]?=\s*["']?([A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*)"""
+)
 _PYTEST_INTERNALS = {"TestReport", "CallInfo", "CollectReport", "runner", "reports", "skipping", "outcomes"}
 _GRADER_NAMES = re.compile(
     r"\b(GRADER_[A-Z_]+|_grader_(?:pytest|audit|guard)|PY_AUDIT_(?:LOG|ROOT)|PY_SOURCE_PATH|PYTEST_RESULT_LOG"
@@ -501,6 +504,9 @@ def scan(repo: Path) -> TamperScan:
     plugins: set[Path] = set()
     makefile = "\n".join(_read(repo / name) or "" for name in ("GNUmakefile", "makefile", "Makefile"))
     tokens = re.findall(r"-p\s*([A-Za-z_][\w.]*)", f"{_ini_addopts(repo)}\n{makefile}")
+    # PYTEST_PLUGINS=a,b on a recipe line or exported (red team 9): pytest imports those modules as plugins.
+    for names in _PYTEST_PLUGINS_VAR.findall(makefile):
+        tokens += [name for name in re.split(r"[,\s]+", names) if name]
     for token in [*tokens, *_entry_point_plugins(repo)]:
         found = _module_file(repo, token)
         if found:

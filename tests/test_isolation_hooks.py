@@ -232,6 +232,23 @@ soft = "softpkg.plug"
 packages = ["softpkg"]
 """
 
+# Red team 9: pytest asks pytest_pyfunc_call to call the test function; a plugin whose implementation calls it
+# and swallows the assertion answers first. Named by PYTEST_PLUGINS on the Makefile's recipe line, which no
+# configuration file names (spelled out, or through a make variable no static reading resolves).
+PYFUNC_SWALLOW = """
+import pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    names = pyfuncitem._fixtureinfo.argnames
+    try:
+        pyfuncitem.obj(**{name: pyfuncitem.funcargs[name] for name in names})
+    except AssertionError:
+        pass
+    return True
+"""
+
 CASES = {
     "conftest-itemcollected": ({"tests/conftest.py": ITEMCOLLECTED}, None, "failed without them"),
     "ini-plugin-modifyitems": ({"softplug.py": MODIFYITEMS}, PYPROJECT_WITH_PLUGIN, "failed without them"),
@@ -250,6 +267,19 @@ CASES = {
         {"tests/test_000_setup.py": TEST_REGISTERS_WRAPPER},
         None,
         "swallowed by a pytest_runtest_call wrapper",
+    ),
+    "makefile-env-plugin-pyfunc-call": (
+        {"envplug.py": PYFUNC_SWALLOW, "Makefile": "test:\n\tPYTEST_PLUGINS=envplug python -m pytest\n"},
+        None,
+        "failed without them",
+    ),
+    "makefile-variable-env-plugin-pyfunc-call": (
+        {
+            "envplug.py": PYFUNC_SWALLOW,
+            "Makefile": "PLUG := env$(strip plug)\ntest:\n\tPYTEST_PLUGINS=$(PLUG) python -m pytest\n",
+        },
+        None,
+        "failed without them",
     ),
     "registered-call-wrapper": (
         {"tests/conftest.py": REGISTERED_CALL_WRAPPER},

@@ -424,6 +424,19 @@ def _check_wrapped(item):
     runner = item.__dict__.get("runtest") or getattr(type(item), "runtest", None)
     if _own(_code_of(runner)):  # pytest's own runner (or a library's subclass) lives in the venv
         found.append(("runtest", _code_of(runner)))
+    # Inside the runner, pytest asks its pytest_pyfunc_call implementations to call the function: the first to
+    # answer wins, so one of the submission's own can call it and swallow what it raised, below every
+    # wrapper, with the function and runner untouched (red team 9: a plugin named by PYTEST_PLUGINS on the
+    # Makefile's recipe line, which no configuration file names). However it was loaded, it is seen here.
+    caller = getattr(getattr(item, "ihook", None), "pytest_pyfunc_call", None)
+    try:
+        impls = list(caller.get_hookimpls()) if caller is not None else []
+    except Exception:
+        impls = []
+    for impl in impls:
+        code = _code_of(getattr(impl, "function", None))
+        if _own(code):
+            found.append(("pytest_pyfunc_call hook", code))
     root = str(getattr(item.config, "rootpath", "") or "")
     for what, (file, line, qualname) in found:
         if root and file.startswith(root + os.sep):
