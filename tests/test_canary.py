@@ -176,14 +176,34 @@ def _quoted(script: str) -> str:
 
 
 @pytest.mark.index
-def test_without_record_command_or_key_variable_the_probe_is_not_available(
+def test_without_record_command_the_makefiles_record_target_is_probed(
     tmp_path: Path, installed: tuple[Path, object]
 ) -> None:
-    no_record = probe_canary(_ctx(tmp_path / "a", installed, record_command=None))
-    assert no_record.status == "not available: no record_command in [tool.takehome]"
-    no_key = probe_canary(_ctx(tmp_path / "b", installed, api_key_env=None))
-    assert no_key.status == "not available: no api_key_env in [tool.takehome]"
-    assert no_record.leaks == no_key.leaks == []
+    """Red team 9, F3: deleting record_command from the manifest switched the probe off (no-credentials 3
+    for a recorder that writes its key to a file) while `make record` still worked."""
+    ran = probe_canary(_ctx(tmp_path / "a", installed, record_command=None, api_key_env=None))
+    assert ran.status == "ran", _all_text(ran)
+    assert "canary probe: `make record` ran with a canary key against the stand-in (exit 0)" in ran.details
+    assert ran.leaks == []
+    ctx = _ctx(tmp_path / "b", installed, record_command=None)
+    (ctx.repo / "Makefile").unlink()
+    none = probe_canary(ctx)
+    assert none.status == "not available: no record_command in [tool.takehome] and no `record` target"
+
+
+@pytest.mark.index
+def test_a_recorder_reading_another_key_variable_than_declared_still_gets_the_canary(
+    tmp_path: Path, installed: tuple[Path, object]
+) -> None:
+    """Red team 9, F3 (variant): api_key_env named a variable the recorder never read, so it refused to
+    record for want of its key and the probe saw no leak. Every provider's key variable holds the canary."""
+    script = "import os\nopen('record-debug.log', 'w').write('key=' + os.environ['OPENAI_API_KEY'] + '\\n')\n"
+    probe = probe_canary(
+        _ctx(tmp_path, installed, record_command=["python", "-c", script], api_key_env="TRIAGE_API_KEY")
+    )
+    assert probe.status == "ran", _all_text(probe)
+    assert [f.location for f in probe.leaks] == ["record-debug.log:1"]
+    assert "in TRIAGE_API_KEY" in probe.leaks[0].message and not _FULL_KEY.search(_all_text(probe))
 
 
 @pytest.mark.index
@@ -276,10 +296,10 @@ def test_a_compressed_dump_of_the_environment_is_a_leak_inside_its_body(
         "debug.zip:run/env.json",
         "debug.zip:run/env.json.z",
     }
-    assert "(inside its gzip body)" in places[".record-env.snapshot"]
-    assert "(inside its zlib body)" in places[".http-cache.bin"]
-    assert "(inside its xz body)" in places["env.xz"]
-    assert "(inside its zlib body)" in places["debug.zip:run/env.json.z"]
+    assert "(inside its gzip body" in places[".record-env.snapshot"]
+    assert "(inside its zlib body" in places[".http-cache.bin"]
+    assert "(inside its xz body" in places["env.xz"]
+    assert "(inside its zlib body" in places["debug.zip:run/env.json.z"]
     assert "canary leak: .record-env.snapshot:" in _all_text(probe)
     assert not _FULL_KEY.search(_all_text(probe))
 

@@ -3,10 +3,11 @@
 Not a check of its own: the `secrets` check calls `probe_canary` and reports its facts (`canary_leaks`,
 `canary_probe`), so the no-credentials row keeps scoring from one check.
 
-In a throwaway copy of the repository, the manifest's `record_command` runs in the sandbox with loopback only
-(a fresh network namespace with `lo` up). The kit's stand-in model server is started inside that same
-sandboxed command, and the command gets a freshly generated canary key in `api_key_env` and the stand-in's
-URL in `base_url_env`. Any occurrence of the canary afterwards in the copy's files (tapes included; JSON-,
+In a throwaway copy of the repository, the manifest's `record_command` (without one, `make record` when the
+Makefile has that target) runs in the sandbox with loopback only (a fresh network namespace with `lo` up). The
+kit's stand-in model server is started inside that same sandboxed command, and the command gets a freshly
+generated canary key in `api_key_env` and in both providers' key variables, and the stand-in's URL in
+`base_url_env` and both providers' base-URL variables. Any occurrence of the canary afterwards in the copy's files (tapes included; JSON-,
 hex- or base64-encoded, reversed, or a piece of it too) or in what the command printed is a latent leak:
 with a real key, it would have been committed or logged.
 
@@ -40,6 +41,7 @@ import yaml
 
 from grader import walk
 from grader.checks import Finding
+from grader.context import makefile_targets
 from grader.errors import NotAssessable
 from grader.safeio import read_bytes
 from grader.secrets import redact, scan_text
@@ -78,6 +80,9 @@ while [ ! -s "$url_file" ] && [ "$i" -lt 200 ]; do sleep 0.05; i=$((i + 1)); don
 if [ ! -s "$url_file" ]; then echo "the stand-in server did not start" >&2; exit {code}; fi
 url=$(head -n 1 "$url_file")
 rm -f "$url_file"
+OPENAI_BASE_URL="$url"
+ANTHROPIC_BASE_URL="${{url%/v1}}"
+export OPENAI_BASE_URL ANTHROPIC_BASE_URL
 {strip}
 {base_env}="$url"
 export {base_env}
@@ -356,14 +361,28 @@ def probe_canary(ctx: Context) -> CanaryProbe:
     return plan if isinstance(plan, CanaryProbe) else _execute(ctx, plan)
 
 
+# Every name a recorder may read its key from gets the canary: the manifest's api_key_env is the submission's
+# word, and a recorder that reads another (red team 9: `api_key_env` named a variable the recorder never read,
+# so it refused for want of its key and the probe saw no leak) must still be handed one.
+_PROVIDER_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+
+
+def _record_command(ctx: Context) -> list[str]:
+    """The manifest's record_command; else the Makefile's `record` target, which make-targets also runs (red
+    team 9: deleting record_command from the manifest switched the probe off while `make record` stayed)."""
+    declared = list(ctx.manifest.record_command or [])
+    if declared:
+        return declared
+    return ["make", "record"] if "record" in makefile_targets(ctx.repo) else []
+
+
 def _plan(ctx: Context) -> CanaryProbe | _Plan:
     manifest = ctx.manifest
-    record = list(manifest.record_command or [])
+    record = _record_command(ctx)
     key_env = manifest.api_key_env or ""
     if not record:
-        return CanaryProbe("not available: no record_command in [tool.takehome]")
-    if not key_env:
-        return CanaryProbe("not available: no api_key_env in [tool.takehome]")
+        return CanaryProbe("not available: no record_command in [tool.takehome] and no `record` target")
+    key_env = key_env or _PROVIDER_KEYS[0]
     if ctx.env is None:
         reason = ctx.install_error or "the submission's environment was not installed"
         return CanaryProbe(f"not available: {' '.join(str(reason).split())}")
@@ -375,7 +394,8 @@ def _plan(ctx: Context) -> CanaryProbe | _Plan:
     tools = _stage_standin(ctx.workspace.root / "standin")
     scratch = ctx.scratch_copy("canary-record")
     canary = make_canary(key_env)
-    env = {key_env: canary, "STANDIN_TOOLS": str(tools), "CASSETTE_MODE": "record"}
+    env = dict.fromkeys(dict.fromkeys([key_env, *_PROVIDER_KEYS]), canary)
+    env.update(STANDIN_TOOLS=str(tools), CASSETTE_MODE="record")
     trust = _one_certificate(tools / "ca.pem")
     if trust is not None:
         env["SSL_CERT_FILE"] = str(trust)
