@@ -21,6 +21,7 @@ __all__ = [
     "SuiteCommand",
     "WholeSuite",
     "not_a_submission",
+    "package_command",
     "read_manifest",
     "suite_command",
     "tests_the_run_changed",
@@ -83,7 +84,7 @@ def read_manifest(repo: Path) -> Manifest:
 
     cassette_dir, source = _cassette_dir(repo, table.get("cassette_dir"), notes)
     if values["triage_command"] is None:
-        values["triage_command"] = _discover_triage_command(repo)
+        values["triage_command"] = package_command(repo)
     default_model = values.pop("default_model") or _discover_default_model(repo)
     return Manifest(
         declared=declared,
@@ -323,7 +324,7 @@ def _tape_folder_by_content(repo: Path, notes: list[str]) -> Path | None:
     return best
 
 
-def _discover_triage_command(repo: Path) -> list[str] | None:
+def package_command(repo: Path) -> list[str] | None:
     """``python -m <pkg>`` when exactly one package at the repository root or in its ``src/`` has a
     ``__main__.py``.
 

@@ -617,3 +617,44 @@ def test_a_system_prompt_neither_keyed_nor_stored_is_not_loud(
     assert "no tape's stored request holds" in finding["message"] and "system message" in finding["message"]
     keys = next(r for r in report["rows"] if r["id"] == "canonical-keys")
     assert keys["score"] <= 1, keys
+
+
+# Red team 9, F5: the package's own entry point makes an answer up on a miss; the manifest names a strict
+# twin module, which every probe ran instead.
+_STRICT_MISS = (
+    "        if miss is not None:\n"
+    '            print(f"triage: error: {miss}", file=sys.stderr)\n'
+    "            return 2\n"
+)
+_LENIENT_MISS = (
+    "        if miss is not None:\n"
+    '            print(\'{"intent": "other", "needs_human": true}\')\n'
+    "            return 0\n"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.index
+def test_a_strict_twin_named_in_the_manifest_does_not_hide_a_lenient_entry_point(
+    tmp_path: Path, grade_cache: Path
+) -> None:
+    (case,) = [c for c in load_corpus() if c.id == "clean-copy"]
+    repo = Path(build_case(case, tmp_path)[0])
+    main = repo / _PACKAGE / "__main__.py"
+    source = main.read_text(encoding="utf-8")
+    assert source.count(_STRICT_MISS) == 1
+    (repo / _PACKAGE / "cli.py").write_text(source, encoding="utf-8")
+    main.write_text(source.replace(_STRICT_MISS, _LENIENT_MISS), encoding="utf-8")
+    pyproject = repo / "pyproject.toml"
+    declared = f'triage_command = ["python", "-m", "{_PACKAGE}"]'
+    text = pyproject.read_text(encoding="utf-8")
+    assert declared in text
+    pyproject.write_text(text.replace(declared, f'triage_command = ["python", "-m", "{_PACKAGE}.cli"]'))
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(repo), "commit", "-qm", "a strict cli"], check=True)
+
+    report = grade(str(repo), rubric=load_rubric(), timeout=120, cache_root=grade_cache, jobs=2)
+    facts, _findings, row = _loud_miss(report)
+    assert facts["unseen_exit"] == 2 and facts["unseen_exit_package"] == 0, facts
+    assert facts["loud"] is False and row["score"] <= 1, row
+    assert "`python -m <pkg>` exited 0 on an unseen message" in row["evidence"], row

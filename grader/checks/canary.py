@@ -7,9 +7,9 @@ In a throwaway copy of the repository, the manifest's `record_command` (without 
 Makefile has that target) runs in the sandbox with loopback only (a fresh network namespace with `lo` up). The
 kit's stand-in model server is started inside that same sandboxed command, and the command gets a freshly
 generated canary key in `api_key_env` and in both providers' key variables, and the stand-in's URL in
-`base_url_env` and both providers' base-URL variables. Any occurrence of the canary afterwards in the copy's files (tapes included; JSON-,
-hex- or base64-encoded, reversed, or a piece of it too) or in what the command printed is a latent leak:
-with a real key, it would have been committed or logged.
+`base_url_env` and both providers' base-URL variables. Any occurrence of the canary afterwards in the
+copy's files (tapes included; JSON-, hex- or base64-encoded, reversed, or a piece of it too) or in what the
+command printed is a latent leak: with a real key, it would have been committed or logged.
 
 The command's TLS libraries get a trust store of one CA certificate (``SSL_CERT_FILE``): the stand-in speaks
 plain HTTP on loopback and nothing else is reachable, so no certificate is ever checked, while loading the

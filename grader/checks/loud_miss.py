@@ -19,6 +19,7 @@ from grader.checks.keys import prompt_blind
 from grader.checks.serve_probe import ServeProbe, probe_serve
 from grader.details import counted
 from grader.errors import NotAssessable
+from grader.manifest import package_command
 from grader.safeio import read_text
 from grader.secrets.findings import fingerprint
 from grader.standin import system_prompts
@@ -231,7 +232,10 @@ def _key_at_hand(ctx: Context) -> dict[str, str]:
     live is a connection attempt. The same key for every run of a grade; `probe_key_fingerprint` tells the
     secret scan it is the grader's own."""
     named = ctx.manifest.api_key_env
-    names = [named] if named and named.replace("_", "").isalnum() else ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"]
+    # The provider's own names as well as the declared one: a client may read another than it declares (red
+    # team 9 found the canary probe handing its key to a name the recorder never read).
+    names = [named] if named and named.replace("_", "").isalnum() else []
+    names = list(dict.fromkeys([*names, "OPENAI_API_KEY", "ANTHROPIC_API_KEY"]))
     key = ctx.memo(_PROBE_KEY, lambda: make_canary(names[0]))
     return dict.fromkeys(names, key)
 
@@ -504,6 +508,9 @@ def loud_miss(ctx: Context) -> CheckResult:
         withheld_passed: tests that still passed with the tapes withheld
         named_miss: a failure message, output line or the miss ledger named the missing tape (paths excluded)
         unseen_exit: exit code of triage_command on an unseen message (-1 when not available)
+        unseen_exit_package: ``python -m <pkg>`` (the package's own entry point, what the brief names) on
+            an unseen message, when the manifest's triage_command is another command (-1 otherwise): a strict
+            twin declared beside a lenient entry point (red team 9) shows here
         unseen_exit_in_tests: the same command (``python -m <pkg>`` only) run from a test file added to the
             suite, under pytest (-1 when not available or when that test did not run): a client that invents
             answers only under pytest shows here
@@ -552,6 +559,7 @@ def loud_miss(ctx: Context) -> CheckResult:
             "named_miss": False,
             "unseen_exit": -1,
             "unseen_exit_in_tests": -1,
+            "unseen_exit_package": -1,
             "loud": False,
             "serve_probed": False,
             "serve_replayed": False,
@@ -587,6 +595,13 @@ def loud_miss(ctx: Context) -> CheckResult:
     failed, named = _rerun_facts(found, rerun)
     unseen_ok = _unseen_facts(found, unseen_run, command)
     unseen_ok = _in_tests_facts(found, _in_tests_probe(ctx, command), command) and unseen_ok
+    entry = package_command(ctx.repo)
+    if command and entry and entry != command:
+        # The manifest may name a strict command beside a lenient `python -m <pkg>` that the README, `make
+        # demo` and the brief use (red team 9): the package's own entry point is asked too.
+        twin = _prepare_unseen(ctx, entry)()
+        found.facts["unseen_exit_package"] = twin[0].returncode if twin[0].returncode is not None else -1
+        unseen_ok = _unseen_facts(found, twin, entry, record=False) and unseen_ok
     answered = []
     for prompt in (False, True):
         reworded = _reworded_probe(ctx, cassette_dir, prompt=prompt)
@@ -702,13 +717,19 @@ def _unrouted(found: _Found, run: RunResult, which: str, seen: bool) -> None:
 
 
 def _unseen_facts(
-    found: _Found, unseen_run: tuple[RunResult, AuditLog] | None, command: list[str] | None
+    found: _Found,
+    unseen_run: tuple[RunResult, AuditLog] | None,
+    command: list[str] | None,
+    *,
+    record: bool = True,
 ) -> bool:
-    """The unseen-message run's exit and attempts; whether it was loud (True when it was not probed)."""
+    """The unseen-message run's exit (``record``: as ``unseen_exit``) and attempts; whether it was loud (True
+    when it was not probed)."""
     if unseen_run is None:
         return True
     run, audit = unseen_run
-    found.facts["unseen_exit"] = run.returncode if run.returncode is not None else -1
+    if record:
+        found.facts["unseen_exit"] = run.returncode if run.returncode is not None else -1
     found.attempts.extend((e.where, e.target) for e in audit.network_attempts)
     _unrouted(found, run, "the unseen-message run", bool(audit.network_attempts))
     if run.returncode != 2:
@@ -928,6 +949,11 @@ def _summary(
         )
     elif facts["unseen_exit"] not in (-1, 2):
         summary = f"an unseen message exited {facts['unseen_exit']} instead of 2"
+    elif facts["unseen_exit_package"] not in (-1, 2):
+        summary = (
+            f"`python -m <pkg>` exited {facts['unseen_exit_package']} on an unseen message instead of 2 (the "
+            "manifest's triage_command is another command)"
+        )
     elif serve.ran and serve.unseen_status <= 0:
         summary = "`make serve` gave no HTTP answer to a request no tape holds (it must answer 422)"
     elif facts["unseen_exit_in_tests"] in (-1, 2) and found.answered:
