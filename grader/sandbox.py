@@ -22,6 +22,7 @@ Layers, outermost first (each only when the machine supports it, probed once; ``
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import glob
 import itertools
@@ -33,6 +34,7 @@ import shlex
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -525,6 +527,79 @@ def _bwrap_base() -> list[str]:
     return args
 
 
+# --- the syscall filter -----------------------------------------------------------------------------------
+
+# The kernel's keyrings are per uid, not per namespace, and outlive every process of a run (red team 9: a key
+# a test added to its user keyring was still on the host after the grade, and read by the next candidate of
+# the batch, which ran as the same uid). Nothing a submission needs uses them: add_key, request_key and
+# keyctl fail with EPERM, for every ABI the machine may run (x32 numbers carry bit 30, masked off).
+_KEYRING_SYSCALLS = {
+    0xC000003E: (248, 249, 250),  # AUDIT_ARCH_X86_64
+    0x40000003: (286, 287, 288),  # AUDIT_ARCH_I386 (32-bit code on x86_64)
+    0xC00000B7: (217, 218, 219),  # AUDIT_ARCH_AARCH64
+    0x40000028: (309, 310, 311),  # AUDIT_ARCH_ARM (32-bit code on aarch64)
+}
+_BPF_LD_ABS, _BPF_AND, _BPF_JEQ, _BPF_RET = 0x20, 0x54, 0x15, 0x06
+_RET_ALLOW, _RET_EPERM = 0x7FFF0000, 0x00050000 | errno.EPERM
+
+
+def _keyring_filter() -> bytes:
+    """A classic BPF program for seccomp: the keyring syscalls get EPERM, everything else is allowed."""
+    arches = list(_KEYRING_SYSCALLS.items())
+    block = 6  # load nr, mask, three comparisons, allow
+    first_block = 1 + len(arches) + 1
+    deny = first_block + block * len(arches)
+    prog = [(_BPF_LD_ABS, 0, 0, 4)]  # seccomp_data.arch
+    for i, (arch, _numbers) in enumerate(arches):
+        here = 1 + i
+        prog.append((_BPF_JEQ, first_block + block * i - here - 1, 0, arch))
+    prog.append((_BPF_RET, 0, 0, _RET_ALLOW))
+    for i, (_arch, numbers) in enumerate(arches):
+        start = first_block + block * i
+        prog += [(_BPF_LD_ABS, 0, 0, 0), (_BPF_AND, 0, 0, 0xBFFFFFFF)]  # seccomp_data.nr
+        for j, number in enumerate(numbers):
+            prog.append((_BPF_JEQ, deny - (start + 2 + j) - 1, 0, number))
+        prog.append((_BPF_RET, 0, 0, _RET_ALLOW))
+    prog.append((_BPF_RET, 0, 0, _RET_EPERM))
+    return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+
+
+@contextmanager
+def _seccomp_fd() -> Iterator[int | None]:
+    """A descriptor holding the filter for bwrap's ``--seccomp`` (None where bwrap cannot apply it)."""
+    if not _seccomp_works():
+        yield None
+        return
+    fd = _filter_fd()
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _filter_fd() -> int:
+    fd = os.memfd_create("grader-seccomp", 0)  # inheritable: bwrap reads it after the wrappers exec
+    os.write(fd, _keyring_filter())
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+@functools.cache
+def _seccomp_works() -> bool:
+    bwrap = _caps().bwrap
+    if bwrap is None or not hasattr(os, "memfd_create"):
+        return False
+    fd = _filter_fd()
+    try:
+        argv = [bwrap, *_bwrap_base(), "--seccomp", str(fd), "--", shutil.which("true") or "/bin/true"]
+        done = subprocess.run(argv, capture_output=True, pass_fds=(fd,), timeout=30, check=False)
+        return done.returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+    finally:
+        os.close(fd)
+
+
 def _under(path: str, tops: Iterable[str]) -> bool:
     return any(path == top or path.startswith(top.rstrip("/") + "/") for top in tops)
 
@@ -628,6 +703,7 @@ def _wrap(
     mounts: list[str],
     netns_helpers: Sequence[Sequence[str]] = (),
     counters: Path | None = None,
+    seccomp: int | None = None,
 ) -> list[str]:
     caps = _caps()
     inner = list(argv)
@@ -641,7 +717,8 @@ def _wrap(
     if caps.bwrap:
         # Root inside keeps only what setpriv needs to drop to the run's uid (and nothing when it stays).
         keep = ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"] if uid is not None else []
-        inner = [caps.bwrap, *_bwrap_base(), *mounts, "--cap-drop", "ALL", *keep, "--", *inner]
+        filtered = ["--seccomp", str(seccomp)] if seccomp is not None else []
+        inner = [caps.bwrap, *_bwrap_base(), *mounts, *filtered, "--cap-drop", "ALL", *keep, "--", *inner]
     prefix: list[str] = []
     isolate_net = not network and caps.netns
     pid_outside = caps.pidns and not caps.bwrap
@@ -784,6 +861,7 @@ def run(
         counted = None
         if not network and _caps().netns:  # the run has a namespace of its own to count
             counted = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="netc-"))) / "snmp"
+        seccomp = stack.enter_context(_seccomp_fd()) if _caps().bwrap else None
         full = _wrap(
             argv,
             network=network,
@@ -792,7 +870,10 @@ def run(
             mounts=mounts,
             netns_helpers=in_netns,
             counters=counted,
+            seccomp=seccomp,
         )
+        if seccomp is not None:
+            pass_fds = (*pass_fds, seccomp)
         if procs:
             # Into its own groups before anything of the command's runs; everything it forks stays there
             # (the drift probe's TLS end too: it is part of the run).

@@ -71,6 +71,34 @@ def test_runs_as_an_unprivileged_uid_and_cannot_write_root_owned_files(box):
     assert (box / "work" / "mine").stat().st_uid == os.getuid()  # ... and taken back afterwards
 
 
+_KEYRING = """
+import ctypes, platform, sys
+add_key, keyctl = {"x86_64": (248, 250), "aarch64": (217, 219)}[platform.machine()]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+USER_KEYRING = ctypes.c_int(-4)
+if sys.argv[1] == "add":
+    got = libc.syscall(add_key, b"user", b"left-behind", b"payload", ctypes.c_size_t(7), USER_KEYRING)
+else:  # KEYCTL_SEARCH (10) of the user keyring
+    got = libc.syscall(keyctl, ctypes.c_int(10), USER_KEYRING, b"user", b"left-behind", ctypes.c_int(0))
+print(got, ctypes.get_errno())
+"""
+
+
+@pytest.mark.skipif(sandbox.isolation().filesystem != "bwrap", reason="the filter is applied by bwrap")
+def test_kernel_keyrings_are_out_of_reach(box):
+    """Red team 9: a key added to the run's user keyring outlived the grade and the next run as that uid read
+    it. Both calls are refused now; an ordinary program is not disturbed."""
+    script = box / "keys.py"
+    script.write_text(_KEYRING)
+    script.chmod(0o644)
+    added = _run(box, [PY, str(script), "add"], readable=[script])
+    searched = _run(box, [PY, str(script), "search"], readable=[script])
+    assert added.stdout.split() == ["-1", "1"], added  # EPERM
+    assert searched.stdout.split() == ["-1", "1"], searched
+    assert _run(box, [PY, "-c", "import ssl, sqlite3; print('fine')"]).stdout == "fine\n"
+
+
 def test_hanging_command_is_killed_at_the_deadline(box):
     res = _run(box, ["sh", "-c", "trap '' TERM; sleep 9731"], timeout=1.5)
     assert res.timed_out and res.returncode is None
