@@ -249,6 +249,26 @@ def pytest_pyfunc_call(pyfuncitem):
     return True
 """
 
+# The same implementation on an object a test registers (red team 9, 2b): no conftest, no Makefile, no config.
+TEST_REGISTERS_PYFUNC = """
+import pytest
+
+
+class _Quiet:
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pyfunc_call(self, pyfuncitem):
+        names = pyfuncitem._fixtureinfo.argnames
+        try:
+            pyfuncitem.obj(**{name: pyfuncitem.funcargs[name] for name in names})
+        except AssertionError:
+            pass
+        return True
+
+
+def test_setup(request):
+    request.config.pluginmanager.register(_Quiet(), "quiet-output")
+"""
+
 CASES = {
     "conftest-itemcollected": ({"tests/conftest.py": ITEMCOLLECTED}, None, "failed without them"),
     "ini-plugin-modifyitems": ({"softplug.py": MODIFYITEMS}, PYPROJECT_WITH_PLUGIN, "failed without them"),
@@ -278,6 +298,11 @@ CASES = {
             "envplug.py": PYFUNC_SWALLOW,
             "Makefile": "PLUG := env$(strip plug)\ntest:\n\tPYTEST_PLUGINS=$(PLUG) python -m pytest\n",
         },
+        None,
+        "failed without them",
+    ),
+    "test-registers-pyfunc-call": (
+        {"tests/test_000_setup.py": TEST_REGISTERS_PYFUNC},
         None,
         "failed without them",
     ),
