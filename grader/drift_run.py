@@ -52,7 +52,7 @@ from grader.errors import NotAssessable
 from grader.intercept import InterceptRulesError, load_hosts, prepare
 from grader.safeio import read_bytes
 from grader.sandbox import can_intercept, helpers_share_host_network
-from grader.tapes import tapes_of
+from grader.tapes import is_tape_file, tapes_of
 
 if TYPE_CHECKING:
     from grader.context import Context
@@ -303,6 +303,7 @@ def run_tickets(
     ticket_timeout: float = _TICKET_TIMEOUT,
     lanes: int = 2,
     keys: Mapping[str, str] | None = None,
+    withhold: bool = False,
 ) -> DriftRun:
     """Run ``command`` (default: the triage command) once per ticket against the stand-in playing ``profile``.
 
@@ -314,6 +315,9 @@ def run_tickets(
     the command (e.g. ``CASSETTE_REPLAY_UNTIL``); they win over the probe's own. ``keys``: real keys for a
     live ``url`` (variable -> key), given in place of the canaries: passed in the sandboxed process's
     environment only (``env`` is written to the plan file on disk) and redacted from its output like them.
+    ``withhold``: each lane's copy has no committed tape (the drift probe: red team 9, a layer whose record
+    mode replays a recorded request and records only what is missing never called the stand-in, and the row
+    left the total as unreached; `grade drift`'s arms keep them for ``CASSETTE_REPLAY_UNTIL``).
     Raises ``NotAssessable`` when the grader could not run it (the budget spent, no room, a broken
     interception rule file); ``ProfileError`` for a bad profile.
     """
@@ -369,6 +373,7 @@ def run_tickets(
         ticket_timeout=min(ticket_timeout, budget),
         budget=budget,
         intercept=intercept,
+        withhold=withhold,
     )
     if len(groups) == 1:
         answers = [lane(groups[0])]
@@ -411,13 +416,17 @@ class _LaneAnswer:
 
 
 def _run_lane(
-    ctx: Context, tickets: list[Ticket], *, tools: Path, intercept: bool, **run: Any
+    ctx: Context, tickets: list[Ticket], *, tools: Path, intercept: bool, withhold: bool, **run: Any
 ) -> _LaneAnswer:
     """One lane: a scratch copy, a plan, and one sandboxed run of the driver (with its own stand-in).
 
     ``run``: `_run_driver`'s keyword arguments (argv, url, profile, canaries, base_envs, env, label,
     ticket_timeout, budget)."""
-    scratch = ctx.scratch_copy(_slug(run["label"]))
+    cassette_dir = ctx.manifest.cassette_dir
+    if withhold and cassette_dir is not None:
+        scratch = ctx.scratch_copy_without(_slug(run["label"]), cassette_dir, is_tape_file)[0]
+    else:
+        scratch = ctx.scratch_copy(_slug(run["label"]))
     # The lane's own public folder (its plan, hosts file, CA certificate) beside the shared staged tools.
     own = Path(tempfile.mkdtemp(prefix="p-", dir=tools))
     own.chmod(0o755)

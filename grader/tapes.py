@@ -42,6 +42,7 @@ __all__ = [
     "Tape",
     "canonical_key",
     "canonical_request_json",
+    "is_tape_file",
     "load_tapes",
     "sniff_tape",
     "tapes_of",
@@ -52,6 +53,13 @@ MAX_PARSE_BYTES = 16 * 1024 * 1024
 # Inflated bodies are capped too: a small gzip body can expand to gigabytes.
 _MAX_INFLATED_BYTES = 32 * 1024 * 1024
 TAPE_SUFFIXES = (".json", ".yaml", ".yml", ".jsonl", ".ndjson")
+
+
+def is_tape_file(path: Path) -> bool:
+    """A file a probe withholds from the cassette folder: any tape format, compressed too (by its name)."""
+    return path.name.lower().endswith((*TAPE_SUFFIXES, ".gz"))
+
+
 # Where tapes are looked for when no cassette_dir is known: the manifest's discovery list, one source.
 DISCOVERY_DIRS = CASSETTE_DIR_CANDIDATES
 _OUTSIDE = "outside the repository"

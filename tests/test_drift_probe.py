@@ -267,3 +267,40 @@ def test_the_sample_solution_handles_or_refuses_every_drifted_answer(grade_cache
     # A refusal or a tool call is named, not a TypeError from parsing nothing.
     details = "\n".join(row.get("details", []))
     assert "TypeError" not in details
+
+
+_GOES_LIVE = "        return exchange.live if self.replay_until is not None else self.forwards\n"
+_NEW_EPISODES = (
+    '        if self.forwards and (self.source / f"{exchange.key}.json").is_file():\n'
+    "            return False  # record only what is missing (vcrpy's new_episodes)\n" + _GOES_LIVE
+)
+
+
+# CASSETTE_DIR takes the new tapes only; the committed ones stay where replays are read.
+_SCRATCH_BOTH = "                self.dir = self.source = Path(scratch)\n"
+_SCRATCH_WRITES = "                self.dir = Path(scratch)\n"
+
+
+def test_a_record_mode_that_replays_what_it_has_still_meets_the_drifted_model(
+    tmp_path: Path, grade_cache: Path
+) -> None:
+    """Red team 9: a layer whose record mode serves a recorded request from its tape and records only what
+    is missing never called the stand-in on the recorded tickets, so the row went to a reviewer and left the
+    total. The probe's copy holds no committed tape: the agent meets the drifted model (the sample's parser
+    handles every drift, so the row is scored in full)."""
+    from grader.selftest import load_corpus
+    from grader.selftest.runner import build_case
+
+    (case,) = [c for c in load_corpus() if c.id == "clean-copy"]
+    repo = Path(build_case(case, tmp_path)[0])
+    cassette = repo / "support_triage_agent" / "cassette.py"
+    source = cassette.read_text(encoding="utf-8")
+    assert source.count(_GOES_LIVE) == 1 and source.count(_SCRATCH_BOTH) == 1
+    source = source.replace(_GOES_LIVE, _NEW_EPISODES).replace(_SCRATCH_BOTH, _SCRATCH_WRITES)
+    cassette.write_text(source, encoding="utf-8")
+    subprocess.run(["git", "commit", "-qam", "new episodes"], cwd=repo, check=True, env=_GIT)
+
+    report = grade(str(repo), rubric=_drift_rubric(), timeout=120, cache_root=grade_cache, jobs=2)
+    row, facts = _row(report), report["facts"]["drift"]
+    assert facts["unreached"] == 0 and facts["drifted"] > 0, facts
+    assert row["status"] == "scored" and row["score"] == row["max"], row

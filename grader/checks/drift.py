@@ -1,6 +1,7 @@
 """The drift probe: the submission's own agent against a model that has moved on (the `model-drift` row).
 
-In a throwaway copy of the pristine checkout, the triage command (``[tool.takehome] triage_command``, or the
+In a throwaway copy of the pristine checkout, its committed tapes left out (red team 9: a record mode that
+replays what it has and records only what is missing never met the drifted model), the triage command (``[tool.takehome] triage_command``, or the
 discovered ``python -m <pkg>``) runs once per ticket against the kit's stand-in playing the shipped
 ``drifted`` profile, in the sandbox with loopback only, with canary keys (grader/drift_run.py says exactly
 what it is given). The tickets are the inputs the candidate recorded: the last user message of each
@@ -46,7 +47,7 @@ def _limit(ctx: Context) -> int:
 
 def _probe(ctx: Context) -> DriftRun:
     tickets = _again(find_tickets(ctx, _limit(ctx)), _limit(ctx))
-    return run_tickets(ctx, tickets, profile=_PROFILE, label=_LABEL, env=record_env(ctx))
+    return run_tickets(ctx, tickets, profile=_PROFILE, label=_LABEL, env=record_env(ctx), withhold=True)
 
 
 def _again(tickets: list[Ticket], limit: int) -> list[Ticket]:

@@ -23,7 +23,7 @@ from grader.manifest import package_command
 from grader.safeio import read_text
 from grader.secrets.findings import fingerprint
 from grader.standin import system_prompts
-from grader.tapes import TAPE_SUFFIXES, tapes_of
+from grader.tapes import is_tape_file, tapes_of
 
 if TYPE_CHECKING:
     from grader.audit import AuditLog
@@ -203,13 +203,9 @@ def _said(texts: list[str]) -> str:
     return "\n".join(kept)
 
 
-def _is_tape_file(path: Path) -> bool:
-    return path.name.lower().endswith((*TAPE_SUFFIXES, ".gz"))
-
-
 def _withheld_copy(ctx: Context, name: str, cassette_dir: Path) -> tuple[Path, int]:
     """A scratch copy with every tape under ``cassette_dir`` left out (never copied), and how many."""
-    return ctx.scratch_copy_without(name, cassette_dir, _is_tape_file)
+    return ctx.scratch_copy_without(name, cassette_dir, is_tape_file)
 
 
 def _prepare_unseen(ctx: Context, command: list[str]) -> Callable[[], tuple[RunResult, AuditLog]]:
@@ -365,7 +361,7 @@ def _prepare_reworded(
 ) -> reworded_rerun.Prepared:
     if in_place:
         return reworded_rerun.prepare_in_place(ctx, cassette_dir, prompt=prompt)
-    return reworded_rerun.prepare(ctx, cassette_dir, _is_tape_file, prompt=prompt)
+    return reworded_rerun.prepare(ctx, cassette_dir, is_tape_file, prompt=prompt)
 
 
 def _reworded_probe(
