@@ -1,21 +1,20 @@
 """The drift probe: the submission's own agent against a model that has moved on (the `model-drift` row).
 
 In a throwaway copy of the pristine checkout, its committed tapes left out (red team 9: a record mode that
-replays what it has and records only what is missing never met the drifted model), the triage command (``[tool.takehome] triage_command``, or the
-discovered ``python -m <pkg>``) runs once per ticket against the kit's stand-in playing the shipped
-``drifted`` profile, in the sandbox with loopback only, with canary keys (grader/drift_run.py says exactly
-what it is given). The tickets are the inputs the candidate recorded: the last user message of each
-request in the tapes, distinct, in tape order, the first ``thresholds.drift_tickets`` (8 by default). The
-triage command, not the record command, is what is run: it is the only documented path that answers one
-ticket, so its answer can be held to the stand-in's ground truth ticket by ticket; a record command
-(usually the whole suite) shows only its exit code. What the record path tells the code, though, the triage
-command gets too: the ``NAME=value`` words that open the Makefile ``record`` recipe's lines
-(``DESKBOT_TAPES=record``), which is how a submission that is not built on the template is told to reach
-the endpoint (grader/drift_run.py ``record_env``). Whatever endpoint the agent picks for itself, a provider
-host listed in grader/rules/intercept.toml reaches the same stand-in: in the probe's own run those names
-resolve to loopback, where a grader-owned TLS end answers with a certificate from a CA made for that run
-(grader/intercept.py, docs/security.md).
-"""
+replays what it has and records only what is missing never met the drifted model), the triage command
+(``[tool.takehome] triage_command``, or the discovered ``python -m <pkg>``) runs once per ticket against the
+kit's stand-in playing the shipped ``drifted`` profile, in the sandbox with loopback only, with canary keys
+(grader/drift_run.py says exactly what it is given). The tickets are the inputs the candidate recorded: the
+last user message of each request in the tapes, distinct, in tape order, the first
+``thresholds.drift_tickets`` (8 by default). The triage command, not the record command, is what is run: it is
+the only documented path that answers one ticket, so its answer can be held to the stand-in's ground truth
+ticket by ticket; a record command (usually the whole suite) shows only its exit code. What the record path
+tells the code, though, the triage command gets too: the ``NAME=value`` words that open the Makefile
+``record`` recipe's lines (``DESKBOT_TAPES=record``), which is how a submission that is not built on the
+template is told to reach the endpoint (grader/drift_run.py ``record_env``). Whatever endpoint the agent picks
+for itself, a provider host listed in grader/rules/intercept.toml reaches the same stand-in: in the probe's
+own run those names resolve to loopback, where a grader-owned TLS end answers with a certificate from a CA
+made for that run (grader/intercept.py, docs/security.md)."""
 
 from __future__ import annotations
 
