@@ -26,6 +26,7 @@ from grader.checks import CheckResult, Finding, register
 from grader.details import counted
 from grader.drift_run import DriftRun, Ticket, TicketOutcome, find_tickets, record_env, run_tickets
 from grader.errors import NotAssessable
+from grader.manifest import package_command
 
 if TYPE_CHECKING:
     from grader.context import Context
@@ -46,7 +47,32 @@ def _limit(ctx: Context) -> int:
 
 def _probe(ctx: Context) -> DriftRun:
     tickets = _again(find_tickets(ctx, _limit(ctx)), _limit(ctx))
-    return run_tickets(ctx, tickets, profile=_PROFILE, label=_LABEL, env=record_env(ctx), withhold=True)
+    run = run_tickets(ctx, tickets, profile=_PROFILE, label=_LABEL, env=record_env(ctx), withhold=True)
+    entry = package_command(ctx.repo)
+    if not run.ran or not entry or list(entry) == list(run.command):
+        return run
+    # The manifest names another command than the package's own `python -m <pkg>`, which the brief, the
+    # README and `make demo` use (red team 9: a strict twin declared beside a sloppy entry point). The entry
+    # point meets the drifted model too; where it reached the model, its violations are the ticket's.
+    other = run_tickets(
+        ctx, tickets, profile=_PROFILE, label=_LABEL, env=record_env(ctx), withhold=True, command=entry
+    )
+    return _worse(run, other) if other.ran else run
+
+
+def _worse(run: DriftRun, other: DriftRun) -> DriftRun:
+    """``run`` with each ticket's outcome replaced by ``other``'s where only that one is a violation."""
+    theirs = {o.ticket.id: o for o in other.outcomes}
+    outcomes = []
+    for mine in run.outcomes:
+        twin = theirs.get(mine.ticket.id)
+        if twin is not None and twin.verdict == "violation" and mine.verdict != "violation":
+            mine = replace(twin, reason=f"{twin.reason} (from `{' '.join(other.command)}`)")
+        outcomes.append(mine)
+    shown = " ".join(other.command)
+    found = sum(o.verdict == "violation" for o in other.outcomes)
+    note = f"drift probe: also ran the package's own `{shown}`: {counted(found, 'violation')}"
+    return replace(run, outcomes=tuple(outcomes), details=[*run.details, note])
 
 
 def _again(tickets: list[Ticket], limit: int) -> list[Ticket]:
@@ -201,6 +227,7 @@ def _result(ctx: Context, run: DriftRun) -> CheckResult:
         f"CASSETTE_DIR{also}); {_reach(run)}"
     ]
     details += [_line(o) for o in run.outcomes]
+    details += [line for line in run.details if line.startswith("drift probe: also ran")]
     if run.skipped:
         details.append(f"drift probe: not run for lack of time: {', '.join(run.skipped)}")
     manual = None
