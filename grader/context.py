@@ -26,6 +26,7 @@ from defusedxml.ElementTree import fromstring as defused_fromstring
 from grader import diskwatch, sandbox, tamper
 from grader.acquire import copy_checkout, keep_pristine, no_space, no_space_reason, no_space_text
 from grader.audit import AuditLog, Results, read_audit_log, read_result_log
+from grader.deeptree import remove_tree
 from grader.errors import NotAssessable
 from grader.manifest import (
     SuiteCommand,
@@ -69,6 +70,7 @@ _BLOCKED_ARGS = re.compile(r"^_args = \('(?P<host>[^']*)', (?P<port>\d+)", re.MU
 # did (grader/diskwatch.py): the run's own, graded as it ran, or a neighbour's, not-assessable.
 _ROOM = 256 * 1024**2
 _FULL = 256 * 1024  # free space below this: the disk is full
+_FILES_ROOM = 10_000  # free inodes below this: a copy of a checkout may not fit
 _LOG_CAP = 64 * 1024**2  # a log a run wrote (JUnit, misses): read no more than this
 _MAKEFILE_CAP = 1_000_000
 
@@ -257,6 +259,39 @@ class Context:
         except OSError:
             return _ROOM
 
+    def _room(self) -> tuple[int, int]:
+        """(bytes, files) the workspace disk has free; roomy values when it cannot be read."""
+        try:
+            st = os.statvfs(self.workspace.root)
+        except OSError:
+            return _ROOM, _FILES_ROOM
+        return st.f_bavail * st.f_frsize, st.f_favail if st.f_files else _FILES_ROOM
+
+    def _reclaim(self, home: Path, label: str, before: tuple[int, int]) -> None:
+        """A run that left a roomy workspace disk nearly full (bytes or files) loses what it left in its
+        home, so that the grader's next copies have room (red team 10: a suite flooding the disk and leaving
+        the flood in place made every later copy fail, and five rows, no-credentials among them, left the
+        total as not assessable). Nothing reads a run's home after it; the report notes the fill."""
+        after = self._room()
+        bytes_low = before[0] >= _ROOM > after[0]
+        files_low = before[1] >= _FILES_ROOM > after[1]
+        if not (bytes_low or files_low):
+            return
+        held = _usage(home)
+        # Its own doing only: at least half of what the disk lost is in its home (a neighbour's flood is
+        # `_check_space`'s to judge, and the neighbour's own reclaim frees it).
+        if not (
+            (bytes_low and 2 * held[0] >= before[0] - after[0])
+            or (files_low and 2 * held[1] >= before[1] - after[1])
+        ):
+            return
+        remove_tree(home)
+        free = f"{diskwatch.size_text(after[0])} and {after[1]:,} files free"
+        note = f"{label!r} left the workspace disk nearly full ({free}): its home was emptied to go on"
+        with self._lock:
+            if note not in self.disk_fills:
+                self.disk_fills.append(note)
+
     def _held(self) -> diskwatch.Held:
         """What this submission's running runs hold on the workspace disk right now (diskwatch.Watch)."""
         with self._lock:
@@ -439,6 +474,7 @@ class Context:
         with self._lock:
             self._running[key] = {path: names.get(path, "log folder") for path in owned}
         watch = diskwatch.Watch(self.workspace.root, self._free(), _FULL, self._held)
+        room_before = self._room()
         try:
             with self._disk(f"running {label!r}"), watch:
                 home.mkdir(parents=True, exist_ok=True)
@@ -470,6 +506,7 @@ class Context:
                 self.timeouts.append((label, allowed))
         self.outputs.append((label, f"{result.stdout}\n{result.stderr}"))
         self.sandbox_users.add(result.user)
+        self._reclaim(home, label, room_before)
         self._check_space(result, watch, label)
         return result, read_audit_log(audit_log)
 
@@ -845,6 +882,25 @@ def _pythonpath(cwd: Path, roots: Sequence[str] = ()) -> str:
     if not parts and (cwd / "src").is_dir():
         parts.append(str(cwd / "src"))
     return os.pathsep.join(dict.fromkeys([*parts, str(cwd)]))
+
+
+def _usage(folder: Path) -> tuple[int, int]:
+    """(bytes, files) under ``folder``, walked without following a link or recursing."""
+    size = count = 0
+    stack = [str(folder)]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    count += 1
+                    with contextlib.suppress(OSError):
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(entry.path)
+                        else:
+                            size += entry.stat(follow_symlinks=False).st_blocks * 512
+        except OSError:
+            continue
+    return size, count
 
 
 def makefile_targets(repo: Path) -> set[str]:

@@ -246,3 +246,70 @@ def test_a_submission_cannot_blame_the_disk_for_its_own_failures(tmp_path: Path,
     filler = _report(out, "filler")
     assert _fill_notes(filler), filler["notes"]
     assert not _fill_notes(_report(out, "printer"))
+
+
+# Red team 10: fill the disk and leave the flood in place. Every copy the grader made afterwards failed for
+# lack of room, and five rows, no-credentials among them, left the total: a committed key went unreported.
+_LEAVER = textwrap.dedent(
+    """
+    import errno, os
+
+
+    def test_corpus():
+        home, i = os.environ["HOME"], 0
+        try:
+            while True:
+                with open(os.path.join(home, f"c{{i}}.bin"), "wb") as handle:
+                    handle.write(b"x" * {size})
+                i += 1
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+    """
+)
+
+
+@pytest.fixture(params=["bytes", "files"])
+def flooded_disk(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """A tmpfs that a flood exhausts by bytes (320 MiB) or by files (20,000 inodes, 1 GiB)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    where = tmp_path / "disk"
+    where.mkdir()
+    size = f"size={_DISK_MIB}m" if request.param == "bytes" else "size=1g,nr_inodes=20000"
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"{size},mode=1777", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield where, request.param
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
+
+
+@pytest.mark.index
+def test_a_flood_left_in_place_does_not_take_rows_out_of_the_total(
+    tmp_path: Path, flooded_disk: tuple[Path, str]
+) -> None:
+    from tests.test_batch import leaked_key
+
+    disk, kind = flooded_disk
+    size = 16 * 1024 * 1024 if kind == "bytes" else 0
+
+    def mutate(repo: Path) -> None:
+        leaked_key(repo)
+        (repo / "tests" / "test_zz_corpus.py").write_text(_LEAVER.format(size=size))
+
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    out = _batch(tmp_path, disk, {"leaver": copy_sample(subs / "leaver", mutate=mutate)}, jobs=1)
+    report = _report(out, "leaver")
+    rows = _rows(report)
+    secrets = rows["no-credentials"]
+    assert secrets["status"] == "scored" and secrets["score"] == 0, secrets
+    assert not [r for r in rows.values() if r["status"] == "not-assessable"], report["notes"]
+    assert any("left the workspace disk nearly full" in note for note in report["notes"]), report["notes"]
