@@ -633,18 +633,26 @@ _LENIENT_MISS = (
 )
 
 
+_NOT_A_CLI = (
+    'import sys\n\nprint("usage: python -m support_triage_agent.cli MESSAGE", file=sys.stderr)\nsys.exit(1)\n'
+)
+
+
 @pytest.mark.slow
 @pytest.mark.index
+@pytest.mark.parametrize("entry", ["lenient", "not-a-triage-command"])
 def test_a_strict_twin_named_in_the_manifest_does_not_hide_a_lenient_entry_point(
-    tmp_path: Path, grade_cache: Path
+    tmp_path: Path, grade_cache: Path, entry: str
 ) -> None:
+    """The control: an entry point that is not a triage command at all (why a manifest names another one)
+    makes no answer up and is not held against the submission."""
     (case,) = [c for c in load_corpus() if c.id == "clean-copy"]
     repo = Path(build_case(case, tmp_path)[0])
     main = repo / _PACKAGE / "__main__.py"
     source = main.read_text(encoding="utf-8")
     assert source.count(_STRICT_MISS) == 1
     (repo / _PACKAGE / "cli.py").write_text(source, encoding="utf-8")
-    main.write_text(source.replace(_STRICT_MISS, _LENIENT_MISS), encoding="utf-8")
+    main.write_text(source.replace(_STRICT_MISS, _LENIENT_MISS) if entry == "lenient" else _NOT_A_CLI)
     pyproject = repo / "pyproject.toml"
     declared = f'triage_command = ["python", "-m", "{_PACKAGE}"]'
     text = pyproject.read_text(encoding="utf-8")
@@ -655,6 +663,11 @@ def test_a_strict_twin_named_in_the_manifest_does_not_hide_a_lenient_entry_point
 
     report = grade(str(repo), rubric=load_rubric(), timeout=120, cache_root=grade_cache, jobs=2)
     facts, _findings, row = _loud_miss(report)
+    if entry != "lenient":
+        assert facts["unseen_exit_package"] == 1 and facts["unseen_package_answered"] is False, facts
+        assert facts["loud"] is True and row["score"] == row["max"], row
+        return
     assert facts["unseen_exit"] == 2 and facts["unseen_exit_package"] == 0, facts
+    assert facts["unseen_package_answered"] is True
     assert facts["loud"] is False and row["score"] <= 1, row
     assert "`python -m <pkg>` exited 0 on an unseen message" in row["evidence"], row

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import json
 import re
 import secrets as _random
 from collections.abc import Callable
@@ -507,6 +508,9 @@ def loud_miss(ctx: Context) -> CheckResult:
         unseen_exit_package: ``python -m <pkg>`` (the package's own entry point, what the brief names) on
             an unseen message, when the manifest's triage_command is another command (-1 otherwise): a strict
             twin declared beside a lenient entry point (red team 9) shows here
+        unseen_package_answered: that run exited 0 printing an answer (a JSON object with ``intent`` or
+            ``needs_human``): made up, so not loud; any other exit of an entry point that is not the
+            declared command is not held against it
         unseen_exit_in_tests: the same command (``python -m <pkg>`` only) run from a test file added to the
             suite, under pytest (-1 when not available or when that test did not run): a client that invents
             answers only under pytest shows here
@@ -556,6 +560,7 @@ def loud_miss(ctx: Context) -> CheckResult:
             "unseen_exit": -1,
             "unseen_exit_in_tests": -1,
             "unseen_exit_package": -1,
+            "unseen_package_answered": False,
             "loud": False,
             "serve_probed": False,
             "serve_replayed": False,
@@ -596,8 +601,15 @@ def loud_miss(ctx: Context) -> CheckResult:
         # The manifest may name a strict command beside a lenient `python -m <pkg>` that the README, `make
         # demo` and the brief use (red team 9): the package's own entry point is asked too.
         twin = _prepare_unseen(ctx, entry)()
-        found.facts["unseen_exit_package"] = twin[0].returncode if twin[0].returncode is not None else -1
-        unseen_ok = _unseen_facts(found, twin, entry, record=False) and unseen_ok
+        code = twin[0].returncode if twin[0].returncode is not None else -1
+        found.facts["unseen_exit_package"] = code
+        # Only an answer it made up counts against it: a `__main__` that is not a triage command (a server,
+        # a usage line, an error) is why a manifest names another one.
+        made_up = code == 0 and _prints_an_answer(twin[0].stdout)
+        found.facts["unseen_package_answered"] = made_up
+        if made_up or twin[1].network_attempts:
+            _unseen_facts(found, twin, entry, record=False)  # its detail line and connection attempts
+            unseen_ok = False
     answered = []
     for prompt in (False, True):
         reworded = _reworded_probe(ctx, cassette_dir, prompt=prompt)
@@ -763,6 +775,20 @@ def _in_tests_facts(
             f"`{shown} <unseen message>` inside a test of the suite {what}; a miss must exit 2"
         )
     return code == 102 and not audit.network_attempts
+
+
+def _prints_an_answer(stdout: str) -> bool:
+    """A line of ``stdout`` is a JSON object holding ``intent`` or ``needs_human``: an answer."""
+    for line in stdout.splitlines():
+        line = line.strip()
+        if line.startswith("{") and ('"intent"' in line or '"needs_human"' in line):
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(value, dict) and ({"intent", "needs_human"} & set(value)):
+                return True
+    return False
 
 
 def _names_miss(text: str) -> bool:
@@ -945,9 +971,9 @@ def _summary(
         )
     elif facts["unseen_exit"] not in (-1, 2):
         summary = f"an unseen message exited {facts['unseen_exit']} instead of 2"
-    elif facts["unseen_exit_package"] not in (-1, 2):
+    elif facts["unseen_package_answered"]:
         summary = (
-            f"`python -m <pkg>` exited {facts['unseen_exit_package']} on an unseen message instead of 2 (the "
+            "`python -m <pkg>` exited 0 on an unseen message, printing an answer, instead of 2 (the "
             "manifest's triage_command is another command)"
         )
     elif serve.ran and serve.unseen_status <= 0:
