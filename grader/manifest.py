@@ -106,7 +106,9 @@ def _load_table(repo: Path, notes: list[str]) -> tuple[dict[str, object], bool]:
     except OSError as exc:
         notes.append(f"pyproject.toml not read ({exc.strerror}); manifest keys fall back to discovery")
         return {}, False
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as exc:  # nesting bombs too
+    # TOMLDecodeError and UnicodeDecodeError are ValueErrors, as is int() past its digit limit (a 5,000-digit
+    # integer, red team 11: it crashed the grade before any check); nesting bombs are RecursionErrors.
+    except (ValueError, RecursionError) as exc:
         notes.append(f"pyproject.toml is not valid TOML ({exc}); manifest keys fall back to discovery")
         return {}, False
     tool = data.get("tool")

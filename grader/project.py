@@ -72,7 +72,7 @@ def read_project(repo: Path) -> Project:
     text = (raw["pyproject.toml"] or b"").decode("utf-8", "replace")
     try:
         data = tomllib.loads(text) if text else {}
-    except (tomllib.TOMLDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # TOMLDecodeError, and int() past its digit limit
         data = {}
     project = mapping(data.get("project"))
     tool = mapping(data.get("tool"))

@@ -81,7 +81,7 @@ def _toml(repo: Path, name: str) -> object:
         return {}
     try:
         return tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, RecursionError):  # a nesting bomb is malformed TOML too
+    except (ValueError, RecursionError):  # a nesting bomb, a 5,000-digit integer: malformed TOML too
         return {}
 
 

@@ -331,7 +331,7 @@ def read_dependencies(repo: Path) -> Dependencies:
     text = _read_text(repo / "pyproject.toml") or ""
     try:
         data = tomllib.loads(text) if text else {}
-    except (tomllib.TOMLDecodeError, RecursionError):  # a nesting bomb is malformed TOML too
+    except (ValueError, RecursionError):  # a nesting bomb, a 5,000-digit integer: malformed TOML too
         data = {}
     project = mapping(data.get("project"))
     tool = mapping(data.get("tool"))
@@ -585,7 +585,7 @@ def _lock_pins(repo: Path, out: _Collector) -> tuple[list[str], str | None]:
             continue
         try:
             data = tomllib.loads(text)
-        except (tomllib.TOMLDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # TOMLDecodeError, and int() past its digit limit
             out.refuse(name, name, "not valid TOML; its pins were not used")
             return [], None
         versions: dict[str, set[str]] = {}

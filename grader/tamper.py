@@ -188,7 +188,7 @@ def _entry_point_plugins(repo: Path) -> list[str]:
     if text:
         try:
             data = tomllib.loads(text)
-        except (tomllib.TOMLDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # TOMLDecodeError, and int() past its digit limit
             data = {}
         project = data.get("project") if isinstance(data.get("project"), dict) else {}
         points = (project.get("entry-points") or {}).get("pytest11") if isinstance(project, dict) else None

@@ -273,6 +273,10 @@ def _parse(rel: str, text: str) -> Tape:
     try:
         if is_yaml:
             data = yaml.load(text, Loader=_Loader)  # noqa: S506 (safe loader)
+            if "&" in text and _expanded(data) > _MAX_EXPANDED:
+                # Aliases are shared, not copied, when loaded; every reader that walks the values (a
+                # re-hash, a scan) expands them: 1.5 KB of anchors is 10^9 values (red team 11).
+                return Tape(path=rel, format="invalid", error="YAML aliases expand past 1,000,000 values")
         else:
             data = _json_lines(text) if lines else json.loads(text)
     except json.JSONDecodeError as exc:
@@ -303,6 +307,30 @@ def _parse(rel: str, text: str) -> Tape:
         tape = Tape(path=rel, format="json", interactions=records)
     _fill_from_interactions(tape)
     return tape
+
+
+_MAX_EXPANDED = 1_000_000
+
+
+def _expanded(data: Any) -> int:
+    """How many values ``data`` holds once every alias is expanded (each shared node counted where it is
+    named), computed once per node however often it is named."""
+    sizes: dict[int, int] = {}
+
+    def size(node: Any) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if isinstance(node, dict):
+            total = 1 + sum(size(k) + size(v) for k, v in node.items())
+        elif isinstance(node, list):
+            total = 1 + sum(size(v) for v in node)
+        else:
+            total = 1
+        sizes[key] = total
+        return total
+
+    return size(data)
 
 
 # libyaml's safe loader when present: pure-Python YAML parsing is ~20x slower on multi-MB cassettes.

@@ -363,6 +363,34 @@ def test_invalid_json_and_yaml_tapes(tmp_path: Path, grade_run: GradeRun) -> Non
     assert "invalid" in hygiene["evidence"], hygiene
 
 
+# Red team 11: a valid TOML integer of 5,000 digits (int() refuses past 4,300 with a plain ValueError, which
+# crashed the grade before any check: every row out of the total), and a 1.5 KB vcrpy cassette whose bodies
+# alias a chain of anchors: 10^9 values once expanded, minutes of the grader's own time.
+_BOMB = "".join(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}" if i else "x"] * 10) + "]\n" for i in range(9)) + (
+    "interactions:\n- request: {method: POST, uri: 'https://api.openai.com/v1/chat/completions', body: *a8}\n"
+    "  response: {status: {code: 200}, body: {string: *a8}}\n"
+)
+
+
+def test_a_huge_integer_in_pyproject_and_an_alias_bomb_are_graded(
+    tmp_path: Path, grade_run: GradeRun
+) -> None:
+    pyproject = '[project]\nname = "sub"\nversion = "0.1.0"\ndependencies = []\n\n[tool.bignum]\nseed = '
+    repo = _repo(
+        tmp_path,
+        {
+            "pyproject.toml": pyproject + "7" * 5000 + "\n",
+            "tests/test_ok.py": "def test_ok():\n    pass\n",
+            "cassettes/session.yaml": _BOMB,
+        },
+    )
+    report = _graded(*grade_run(repo)[:2])
+    rows = {r["id"]: r for r in report["rows"]}
+    assert rows["offline-replay"]["status"] == "scored", rows["offline-replay"]
+    assert rows["cassette-hygiene"]["score"] is not None and "invalid" in rows["cassette-hygiene"]["evidence"]
+    assert any("pyproject.toml is not valid TOML" in note for note in report["notes"]), report["notes"]
+
+
 # --- infrastructure vs submission -----------------------------------------------------------------
 
 
