@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -108,15 +109,15 @@ def _printer(repo: Path) -> None:
     (repo / "tests" / "test_zz_enospc.py").write_text(_PRINTER)
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A fresh tmpfs of ``_DISK_MIB`` MiB, unmounted afterwards even when the test fails."""
+@contextmanager
+def _tmpfs(tmp_path: Path, options: str) -> Iterator[Path]:
+    """A fresh tmpfs mounted with ``options``, unmounted afterwards even when the test fails."""
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
     where = tmp_path / "disk"
     where.mkdir()
     mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={_DISK_MIB}m,mode=1777", "tmpfs", str(where)],
+        ["mount", "-t", "tmpfs", "-o", f"{options},mode=1777", "tmpfs", str(where)],
         capture_output=True,
         text=True,
         check=False,
@@ -127,6 +128,13 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         yield where
     finally:
         subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A fresh tmpfs of ``_DISK_MIB`` MiB."""
+    with _tmpfs(tmp_path, f"size={_DISK_MIB}m") as where:
+        yield where
 
 
 def _batch(tmp_path: Path, disk: Path, candidates: dict[str, Path], jobs: int) -> Path:
@@ -272,23 +280,9 @@ _LEAVER = textwrap.dedent(
 @pytest.fixture(params=["bytes", "files"])
 def flooded_disk(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Path, str]]:
     """A tmpfs that a flood exhausts by bytes (320 MiB) or by files (20,000 inodes, 1 GiB)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    where = tmp_path / "disk"
-    where.mkdir()
-    size = f"size={_DISK_MIB}m" if request.param == "bytes" else "size=1g,nr_inodes=20000"
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"{size},mode=1777", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    options = f"size={_DISK_MIB}m" if request.param == "bytes" else "size=1g,nr_inodes=20000"
+    with _tmpfs(tmp_path, options) as where:
         yield where, request.param
-    finally:
-        subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
 
 
 @pytest.mark.index

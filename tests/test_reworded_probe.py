@@ -11,7 +11,6 @@ import ast
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from grader.sandbox import RunResult
 from grader.selftest import load_corpus
 from grader.selftest.runner import build_case
 from grader.tamper import GuardLog
-from tests.helpers.bake import clean_env, run, standin
+from tests.helpers.bake import record_with_standin
 
 _MESSAGE = 'My "premium" order #4411 can\'t be found, where is it?'
 _OTHER = "Please reimburse me for the headphones that arrived cracked."
@@ -567,13 +566,7 @@ def _record_again(repo: Path) -> None:
     for tape in (repo / "cassettes").iterdir():
         if tape.name != ".gitkeep":
             tape.unlink()
-    with standin() as base_url:
-        env = clean_env(
-            PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin",
-            OPENAI_API_KEY="rerecord-test-key",
-            OPENAI_BASE_URL=base_url,
-        )
-        result = run(["make", "record", f"PYTHON={sys.executable}"], repo, env)
+    result = record_with_standin(repo)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
 

@@ -15,7 +15,7 @@ import pytest
 
 from grader.checks.keys import probe_cases
 from grader.schemas import load_schema
-from tests.helpers.bake import bake, clean_env, run, standin, unshare_works
+from tests.helpers.bake import bake, clean_env, record_with_standin, run, unshare_works
 from tests.helpers.sample_marks import (
     LOOPBACK_EVIDENCE,
     REHEARSAL,
@@ -101,13 +101,7 @@ def test_rerecording_reproduces_the_tapes(tmp_path: Path) -> None:
     shutil.copytree(SAMPLE, repo, ignore=shutil.ignore_patterns(".pytest_cache", "__pycache__"))
     shutil.rmtree(repo / "cassettes")
     (repo / "cassettes").mkdir()
-    with standin() as base_url:
-        env = clean_env(
-            PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin",
-            OPENAI_API_KEY="rerecord-test-key",
-            OPENAI_BASE_URL=base_url,
-        )
-        result = run(["make", "record", f"PYTHON={sys.executable}"], repo, env)
+    result = record_with_standin(repo)
     assert result.returncode == 0, result.stdout + result.stderr
     old, new = _tapes(SAMPLE / "cassettes"), _tapes(repo / "cassettes")
     assert sorted(new) == sorted(old)

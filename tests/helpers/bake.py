@@ -127,6 +127,17 @@ def standin(*args: str) -> Iterator[str]:
         end_group(proc)
 
 
+def record_with_standin(repo: Path) -> subprocess.CompletedProcess[str]:
+    """The repository's own `make record` against a fresh stand-in (a placeholder key, this Python)."""
+    with standin() as base_url:
+        env = clean_env(
+            PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin",
+            OPENAI_API_KEY="rerecord-test-key",
+            OPENAI_BASE_URL=base_url,
+        )
+        return run(["make", "record", f"PYTHON={sys.executable}"], repo, env)
+
+
 def files_containing(root: Path, needle: str) -> list[Path]:
     """Every file under ``root`` whose bytes contain ``needle``."""
     data = needle.encode()
