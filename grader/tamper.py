@@ -575,6 +575,7 @@ class GuardLog:
     skipped: dict[str, str] = field(default_factory=dict)  # nodeid -> skip reason
     exitstatus: int | None = None  # None: pytest's session never finished
     deselected: int = 0
+    collected: int | None = None  # tests the finished session had collected (after deselection)
     records: int = 0
     messages: dict[str, str] = field(default_factory=dict)  # nodeid -> first line of its failure
     foreign: int = 0  # lines without the run's nonce: written to the descriptor by the suite, not the guard
@@ -633,6 +634,8 @@ def read_guard(path: Path, nonce: str = "") -> GuardLog:
             log.exitstatus = status if isinstance(status, int) else None
             deselected = rec.get("deselected")
             log.deselected = deselected if isinstance(deselected, int) else 0
+            collected = rec.get("collected")
+            log.collected = collected if isinstance(collected, int) and collected >= 0 else None
             continue
         nodeid, when = str(rec.get("nodeid", "?")), rec.get("when")
         outcome, raw_outcome = rec.get("outcome"), rec.get("raw")

@@ -151,6 +151,30 @@ def test_fork_bomb_is_contained(tmp_path: Path, grade_run: GradeRun) -> None:
         assert "BlockingIOError" in json.dumps(row["details"]) or facts["timed_out"] or facts["exit_abnormal"]
 
 
+@pytest.mark.parametrize(
+    "stop",
+    ["pytest.exit('done', returncode=0)", "raise KeyboardInterrupt"],
+    ids=["pytest-exit-0", "keyboard-interrupt"],
+)
+def test_a_green_session_ended_before_its_failing_tests_ran_is_abnormal(
+    tmp_path: Path, grade_run: GradeRun, stop: str
+) -> None:
+    """Red team 12: a test calling ``pytest.exit(returncode=0)`` ended the session before the failing tests
+    collected after it, and the run read as all green (offline-replay 3)."""
+    repo = _repo(
+        tmp_path,
+        {
+            "tests/test_a.py": "def test_ok():\n    pass\n",
+            "tests/test_m.py": f"import pytest\n\n\ndef test_done():\n    {stop}\n",
+            "tests/test_z.py": "def test_fails():\n    assert False, 'real failure'\n",
+        },
+    )
+    report = _graded(*grade_run(repo)[:2])
+    row, facts = _replay(report)
+    assert facts["failed"] == 0 and facts["exit_abnormal"] is True, facts
+    assert row["score"] <= 1 and "collected tests ran" in row["evidence"], row
+
+
 def test_memory_hog_is_stopped_by_the_address_space_limit(tmp_path: Path, grade_run: GradeRun) -> None:
     repo = _repo(
         tmp_path,

@@ -78,7 +78,8 @@ def replay(ctx: Context) -> CheckResult:
             suite-writable result log disagrees with the grader's guard log, or the run replaced one of the
             grader's logs (a link, a FIFO)
         exit_abnormal: true when pytest's session never finished (os._exit, a killed interpreter, the grader's
-            plugins switched off); a timeout is reported as timed_out instead
+            plugins switched off), or finished before every collected test ran with none failed
+            (``pytest.exit()``, an interrupt: red team 12); a timeout is reported as timed_out instead
         network_attempts: connection attempts seen by the audit hook or refused by pytest-socket, or else
             one when the run's network namespace counted packets it had no route for (a process the hook
             does not see: curl, a Python outside the venv)
@@ -378,7 +379,22 @@ def _tamper_evidence(rr: ReplayRun, results: Results) -> _Evidence:
             ev.abnormal_why = (
                 f"pytest's session never finished (exit {rr.run.returncode}): the process ended mid-run"
             )
+        elif guard is not None and (unrun := _never_ran(guard)):
+            ev.abnormal = True
+            ev.abnormal_why = (
+                f"pytest's session ended (status {guard.exitstatus}) before {unrun} of its {guard.collected} "
+                "collected tests ran, and none had failed: a `pytest.exit()` or an interrupt hid the rest"
+            )
     return ev
+
+
+def _never_ran(guard: GuardLog) -> int:
+    """Collected tests the finished session never ran, when nothing had failed by then (red team 12: a test
+    calling ``pytest.exit(returncode=0)`` ended a green session before the failing tests after it). A suite
+    that stopped at its first failure (``-x``) shows that failure: not counted here."""
+    if guard.collected is None or any(o in ("failed", "error") for o in guard.outcomes.values()):
+        return 0
+    return max(0, guard.collected - len(guard.outcomes) - len(set(guard.notrun) - set(guard.outcomes)))
 
 
 _NEEDS_NETWORK = re.compile(
