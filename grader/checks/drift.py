@@ -48,6 +48,11 @@ def _limit(ctx: Context) -> int:
 def _probe(ctx: Context) -> DriftRun:
     tickets = _again(find_tickets(ctx, _limit(ctx)), _limit(ctx))
     run = run_tickets(ctx, tickets, profile=_PROFILE, label=_LABEL, env=record_env(ctx), withhold=True)
+    if run.ran and not any(o.calls for o in run.outcomes):
+        # Nothing reached the stand-in with the tapes withheld: an agent whose live mode the probe cannot find
+        # misses loudly there. Judged as before, with its tapes in place (unreached: a reviewer's row, or
+        # a refusal of the probe's record mode, which the plain-replay control tells apart).
+        run = run_tickets(ctx, tickets, profile=_PROFILE, label=_LABEL, env=record_env(ctx))
     entry = package_command(ctx.repo)
     if not run.ran or not entry or list(entry) == list(run.command):
         return run
