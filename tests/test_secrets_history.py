@@ -195,6 +195,27 @@ def test_a_key_in_a_commit_message_a_tag_message_or_a_branch_name_is_found_there
         assert secret not in repr(found)
 
 
+def test_a_key_as_a_commit_author_committer_or_e_mail_is_found_in_the_commit_header(tmp_path: Path) -> None:
+    # Red team 12, F1: the identity lines travel with every clone (and show in `git log` and on the forge).
+    repo = _repo(tmp_path)
+    third = expand("sk-or-v1-{{hex:64}}", "history:author-email")
+    who = {
+        "GIT_AUTHOR_NAME": KEY,
+        "GIT_COMMITTER_NAME": OTHER,
+        "GIT_AUTHOR_EMAIL": f"{third}@example.com",
+    }
+    subprocess.run(
+        ["git", "-C", str(repo), "commit", "-q", "--allow-empty", "-m", "readme"],
+        env={**os.environ, **GIT_ENV, "HOME": str(repo), **who},
+        check=True,
+    )
+    said = _git(repo, "rev-parse", "--short=7", "HEAD")
+    found = {f.location for f in scan_history(repo)}
+    # The raw object's header: tree (1), parent (2), author (3), committer (4).
+    assert found == {f"{said}:commit header:3", f"{said}:commit header:4"}, found
+    assert len(scan_history(repo)) == 3  # the author line holds two keys: its name and its e-mail
+
+
 def test_the_same_key_in_many_commit_messages_is_one_finding_at_the_first(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     for when in (2, 3, 4):

@@ -50,9 +50,10 @@ def secrets(ctx: Context) -> CheckResult:
         in_tree: findings in working-tree files that are not tapes, zip members and file names included
         in_tapes: findings in tapes (recordings) of the working tree
         in_history: findings in git history, one per secret at the commit that introduced it (a key still
-            in the tree is counted here too); commit messages, annotated tag messages, ref names and every
-            commit's path names included (`sha:commit message:line`, `tag NAME:tag message:line`,
-            `refs:line`, `sha:path:0`)
+            in the tree is counted here too); commit messages and headers (author and committer names and
+            e-mails), annotated tag messages, ref names and every commit's path names included
+            (`sha:commit message:line`, `sha:commit header:line`, `tag NAME:tag message:line`, `refs:line`,
+            `sha:path:0`)
         in_output: findings in the output of commands the grader ran
         rules_loaded: number of secret rules in grader/rules/secrets.toml
         bytes_scanned: bytes read from files, blobs and outputs
