@@ -375,6 +375,7 @@ class Context:
         network: bool = False,
         netns_helpers: Sequence[Sequence[str]] = (),
         overlays: Mapping[str, Path] | None = None,
+        watch: Callable[[int, bytes], None] | None = None,
     ) -> tuple[RunResult, AuditLog]:
         """Run `argv` in the sandbox with the submission's venv, no network and no credentials.
 
@@ -383,7 +384,7 @@ class Context:
         ``suite_probe``: the command runs the suite again (a rerun, a record command that runs it); once the
         replay suite timed out it is skipped, or stopped if already running (NotAssessable).
         ``netns_helpers``, ``overlays``: grader helpers beside the run, files shown over system files
-        (`grader.sandbox.run`).
+        (`grader.sandbox.run`); ``watch``: sees everything the command prints (`grader.sandbox.run`).
         """
         if suite_probe and self._suite_hung.is_set():
             raise self.skip(self._suite_hung_reason)
@@ -419,6 +420,7 @@ class Context:
                 network,
                 netns_helpers,
                 overlays,
+                printed=watch,
             )
 
     @contextlib.contextmanager
@@ -453,6 +455,7 @@ class Context:
         network: bool,
         netns_helpers: Sequence[Sequence[str]] = (),
         overlays: Mapping[str, Path] | None = None,
+        printed: Callable[[int, bytes], None] | None = None,
     ) -> tuple[RunResult, AuditLog]:
 
         venv = self.require_env().venv
@@ -493,6 +496,7 @@ class Context:
                     stop=self._suite_hung if suite_probe else None,
                     netns_helpers=netns_helpers,
                     overlays=overlays,
+                    watch=printed,
                 )
         finally:
             with self._lock:

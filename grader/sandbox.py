@@ -40,7 +40,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -809,6 +809,7 @@ def run(
     stop: threading.Event | None = None,
     netns_helpers: Sequence[Sequence[str]] = (),
     overlays: Mapping[str, Path] | None = None,
+    watch: Callable[[int, bytes], None] | None = None,
 ) -> RunResult:
     """Run ``argv`` sandboxed; never raises for the command's own failure (see ``RunResult``).
 
@@ -831,6 +832,8 @@ def run(
     ``overlays``: path inside -> grader file shown there read-only (over an existing regular file only;
     the drift probe's hosts file and CA bundle, grader/intercept.py, which it passes only where
     `can_intercept`; a rerun's test files as submitted); only with bubblewrap, never with the network.
+    ``watch``: called with (0 for stdout, 1 for stderr; the bytes) for everything the command prints, past
+    ``output_cap`` too (the canary probe looks for its key in all of it; the result keeps the first bytes).
     """
     argv = [str(a) for a in argv]
     cwd, home = Path(cwd), Path(home)
@@ -889,7 +892,7 @@ def run(
                     result = RunResult(argv, failed.returncode, "", failed.stderr, False, 0.0, False)
                 else:
                     result = _start_and_collect(
-                        full, argv, cwd, child_env, timeout, output_cap, pass_fds, stop
+                        full, argv, cwd, child_env, timeout, output_cap, pass_fds, stop, watch
                     )
         finally:
             if drop:
@@ -949,6 +952,7 @@ def _start_and_collect(
     cap: int,
     pass_fds: Sequence[int],
     stop: threading.Event | None = None,
+    watch: Callable[[int, bytes], None] | None = None,
 ) -> RunResult:
     try:
         proc = subprocess.Popen(
@@ -963,18 +967,24 @@ def _start_and_collect(
         )
     except OSError as exc:
         return RunResult(argv, None, "", f"cannot start {argv[0]}: {exc.strerror}", False, 0.0, False)
-    out, err, timed_out, truncated, stopped = _collect(proc, timeout=timeout, cap=cap, stop=stop)
+    out, err, timed_out, truncated, stopped = _collect(proc, timeout=timeout, cap=cap, stop=stop, watch=watch)
     code = None if timed_out or stopped else proc.returncode
     return RunResult(argv, code, out, err, timed_out, 0.0, truncated, stopped=stopped)
 
 
 def _collect(
-    proc: subprocess.Popen[bytes], *, timeout: float, cap: int, stop: threading.Event | None = None
+    proc: subprocess.Popen[bytes],
+    *,
+    timeout: float,
+    cap: int,
+    stop: threading.Event | None = None,
+    watch: Callable[[int, bytes], None] | None = None,
 ) -> tuple[str, str, bool, bool, bool]:
     """Drain both pipes with a cap until EOF, the deadline, ``stop``, or shortly after the command exits."""
     assert proc.stdout is not None and proc.stderr is not None
     deadline = time.monotonic() + timeout
     bufs: dict[int, bytearray] = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    streams = {proc.stdout.fileno(): 0, proc.stderr.fileno(): 1}
     sizes = dict.fromkeys(bufs, 0)
     sel = selectors.DefaultSelector()
     for pipe in (proc.stdout, proc.stderr):
@@ -1009,6 +1019,8 @@ def _collect(
                     sel.unregister(key.fileobj)
                     continue
                 sizes[fd] += len(chunk)
+                if watch is not None:
+                    watch(streams[fd], chunk)
                 room = cap - len(bufs[fd])
                 if room > 0:
                     bufs[fd] += chunk[:room]

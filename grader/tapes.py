@@ -173,6 +173,7 @@ def load_tapes(repo: Path, cassette_dir: Path | None) -> list[Tape]:
         roots.extend(Path(d) for d in DISCOVERY_DIRS)
 
     tapes: dict[str, Tape] = {}
+    spent = [0]  # values the tapes parsed so far may hold (`_values_bound`), against `_MAX_TOTAL_VALUES`
     for rel in roots:
         if ".." in rel.parts:
             tapes[rel.as_posix()] = Tape(
@@ -188,7 +189,7 @@ def load_tapes(repo: Path, cassette_dir: Path | None) -> list[Tape]:
         if not base.is_dir():
             continue
         for path in _walk(base):
-            tape = _load_one(repo, path)
+            tape = _load_one(repo, path, spent)
             tapes.setdefault(tape.path, tape)
     return sorted(tapes.values(), key=lambda t: t.path)
 
@@ -230,7 +231,7 @@ def _walk(base: Path) -> list[Path]:
     ]
 
 
-def _load_one(repo: Path, path: Path) -> Tape:
+def _load_one(repo: Path, path: Path, spent: list[int] | None = None) -> Tape:
     rel = _display(path.relative_to(repo).as_posix())
     try:
         info = path.lstat()
@@ -255,6 +256,15 @@ def _load_one(repo: Path, path: Path) -> Tape:
     if len(raw) > MAX_PARSE_BYTES:
         return Tape(path=rel, format="invalid", size=len(raw), error="too large to parse (grew while read)")
     text = raw.decode("utf-8", "replace")  # a stray Latin-1 byte must not hide the rest of the tape
+    bound = _values_bound(text)
+    if spent is not None and bound <= _MAX_VALUES:  # a tape over the cap is refused by `_parse`, unparsed
+        spent[0] += bound
+        if spent[0] > _MAX_TOTAL_VALUES:
+            error = (
+                f"not parsed: the tapes read before it may hold {_MAX_TOTAL_VALUES:,} values, "
+                "the most one grade parses"
+            )
+            return Tape(path=rel, format="invalid", size=info.st_size, error=error)
     tape = _parse(rel, text)
     tape.size = info.st_size
     tape.text = text
@@ -267,6 +277,8 @@ def _json_lines(text: str) -> list[Any]:
 
 
 def _parse(rel: str, text: str) -> Tape:
+    if _values_bound(text) > _MAX_VALUES:
+        return Tape(path=rel, format="invalid", error=f"holds more than {_MAX_VALUES:,} values: not parsed")
     lower = rel.lower()
     is_yaml = lower.endswith((".yaml", ".yml"))
     lines = lower.endswith((".jsonl", ".ndjson"))
@@ -310,6 +322,17 @@ def _parse(rel: str, text: str) -> Tape:
 
 
 _MAX_EXPANDED = 1_000_000
+# What a tape costs the grader is what it parses into, not its bytes (red team 12, F4: a 15 MB JSON tape of
+# `[{},{},...]` held 450 MB of the grader's own memory, 5 million dicts). Every value but a container's
+# first follows a comma (JSON, YAML flow) or starts a line (YAML block), and every container opens with a
+# bracket: their count bounds the values a text can parse into. Honest tapes are far below both caps (a
+# chat completion, a few hundred; a 16 MB prose body, ~300,000 commas).
+_MAX_VALUES = 1_000_000
+_MAX_TOTAL_VALUES = 5_000_000
+
+
+def _values_bound(text: str) -> int:
+    return sum(text.count(c) for c in ",{[\n")
 
 
 def _expanded(data: Any) -> int:
@@ -583,7 +606,7 @@ def _decode_body(raw: Any, headers: dict[str, list[str]]) -> tuple[Any, str | No
     else:
         return raw, None
     stripped = text.lstrip()
-    if stripped[:1] in ("{", "["):
+    if stripped[:1] in ("{", "[") and (data is None or _values_bound(text) <= _MAX_VALUES):
         try:
             return json.loads(text), None
         except ValueError:

@@ -12,6 +12,7 @@ import re
 import shlex
 import shutil
 import string
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from grader.context import Context
 from grader.install import default_cache_root, ensure_env
 from grader.manifest import read_manifest
 from grader.secrets import Scanner
+from tests.helpers.git import GIT_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 _FULL_KEY = re.compile(r"sk-(?:proj|ant-api03)-[A-Za-z0-9_-]{30,}")
@@ -304,6 +306,78 @@ def test_a_compressed_dump_of_the_environment_is_a_leak_inside_its_body(
     assert not _FULL_KEY.search(_all_text(probe))
 
 
+@pytest.mark.index
+def test_a_key_printed_after_megabytes_of_output_is_found_at_its_line(
+    tmp_path: Path, installed: tuple[Path, object]
+) -> None:
+    # Red team 12, F3: reports keep the first 2 MB a command prints; the key came after 3 MB of debug lines.
+    script = (
+        "import os\n"
+        "for i in range(150_000): print('debug: request %06d ok' % i)\n"
+        "print('debug: auth header Bearer ' + os.environ['OPENAI_API_KEY'])\n"
+    )
+    ctx = _ctx(tmp_path, installed, record_command=["python", "-c", script])
+    probe = probe_canary(ctx)
+    assert probe.status == "ran", _all_text(probe)
+    assert [f.location for f in probe.leaks] == ["stdout of python -c " + _quoted(script) + ":150001"]
+    assert not _FULL_KEY.search(_all_text(probe))
+
+
+@pytest.mark.index
+def test_a_key_written_as_utf16_or_json_escaped_is_found_as_it_reads(
+    tmp_path: Path, installed: tuple[Path, object]
+) -> None:
+    # Red team 12, F5: what PowerShell's `>` writes (UTF-16 with a BOM); the tree scan already read it so.
+    script = (
+        "import os\n"
+        "key = os.environ['OPENAI_API_KEY']\n"
+        "open('rec.log', 'w', encoding='utf-16').write('recording\\nkey=' + key + '\\n')\n"
+        "open('rec.json', 'w').write('{\"k\": \"' + ''.join('\\\\u%04x' % ord(c) for c in key) + '\"}')\n"
+    )
+    ctx = _ctx(tmp_path, installed, record_command=["python", "-c", script])
+    probe = probe_canary(ctx)
+    assert probe.status == "ran", _all_text(probe)
+    places = {f.location: f.message for f in probe.leaks}
+    assert set(places) == {"rec.log:2", "rec.json:1"}, places
+    assert "as utf-16 text" in places["rec.log:2"]
+    assert "JSON-escaped" in places["rec.json:1"]
+
+
+@pytest.mark.index
+@pytest.mark.parametrize("packed", [False, True], ids=["loose-object", "after-gc"])
+def test_a_recorder_that_commits_the_key_leaks_it_into_the_repositorys_history(
+    tmp_path: Path, installed: tuple[Path, object], packed: bool
+) -> None:
+    """Red team 12, F2: an "auto-commit my tapes" recorder put the key in a commit message, and the probe
+    never looked in `.git`. The recorder here also drops the reflog and COMMIT_EDITMSG, so the key is only
+    in the commit object: loose (zlib), or after `git gc` inside a pack."""
+    src, env = installed
+    repo = tmp_path / "sub"
+    shutil.copytree(src, repo)
+    git_env = {**GIT_ENV, "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "start"]):
+        subprocess.run(["git", "-C", str(repo), *args], env=git_env, check=True, capture_output=True)
+    record = (
+        'git add -A && git -c user.name=rec -c user.email=rec@localhost commit -q --allow-empty -m "tapes'
+        ' re-recorded ($OPENAI_API_KEY)" && '
+        + ("git gc -q && " if packed else "")
+        + "rm -rf .git/logs .git/COMMIT_EDITMSG"
+    )
+    root = tmp_path / "ws"
+    root.mkdir()
+    root.chmod(0o711)
+    workspace = acquire(str(repo), root)
+    manifest = replace(read_manifest(workspace.repo), record_command=["/bin/sh", "-c", record])
+    ctx = Context(workspace, manifest, env=env, timeout=120)  # type: ignore[arg-type]
+    probe = probe_canary(ctx)
+    assert probe.status == "ran" and "exit 0" in _all_text(probe), _all_text(probe)
+    places = {f.location: f.message for f in probe.leaks}
+    assert places and all(where.startswith(".git/objects/") for where in places), places
+    how = "inside a git pack entry" if packed else "inside its zlib body"
+    assert all(how in message for message in places.values()), places
+    assert not _FULL_KEY.search(_all_text(probe))
+
+
 def test_what_the_run_wrote_is_inflated_up_to_a_total_and_the_rest_is_listed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -322,6 +396,6 @@ def test_what_the_run_wrote_is_inflated_up_to_a_total_and_the_rest_is_listed(
     (tmp_path / "aa-early.gz").write_bytes(gzip.compress(f"KEY={key}\n".encode()))
     (tmp_path / "zz-late.gz").write_bytes(gzip.compress(f"KEY={key}\n".encode()))
     unscanned: list[str] = []
-    found = canary_module._scan_tree(tmp_path, key, unscanned)
+    found = canary_module._scan_tree(tmp_path, key, unscanned, tmp_path / "as-submitted")
     assert [where for where, _ in found] == ["aa-early.gz:1"]
     assert any(line.startswith("zz-late.gz: written by the canary run, not inflated") for line in unscanned)

@@ -145,6 +145,31 @@ def test_huge_tape_is_sized_but_not_parsed(tmp_path):
     assert tape.text == ""
 
 
+def test_a_tape_that_parses_into_millions_of_values_is_refused_unparsed(tmp_path, monkeypatch):
+    # Red team 12, F4: 15 MB of `[{},{},...]` under a byte cap built 5 million dicts (450 MB of the grader).
+    from grader import tapes as tapes_module
+
+    folder = tmp_path / "cassettes"
+    folder.mkdir()
+    pad = "[" + ",".join(["{}"] * 1_000_001) + "]"
+    (folder / "a-pad.json").write_text('{"version": 1, "key": "a", "request": {}, "pad": ' + pad + "}")
+    (folder / "b-ok.json").write_text('{"version": 1, "key": "b", "request": {"body": {"n": [1, 2, 3]}}}')
+    found = _by_name(load_tapes(tmp_path, Path("cassettes")))
+    assert found["a-pad.json"].format == "invalid"
+    assert found["a-pad.json"].error == "holds more than 1,000,000 values: not parsed"
+    assert found["b-ok.json"].format == "kit", found["b-ok.json"].error
+
+    # And across tapes: past the grade's total, the rest are refused too, each saying why.
+    monkeypatch.setattr(tapes_module, "_MAX_TOTAL_VALUES", 40)
+    for n in range(5):
+        body = ",".join(["{}"] * 8)
+        (folder / f"c{n}.json").write_text(f'{{"version": 1, "key": "c{n}", "request": {{"pad": [{body}]}}}}')
+    found = _by_name(load_tapes(tmp_path, Path("cassettes")))
+    refused = [name for name, tape in found.items() if name.startswith("c") and tape.format == "invalid"]
+    assert refused and refused != [f"c{n}.json" for n in range(5)], refused
+    assert "the most one grade parses" in found[refused[0]].error
+
+
 def test_non_utf8_names_and_contents_are_tolerated(tmp_path):
     cassettes = tmp_path / "cassettes"
     cassettes.mkdir()

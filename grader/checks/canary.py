@@ -43,8 +43,10 @@ from grader import walk
 from grader.checks import Finding
 from grader.context import makefile_targets
 from grader.errors import NotAssessable
+from grader.gitpack import PACK_MAGIC, pack_bodies
 from grader.safeio import read_bytes
 from grader.secrets import redact, scan_text
+from grader.secrets.decode import json_unescaped, wide_text
 from grader.secrets.findings import fingerprint
 from grader.secrets.inflate import ZIP_CENTRAL, ZIP_LOCAL, ZIP_MEMBER_ERRORS, Inflated, compression
 from grader.secrets.tree import MAX_MEMBERS
@@ -188,13 +190,45 @@ def _lines_holding(data: bytes, needles: list[tuple[bytes, str]]) -> list[tuple[
 def find_canary(data: bytes, canary: str) -> list[tuple[int, str]]:
     """(line, how) of each place `data` holds the canary (plain, reversed, ROT13, each hex- or
     base64-encoded too), or else a piece of it; lines count from 1."""
-    hits = _lines_holding(data, _needles(canary))
-    whole = {line for line, _ in hits}
-    hits += [hit for hit in _lines_holding(data, _pieces(canary)) if hit[0] not in whole]
+    return _per_line(_lines_holding(data, _needles(canary)), _lines_holding(data, _pieces(canary)))
+
+
+def _per_line(whole: list[tuple[int, str]], pieces: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """One (line, how) per line: the plainest way it was found, a piece only on a line with no whole key."""
+    lines = {line for line, _ in whole}
     first: dict[int, str] = {}
-    for line, how in sorted(set(hits)):
-        first.setdefault(line, how)  # one finding per line: the plainest way it was found
+    for line, how in sorted(set(whole) | {hit for hit in pieces if hit[0] not in lines}):
+        first.setdefault(line, how)
     return sorted(first.items())
+
+
+class _StreamScan:
+    """`find_canary` over what a command prints, chunk by chunk and all of it (red team 12, F3: the key
+    printed after 2 MB of output, past what the run's result keeps, was not looked for). Each chunk is
+    searched with the end of the one before it, so a key split across chunks is found."""
+
+    _MAX_HITS = 1000  # per stream: the first lines are the evidence; a flood of them adds nothing
+
+    def __init__(self, canary: str) -> None:
+        self._needles, self._pieces = _needles(canary), _pieces(canary)
+        self._keep = max(len(n) for n, _ in self._needles + self._pieces) - 1
+        self._tail = [b"", b""]
+        self._lines = [0, 0]  # newlines before each stream's tail
+        self._whole: list[set[tuple[int, str]]] = [set(), set()]
+        self._part: list[set[tuple[int, str]]] = [set(), set()]
+
+    def __call__(self, stream: int, chunk: bytes) -> None:
+        data = self._tail[stream] + chunk
+        base = self._lines[stream]
+        for found, needles in ((self._whole, self._needles), (self._part, self._pieces)):
+            if len(found[stream]) < self._MAX_HITS:
+                found[stream].update((base + line, how) for line, how in _lines_holding(data, needles))
+        cut = max(len(data) - self._keep, 0)
+        self._lines[stream] = base + data.count(b"\n", 0, cut)
+        self._tail[stream] = data[cut:]
+
+    def hits(self, stream: int) -> list[tuple[int, str]]:
+        return _per_line(sorted(self._whole[stream]), sorted(self._part[stream]))
 
 
 def _stage_standin(dest: Path) -> Path:
@@ -237,23 +271,47 @@ def _wrapper(base_env: str, anthropic: bool) -> str:
     return _WRAPPER.format(code=_NO_STANDIN, strip=strip, base_env=base_env)
 
 
-def _scan_tree(root: Path, canary: str, unscanned: list[str]) -> list[tuple[str, str]]:
+def _scan_tree(root: Path, canary: str, unscanned: list[str], before: Path) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     total = [_INFLATE_TOTAL]
     # Everything the run could have written to, whatever the folder (a key in .venv/ or node_modules/ is
-    # a leak too); only git's own data is left out.
+    # a leak too); git's own data is read below, only where the run changed it.
     for path in walk.files(root, skip={".git"}):
-        try:
-            if path.stat().st_size > _MAX_FILE_BYTES:
-                continue
-            data = read_bytes(path, cap=_MAX_FILE_BYTES)  # the probe's run owned this copy
-        except OSError:
-            continue
-        rel = path.relative_to(root).as_posix()
-        if total[0] <= 0 and (data[:4] == ZIP_LOCAL or compression(data[:_HEAD]) is not None):
-            unscanned.append(f"{rel}: written by the canary run, not inflated ({_INFLATE_TOTAL} bytes were)")
-        for where, body, inside in _bodies(rel, data, canary, total):
-            found.extend(_first(where, find_canary(body, canary), inside))
+        found += _scan_file(root, path, canary, unscanned, total)
+    # A recorder that commits its tapes commits what it wrote with them (red team 12, F2: the key in a
+    # commit message, in a loose object or, after `git gc`, in a pack). The files of `.git` that differ
+    # from the copy the run started from are read, packs entry by entry: git itself is never run on it.
+    for path in walk.files(root / ".git", skip=()):
+        rel = path.relative_to(root)
+        if not _same_file(path, before / rel):
+            found += _scan_file(root, path, canary, unscanned, total)
+    return found
+
+
+def _same_file(path: Path, other: Path) -> bool:
+    try:
+        if path.stat().st_size != other.lstat().st_size or not other.is_file() or other.is_symlink():
+            return False
+        return read_bytes(path, cap=_MAX_FILE_BYTES) == read_bytes(other, cap=_MAX_FILE_BYTES)
+    except OSError:
+        return False
+
+
+def _scan_file(
+    root: Path, path: Path, canary: str, unscanned: list[str], total: list[int]
+) -> list[tuple[str, str]]:
+    try:
+        if path.stat().st_size > _MAX_FILE_BYTES:
+            return []
+        data = read_bytes(path, cap=_MAX_FILE_BYTES)  # the probe's run owned this copy
+    except OSError:
+        return []
+    rel = path.relative_to(root).as_posix()
+    if total[0] <= 0 and (data[:4] in (ZIP_LOCAL, PACK_MAGIC) or compression(data[:_HEAD]) is not None):
+        unscanned.append(f"{rel}: written by the canary run, not inflated ({_INFLATE_TOTAL} bytes were)")
+    found: list[tuple[str, str]] = []
+    for where, body, inside in _bodies(rel, data, canary, total):
+        found.extend(_first(where, find_canary(body, canary), inside))
     return found
 
 
@@ -265,18 +323,37 @@ def _bodies(rel: str, data: bytes, canary: str, total: list[int]) -> Iterator[tu
     gzip, zlib, xz or bzip2 file (red team 7, R7-5: a gzip'd dump of the environment); each member of a zip
     archive, itself inflated when compressed. The inflated bytes of a file share `_MAX_FILE_BYTES`, and
     those of every file ``total`` (what is left of `_INFLATE_TOTAL`, taken from as it is used)."""
-    yield rel, data, ""
+    yield from _as_read(rel, data, "")
     budget = [min(_MAX_FILE_BYTES, total[0])]
     start = budget[0]
     try:
-        yield from _inflated_bodies(rel, data, canary, budget)
+        for where, body, inside in _inflated_bodies(rel, data, canary, budget):
+            yield from _as_read(where, body, inside)
     finally:
         total[0] -= start - budget[0]
+
+
+def _as_read(where: str, body: bytes, inside: str) -> Iterator[tuple[str, bytes, str]]:
+    """``body``, and the text anyone opening it reads when that differs from its bytes, as the secret
+    scan reads it (red team 12, F5: a recorder writing the key as UTF-16, as PowerShell's ``>`` does, was
+    not found): UTF-16/32 transcoded, JSON ``\\uXXXX`` escapes of ASCII undone. Lines stay where they were."""
+    yield where, body, inside
+    wide = wide_text(body)
+    if wide is not None:
+        yield where, wide[0], ", ".join(x for x in (inside, f"as {wide[1]} text") if x)
+    unescaped = json_unescaped(body)
+    if unescaped is not None:
+        yield where, unescaped, ", ".join(x for x in (inside, "JSON-escaped") if x)
 
 
 def _inflated_bodies(
     rel: str, data: bytes, canary: str, budget: list[int]
 ) -> Iterator[tuple[str, bytes, str]]:
+    if data[:4] == PACK_MAGIC:
+        for body in pack_bodies(data, budget=budget[0]):
+            budget[0] -= len(body)
+            yield rel, body, "inside a git pack entry"
+        return
     if data[:4] == ZIP_LOCAL:
         for name, member in _members(data, budget):
             # A name holding the key is found in the archive's own bytes (names are stored as they are);
@@ -413,9 +490,12 @@ def _shown(record: list[str]) -> str:
 
 def _execute(ctx: Context, plan: _Plan) -> CanaryProbe:
     argv, scratch, canary, key_env, shown = plan.argv, plan.scratch, plan.canary, plan.key_env, plan.shown
+    printed = _StreamScan(canary)
     try:
         # The template's record command runs the suite: once the replay suite hung, this is not run.
-        run, _audit = ctx.run(argv, cwd=scratch, env=plan.env, loopback=True, label=_LABEL, suite_probe=True)
+        run, _audit = ctx.run(
+            argv, cwd=scratch, env=plan.env, loopback=True, label=_LABEL, suite_probe=True, watch=printed
+        )
     except NotAssessable as exc:  # skipped, or the grade's budget is spent: the static scan still counts
         return CanaryProbe(f"not available: {exc.reason}", skipped=True)
     print_ = fingerprint(canary)
@@ -427,9 +507,9 @@ def _execute(ctx: Context, plan: _Plan) -> CanaryProbe:
         )
 
     unscanned: list[str] = []
-    places = _scan_tree(scratch, canary, unscanned)
-    for stream, text in (("stdout", run.stdout), ("stderr", run.stderr)):
-        places.extend(_first(f"{stream} of {shown}", find_canary(text.encode("utf-8"), canary)))
+    places = _scan_tree(scratch, canary, unscanned, ctx.repo)
+    for index, stream in enumerate(("stdout", "stderr")):
+        places.extend(_first(f"{stream} of {shown}", printed.hits(index)))
     masked = redact(canary)
     leaks = [
         Finding(
