@@ -58,10 +58,13 @@ def _load(path: Path, name: str) -> ModuleType:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and annotations look the module up while it loads
+    # No __pycache__ beside the template's copy: every bake made afterwards would carry it.
+    writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True
     try:
         spec.loader.exec_module(module)
     finally:
         sys.modules.pop(name, None)
+        sys.dont_write_bytecode = writes
     return module
 
 
