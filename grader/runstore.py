@@ -7,7 +7,8 @@ A stored run is a folder holding:
 ``results.json``  every check's full result: facts, findings, details, manual / not-assessable reasons
 ``report.json``   the grade-report/1 (and ``report.md``, plus any extra format asked for)
 ``rubric.yaml``   a byte copy of the rubric that produced the report
-``logs/``         the raw evidence the grader read: audit logs, pytest result logs, JUnit XML, miss ledgers
+``logs/``         the raw evidence the grader read: audit logs, pytest result logs, JUnit XML, miss ledgers,
+                  each named after its run (``NN-label.audit.jsonl``)
 
 A target that could not be graded at all (unreachable URL, grader crash) stores only ``run.json`` with status
 ``not-assessable`` and the reason. Re-scoring (grader/rescore.py) reads ``results.json`` and never runs code.
@@ -31,6 +32,7 @@ from grader._json import jsonable, optional_text
 from grader.checks import CheckResult, Finding, registry
 from grader.errors import BadInput
 from grader.report import render
+from grader.safeio import read_bytes
 
 if TYPE_CHECKING:
     from grader.rubric import Rubric
@@ -59,7 +61,12 @@ _RUBRIC_COPY = "rubric.yaml"
 _LOGS = "logs"
 # Raw logs are written by submission processes: copy regular files only, never links, and cap their size.
 _MAX_LOG_BYTES = 16 * 1024 * 1024
+_MAX_LOG_TOTAL = 64 * 1024 * 1024
 _MAX_LOG_FILES = 200
+# The files a run's log folder holds that the grader named (`Context.log_path`, the guard's JUnit XML);
+# anything else there was written by the run.
+_LOG_SUFFIXES = (".audit.jsonl", ".results.jsonl", ".junit.xml", ".misses.jsonl")
+_INDEX = "index.tsv"
 _EXTENSIONS = {"json": "json", "markdown": "md", "text": "txt"}
 
 
@@ -281,36 +288,46 @@ def _copy_rubric(source: bytes, dest: Path) -> bool:
     return True
 
 
-def _log_files(source: Path) -> list[os.DirEntry[str]]:
-    """The entries of ``source`` and of its sub-folders one level down (one folder per log); links never."""
-    entries = []
-    for entry in sorted(os.scandir(source), key=lambda e: e.name):
-        if entry.is_dir(follow_symlinks=False):
-            entries.extend(sorted(os.scandir(entry.path), key=lambda e: e.name))
-        else:
-            entries.append(entry)
-    return entries
+def _log_files(source: Path) -> list[tuple[str, Path]]:
+    """(stored name, path) of each log the grader named, by ``logs/index.tsv`` (which no run sees): in each
+    run's folder only ``run<suffix>`` for the grader's suffixes, stored as ``<NN-label><suffix>``. Every run
+    names its logs alike (``run.audit.jsonl``), so copied flat they overwrote each other; and a run may put
+    files of its own in its folder (red team 13: a hundred sparse 16 MB files, stored as 1.6 GB of zeros,
+    and files named like the grader's reports)."""
+    try:
+        index = read_bytes(source / _INDEX, cap=1 << 20).decode("utf-8", "replace")
+    except OSError:
+        return []
+    out: list[tuple[str, Path]] = [(_INDEX, source / _INDEX)]
+    for line in index.splitlines():
+        folder, _, named = line.partition("\t")
+        suffix = next((x for x in _LOG_SUFFIXES if named.endswith(x)), None)
+        if not folder or "/" in folder or folder.startswith(".") or suffix is None:
+            continue
+        label = named[: -len(suffix)]
+        out += [(label + extra, source / folder / f"run{extra}") for extra in _LOG_SUFFIXES]
+    return out
 
 
 def _copy_logs(source: Path, dest: Path) -> int:
-    """Copy the regular log files of ``source`` (no links), each up to a size cap, flat into ``dest``."""
+    """Copy the grader's log files of ``source`` (no links, nothing else), each up to a size cap and all up
+    to a total, into ``dest``."""
     copied = 0
-    for entry in _log_files(source):
-        if copied >= _MAX_LOG_FILES:
+    left = _MAX_LOG_TOTAL
+    for name, path in _log_files(source):
+        if copied >= _MAX_LOG_FILES or left <= 0:
             break
         try:
-            info = entry.stat(follow_symlinks=False)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             continue
-        if not stat.S_ISREG(info.st_mode) or entry.name.startswith("."):
-            continue
-        dest.mkdir(exist_ok=True)
-        try:
-            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
-            continue
-        with os.fdopen(fd, "rb") as src, open(dest / entry.name, "wb") as out:
-            shutil.copyfileobj(_Capped(src, _MAX_LOG_BYTES), out)
+        with os.fdopen(fd, "rb") as src:
+            if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
+                continue
+            dest.mkdir(exist_ok=True)
+            with open(dest / name, "wb") as out:
+                shutil.copyfileobj(_Capped(src, min(_MAX_LOG_BYTES, left)), out)
+                left -= out.tell()
         copied += 1
     return copied
 

@@ -174,7 +174,10 @@ def test_batch_of_twelve_lists_everyone_and_marks_the_unreachable(
         stored = json.loads((report.parent / "run.json").read_text())
         assert stored["status"] == "graded" and stored["rubric"]["sha256"]
         assert (report.parent / "results.json").is_file() and (report.parent / "report.json").is_file()
-        assert any(p.suffix == ".xml" for p in (report.parent / "logs").iterdir()), "JUnit kept"
+        kept = {p.name for p in (report.parent / "logs").iterdir()}
+        assert any(name.endswith("-replay.junit.xml") for name in kept), "JUnit kept, named by its run"
+        # Every run's logs, each under its own name (all runs write `run.audit.jsonl`: once, they collided).
+        assert sum(name.endswith(".audit.jsonl") for name in kept) > 3, kept
 
 
 @pytest.mark.index
