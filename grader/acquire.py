@@ -189,6 +189,7 @@ def _clone(url: str, ref: str | None, root: Path, source: str) -> Path:
             raise NotAssessable(no_space_reason("workspace", root))
         raise _clone_error(source, done.stderr, done.returncode)
     _harden(repo, home)
+    _fetch_other_refs(repo, home)
     if ref:
         _checkout(repo, ref, home, source)
     elif _git(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], cwd=repo, home=home).returncode == 0:
@@ -199,6 +200,23 @@ def _clone(url: str, ref: str | None, root: Path, source: str) -> Path:
                 f"{redact(source)}: cannot check out HEAD: {done.stderr.strip().splitlines()[-1:]}"
             )
     return repo
+
+
+# A clone brings branches and tags. Notes, the stash and refs of any other namespace are in the submitted
+# repository too, and anyone can fetch them from it (red team 13, F2: a key in a git note, a stash or
+# `refs/backup/wip` scored no-credentials 3). They are kept under `refs/submitted/`, where the history
+# scans read every ref; nothing checks them out.
+_OTHER_REFS = ("+refs/*:refs/submitted/*", "^refs/heads/*", "^refs/tags/*")
+
+
+def _fetch_other_refs(repo: Path, home: Path) -> None:
+    done = _git(
+        ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "origin", *_OTHER_REFS],
+        cwd=repo,
+        home=home,
+    )
+    if done.returncode != 0 and no_space_text(done.stderr):
+        raise NotAssessable(no_space_reason("workspace", repo.parent))
 
 
 def _check_tree(repo: Path, commit: str, home: Path, source: str) -> None:

@@ -431,3 +431,30 @@ def test_a_tree_bomb_on_the_ref_asked_for_is_refused_too(source_repo, tmp_path):
         acquire(f"{source_repo}#bomb", tmp_path / "ws")
     ws = acquire(str(source_repo), tmp_path / "ws2")  # its main, without the bomb, is graded as usual
     assert (ws.repo / "app.py").is_file()
+
+
+@pytest.mark.parametrize("form", ["folder", "file-url"])
+def test_notes_the_stash_and_other_refs_come_with_the_submission(source_repo, tmp_path, form):
+    """Red team 13, F2: a clone brings branches and tags only; a key in a git note, a stash or a ref of
+    another namespace was in the submitted repository and never scanned."""
+    from grader.secrets import scan_history
+    from grader.secrets.samples import expand
+
+    keys = [expand("hf_{{alpha:34}}", f"acquire:{n}") for n in range(3)]
+    git("notes", "add", "-m", f"debug HF_TOKEN={keys[0]}", "HEAD", cwd=source_repo)
+    (source_repo / "stash.env").write_text(f"HF_TOKEN={keys[1]}\n")
+    git("add", "stash.env", cwd=source_repo)
+    git("stash", "-q", cwd=source_repo)
+    (source_repo / "debug.env").write_text(f"HF_TOKEN={keys[2]}\n")
+    git("add", "debug.env", cwd=source_repo)
+    git("commit", "-q", "-m", "wip", cwd=source_repo)
+    git("update-ref", "refs/backup/wip", "HEAD", cwd=source_repo)
+    git("reset", "-q", "--hard", "HEAD~1", cwd=source_repo)
+
+    target = str(source_repo) if form == "folder" else f"file://{source_repo}"
+    ws = acquire(target, tmp_path / "ws")
+    assert not (ws.repo / "debug.env").exists() and not (ws.repo / "stash.env").exists()
+    assert git("rev-parse", "HEAD", cwd=ws.repo) == git("rev-parse", "HEAD", cwd=source_repo)
+    found = scan_history(ws.repo)
+    assert len(found) == 3, [f.location for f in found]
+    assert not any(key in repr(found) for key in keys)
