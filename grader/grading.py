@@ -241,7 +241,13 @@ def _pipeline(
     if store is not None:
         # Before the workspace goes: the raw logs (audit, results, JUnit) are part of the stored evidence.
         logs = root / "logs"
-        store_run(store, report=report, results=results, rubric=rubric, logs=logs, formats=store_formats)
+        try:
+            store_run(store, report=report, results=results, rubric=rubric, logs=logs, formats=store_formats)
+        except OSError as exc:
+            # A write's ENOSPC names no file: it is the store's disk, never the workspace's (red team 13).
+            if no_space(exc):
+                raise NotAssessable(no_space_reason("store folder", store)) from None
+            raise
     return report
 
 

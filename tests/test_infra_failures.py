@@ -152,6 +152,24 @@ def test_no_room_for_the_workspace_at_all_exits_4_with_a_report(tmp_path: Path, 
     assert report["total"] == {"points": 0, "max": 0, "percent": 0}
 
 
+@pytest.mark.slow
+@needs_mount
+def test_a_full_store_disk_is_named_as_the_store_not_the_workspace(tmp_path: Path, grade_cache: Path) -> None:
+    # Red team 13: the stored logs filled a small store disk, and the reason blamed a roomy workspace.
+    disk = tmp_path / "tiny"
+    done = _grade_on_small_disk(
+        ["--cache-dir", str(grade_cache), "-q", "--store", str(disk / "stored"), str(SAMPLE)],
+        disk=disk,
+        size="96k",
+        tmpdir=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == cli.EXIT_NOT_ASSESSABLE, done.stderr
+    _one_line_no_traceback(done.stderr)
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"grade: not assessable: {NO_SPACE}: store folder {disk / 'stored'}"), last
+
+
 @pytest.mark.index
 @pytest.mark.slow
 @needs_mount
