@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from grader.acquire import no_space, no_space_reason
 from grader.checks import registry
 from grader.errors import BadInput, NotAssessable
 from grader.grading import grade
@@ -289,6 +290,24 @@ def run_batch(
         raise
     pool.shutdown()
     ordered = [outcomes[i] for i in range(len(entries))]
+    try:
+        _write_batch_files(out, ordered, rubric, source, shard, listed, entries)
+    except OSError as exc:
+        if no_space(exc):  # every candidate's stored run is kept; only the summary is missing
+            raise NotAssessable(f"{no_space_reason('output folder', out)}: summary not written") from None
+        raise
+    return ordered
+
+
+def _write_batch_files(
+    out: Path,
+    ordered: list[Outcome],
+    rubric: Rubric,
+    source: Path | None,
+    shard: Shard | None,
+    listed: int | None,
+    entries: Sequence[Entry],
+) -> None:
     write_summary(out, ordered, rubric)
     manifest = _manifest(ordered, rubric, source)
     if shard is not None:
@@ -302,7 +321,6 @@ def run_batch(
             "digests": _run_digests(out, ordered),
         }
     write_json(out / BATCH_FILE, inert_tree(manifest))
-    return ordered
 
 
 def _sha256(path: Path) -> str:

@@ -179,6 +179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _say("grade: interrupted")
         return EXIT_INTERRUPTED
+    except NotAssessable as exc:  # the grader's own environment (a full output disk), not a bug
+        _say(f"grade: not assessable: {exc.reason}")
+        return EXIT_NOT_ASSESSABLE
     except Exception as exc:
         if os.environ.get("GRADE_DEBUG") == "1":
             traceback.print_exc()

@@ -170,6 +170,26 @@ def test_a_full_store_disk_is_named_as_the_store_not_the_workspace(tmp_path: Pat
     assert last.startswith(f"grade: not assessable: {NO_SPACE}: store folder {disk / 'stored'}"), last
 
 
+@needs_mount
+def test_a_batch_whose_output_disk_fills_before_its_summary_exits_4_in_one_line(tmp_path: Path) -> None:
+    # Red team 13, F3: the batch ended with "internal error: OSError" and no word of where the disk was full.
+    batch = tmp_path / "candidates.csv"
+    batch.write_text(f"candidate,target\nghost,{tmp_path / 'no-such-repo'}\n", encoding="utf-8")
+    disk = tmp_path / "tiny"
+    done = _grade_on_small_disk(
+        ["batch", str(batch), "--output", str(disk / "round"), "-q"],
+        disk=disk,
+        size="8k",  # two pages: the candidate's run.json, one summary file, then no room
+        tmpdir=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == cli.EXIT_NOT_ASSESSABLE, done.stderr
+    _one_line_no_traceback(done.stderr)
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"grade: not assessable: {NO_SPACE}: output folder {disk / 'round'}"), last
+    assert last.endswith("summary not written"), last
+
+
 @pytest.mark.index
 @pytest.mark.slow
 @needs_mount
