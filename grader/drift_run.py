@@ -40,7 +40,7 @@ import shutil
 import socket
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -66,6 +66,7 @@ __all__ = [
     "Verdict",
     "find_tickets",
     "last_user_message",
+    "printed_objects",
     "record_env",
     "run_tickets",
     "stage_profile",
@@ -589,8 +590,9 @@ def _calls(items: object) -> tuple[Call, ...]:
     return tuple(calls)
 
 
-def _printed_answer(stdout: str) -> dict[str, Any] | None:
-    """The agent's answer: its whole stdout as one JSON object, else the last line that is one."""
+def printed_objects(stdout: str) -> Iterator[dict[str, Any]]:
+    """The JSON objects an agent printed, most likely answer first: its whole stdout as one object, then
+    each line that is one, last line first."""
     candidates = [stdout.strip(), *reversed([line.strip() for line in stdout.splitlines()])]
     for text in candidates:
         if text.startswith("{"):
@@ -599,8 +601,12 @@ def _printed_answer(stdout: str) -> dict[str, Any] | None:
             except ValueError:
                 continue
             if isinstance(value, dict):
-                return value
-    return None
+                yield value
+
+
+def _printed_answer(stdout: str) -> dict[str, Any] | None:
+    """The agent's answer: its whole stdout as one JSON object, else the last line that is one."""
+    return next(printed_objects(stdout), None)
 
 
 def _last_line(text: str) -> str:

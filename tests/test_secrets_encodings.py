@@ -1,11 +1,13 @@
 """A key is found in the form anyone who opens the file reads it: a `.env` written by Windows PowerShell's
-`>` (UTF-16 with a BOM), UTF-16 without a BOM, UTF-32, and JSON `\\uXXXX` escapes (a red-team pass committed
-each and kept full marks). Found in the tree and in history, at the right line, and never shown in full."""
+`>` (UTF-16 with a BOM), UTF-16 without a BOM, UTF-32, JSON `\\uXXXX` escapes and URL `%XX` escapes (red-team
+passes committed each and kept full marks). Found in the tree and in history, at the right line, and never
+shown in full."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 
@@ -14,6 +16,7 @@ from grader.selftest.mutations import fake_openai_key
 from tests.adversarial.builders import commit
 
 KEY = fake_openai_key()
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzq8Zk+Q3vT"  # shaped like one, made up; `/` and `+` get escaped
 LINES = f"# settings\nMODEL=gpt-4o-mini\nOPENAI_API_KEY={KEY}\n"
 
 
@@ -26,6 +29,12 @@ CASES = {
     "utf-16 without a BOM": ("notes.env", LINES.encode("utf-16-be"), 3),
     "utf-32": ("notes.env", LINES.encode("utf-32"), 3),
     "JSON escapes": ("config.json", ('{\n  "name": "x",\n  "key": "' + _escaped(KEY) + '"\n}\n').encode(), 3),
+    # Red team 13: a logged form body, as any HTTP client encodes it (an AWS secret's `/` and `+`).
+    "a form body (percent-encoded)": (
+        "debug/form.log",
+        f"POST /sts\nbody: {urlencode({'Action': 'Get', 'aws_secret_access_key': AWS_SECRET})}\n".encode(),
+        2,
+    ),
 }
 
 
@@ -34,12 +43,14 @@ def test_a_key_in_another_encoding_is_found_in_tree_and_history(tmp_path: Path, 
     name, data, line = CASES[case]
     repo = tmp_path / "repo"
     repo.mkdir()
+    (repo / name).parent.mkdir(parents=True, exist_ok=True)
     (repo / name).write_bytes(data)
     commit(repo, "settings")
 
     for findings in (scan_tree(repo), scan_history(repo)):
         assert [(f.path, f.line) for f in findings] == [(name, line)], findings
         assert KEY not in json.dumps([str(f) for f in findings])
+        assert AWS_SECRET not in json.dumps([str(f) for f in findings])
 
 
 def test_text_that_only_looks_encoded_gives_no_finding(tmp_path: Path) -> None:

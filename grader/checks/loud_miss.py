@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import json
 import re
 import secrets as _random
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from grader.checks.drift import drift_run
 from grader.checks.keys import prompt_blind
 from grader.checks.serve_probe import ServeProbe, probe_serve
 from grader.details import counted
+from grader.drift_run import ANSWER_KEYS, printed_objects
 from grader.errors import NotAssessable
 from grader.manifest import package_command
 from grader.safeio import read_text
@@ -778,17 +778,8 @@ def _in_tests_facts(
 
 
 def _prints_an_answer(stdout: str) -> bool:
-    """A line of ``stdout`` is a JSON object holding ``intent`` or ``needs_human``: an answer."""
-    for line in stdout.splitlines():
-        line = line.strip()
-        if line.startswith("{") and ('"intent"' in line or '"needs_human"' in line):
-            try:
-                value = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(value, dict) and ({"intent", "needs_human"} & set(value)):
-                return True
-    return False
+    """``stdout`` holds a JSON object with ``intent`` or ``needs_human``: an answer."""
+    return any(ANSWER_KEYS & set(value) for value in printed_objects(stdout))
 
 
 def _names_miss(text: str) -> bool:

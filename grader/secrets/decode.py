@@ -1,6 +1,7 @@
 """Encoded bodies inside recordings: vcrpy ``!!binary`` blocks and gzip+base64 strings, decoded; and whole
-files in another text encoding than UTF-8 (UTF-16/32, what Windows PowerShell's ``>`` writes) or with JSON
-``\\uXXXX`` escapes, transcoded, so a key is found in the form anyone who opens the file reads."""
+files in another text encoding than UTF-8 (UTF-16/32, what Windows PowerShell's ``>`` writes), with JSON
+``\\uXXXX`` escapes or URL percent-escapes (a form body), transcoded, so a key is found in the form anyone
+who opens (or decodes) the file reads."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ __all__ = [
     "decompress",
     "embedded_bodies",
     "json_unescaped",
+    "percent_decoded",
     "wide_text",
 ]
 
@@ -127,6 +129,19 @@ def json_unescaped(data: bytes) -> bytes | None:
         return None
     unescaped = _JSON_ESCAPE.sub(lambda m: bytes([int(m.group(1), 16)]), data)
     return unescaped if unescaped != data else None
+
+
+_PERCENT_ESCAPE = re.compile(rb"%([2-7][0-9a-fA-F])")
+
+
+def percent_decoded(data: bytes) -> bytes | None:
+    """``data`` with URL ``%XX`` escapes of printable ASCII replaced by the character (red team 13: an AWS
+    secret in a form body, its ``/`` and ``+`` as ``%2F`` and ``%2B``), or None when it has none. Lines stay
+    where they were."""
+    if b"%" not in data:
+        return None
+    decoded = _PERCENT_ESCAPE.sub(lambda m: bytes([int(m.group(1), 16)]), data)
+    return decoded if decoded != data else None
 
 
 def _wide_encoding(data: bytes) -> str | None:

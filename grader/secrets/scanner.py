@@ -13,7 +13,7 @@ try:
 except ImportError:  # pragma: no cover - a core dependency; the slower exact search below stands in
     ahocorasick_rs = None  # type: ignore[assignment]
 
-from grader.secrets.decode import MARKERS, embedded_bodies, json_unescaped
+from grader.secrets.decode import MARKERS, embedded_bodies, json_unescaped, percent_decoded
 from grader.secrets.filters import is_placeholder, left_boundary_ok
 from grader.secrets.findings import SecretFinding, make_finding
 from grader.secrets.rules import Rule, load_rules
@@ -125,10 +125,11 @@ class Scanner:
                 )
             )
         if depth < _MAX_DEPTH:
-            unescaped = json_unescaped(data)
-            if unescaped is not None:  # same lines as the file: only the encoding is named
-                inner = self._scan(unescaped, source=source, kind=kind, commit=commit, depth=depth + 1)
-                found.extend(replace(f, encoding=f.encoding or "JSON-escaped") for f in inner)
+            for decode, named in ((json_unescaped, "JSON-escaped"), (percent_decoded, "percent-encoded")):
+                unescaped = decode(data)
+                if unescaped is not None:  # same lines as the file: only the encoding is named
+                    inner = self._scan(unescaped, source=source, kind=kind, commit=commit, depth=depth + 1)
+                    found.extend(replace(f, encoding=f.encoding or named) for f in inner)
             for body in embedded_bodies(data, markers=present):
                 line = line_at(body.start)
                 inner = self._scan(body.data, source=source, kind=kind, commit=commit, depth=depth + 1)
