@@ -73,6 +73,9 @@ class Workspace:
     pristine: Path | None = None
     # Folders removed from the checkout because they were nested deeper than grader/deeptree.MAX_DEPTH.
     pruned: tuple[str, ...] = ()
+    # An archive's own `.git`, as shipped (its config, reflogs, objects no ref reaches): the hiring team
+    # received all of it. Kept grader-owned outside the checkout, only read (never by git) by the secret scan.
+    shipped_git: Path | None = None
 
 
 # --- the grader's own disk --------------------------------------------------------------------------------
@@ -485,7 +488,7 @@ def _real_git_dir(top: Path) -> bool:
     return git.is_dir() and not git.is_symlink()
 
 
-def _from_archive(path: Path, root: Path, source: str) -> tuple[Path, bool]:
+def _from_archive(path: Path, root: Path, source: str) -> tuple[Path, bool, Path | None]:
     staging = root / ".extract"
     staging.mkdir()
     if path.name.lower().endswith(".zip"):
@@ -498,12 +501,15 @@ def _from_archive(path: Path, root: Path, source: str) -> tuple[Path, bool]:
     if _real_git_dir(top):
         # Clone rather than trust the archived .git/config (fsmonitor, hooks): only its objects are used.
         _clone(str(top), None, root, source)
+        shipped = root / "shipped-git"
+        (top / ".git").rename(shipped)
+        shipped.chmod(0o700)
         shutil.rmtree(staging, ignore_errors=True)
-        return repo, False
+        return repo, False, shipped
     top.rename(repo)
     shutil.rmtree(staging, ignore_errors=True)
     _commit_snapshot(repo, root)
-    return repo, True
+    return repo, True, None
 
 
 # --- entry point ------------------------------------------------------------------------------------------
@@ -536,6 +542,7 @@ def _acquire(target: str, root: Path) -> Workspace:
     source = redact(target)
     where, ref = _split_ref(target)
     snapshot = False
+    shipped_git: Path | None = None
     uncommitted: tuple[str, ...] = ()
     if _URL.match(where) or _SCP.match(where):
         repo = _clone(where, ref, root, target)
@@ -545,7 +552,7 @@ def _acquire(target: str, root: Path) -> Workspace:
             raise BadInput(f"no such file or directory: {where}")
         path = path.resolve()
         if path.is_file() and path.name.lower().endswith(_ARCHIVES):
-            repo, snapshot = _from_archive(path, root, target)
+            repo, snapshot, shipped_git = _from_archive(path, root, target)
         elif path.is_file():
             raise BadInput(f"{where}: not a directory, git repository or .zip/.tar.gz/.tgz archive")
         elif (path / ".git").is_symlink() or (path / ".git").is_file():
@@ -576,6 +583,7 @@ def _acquire(target: str, root: Path) -> Workspace:
         uncommitted=uncommitted,
         pristine=pristine,
         pruned=pruned,
+        shipped_git=shipped_git,
     )
 
 

@@ -316,6 +316,38 @@ def test_archive_containing_a_repo_keeps_its_history(source_repo, tmp_path):
     assert git("rev-list", "--count", "HEAD", cwd=ws.repo).strip() == "2"
 
 
+def test_an_archives_own_git_folder_is_read_for_keys_a_clone_does_not_carry(source_repo, tmp_path):
+    """Red team 13, F2b: a zip of the project folder ships its whole `.git`: a token in a remote URL, the
+    reflog of a commit since reset away, the object it added. The clone the grader grades holds none of
+    them; the shipped folder is kept (grader-owned) and read as bytes, git never run on it."""
+    from grader.secrets import Scanner, scan_history
+    from grader.secrets.gitdir import scan_git_dir
+    from grader.secrets.samples import expand
+
+    token, message_key, file_key = (expand("hf_{{alpha:34}}", f"gitdir:{n}") for n in range(3))
+    git("remote", "add", "origin", f"https://oauth:{token}@example.com/cand.git", cwd=source_repo)
+    (source_repo / "debug.env").write_text(f"HF_TOKEN={file_key}\n")
+    git("add", "debug.env", cwd=source_repo)
+    git("commit", "-q", "-m", f"wip HF_TOKEN={message_key}", cwd=source_repo)
+    git("reset", "-q", "--hard", "HEAD~1", cwd=source_repo)
+    archive = tmp_path / "cand.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(source_repo.rglob("*")):
+            zf.write(path, f"candidate/{path.relative_to(source_repo)}")
+
+    ws = acquire(str(archive), tmp_path / "ws")
+    assert ws.shipped_git is not None and (ws.shipped_git / "config").is_file()
+    assert scan_history(ws.repo) == []  # what a clone holds: none of the three
+    found = scan_git_dir(Scanner(), ws.shipped_git, known=set())
+    places = {f.location.rsplit(":", 1)[0] for f in found}
+    assert len(found) == 3, places
+    assert ".git/config" in places
+    assert any(p.startswith(".git/objects/") for p in places)  # the reset-away commit's added blob
+    assert not any(key in repr(found) for key in (token, message_key, file_key))
+    # A plain folder's `.git` is the reviewer's own clone: never read this way.
+    assert acquire(str(source_repo), tmp_path / "ws2").shipped_git is None
+
+
 # --- a `.git` the submission ships: never followed (red-team F12/F13) ---------------------------------------
 
 

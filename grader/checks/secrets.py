@@ -9,6 +9,7 @@ from grader.checks.canary import canary_result, start_canary, summarize
 from grader.checks.loud_miss import probe_key_fingerprint
 from grader.details import counted
 from grader.secrets import HistoryError, RuleError, Scanner, SecretFinding, is_git_repo
+from grader.secrets.gitdir import scan_git_dir
 from grader.secrets.history import scan_history_with
 from grader.secrets.tree import scan_tree_with
 from grader.tapes import tapes_of
@@ -53,7 +54,8 @@ def secrets(ctx: Context) -> CheckResult:
             in the tree is counted here too); commit messages and headers (author and committer names and
             e-mails), annotated tag messages, ref names and every commit's path names included
             (`sha:commit message:line`, `sha:commit header:line`, `tag NAME:tag message:line`, `refs:line`,
-            `sha:path:0`)
+            `sha:path:0`); for an archive, the `.git` it shipped, read as files (its config, reflogs and
+            objects no ref reaches: `.git/PATH:line`)
         in_output: findings in the output of commands the grader ran
         rules_loaded: number of secret rules in grader/rules/secrets.toml
         bytes_scanned: bytes read from files, blobs and outputs
@@ -92,6 +94,10 @@ def secrets(ctx: Context) -> CheckResult:
             details.append(f"history not scanned: {exc}")
     else:
         details.append("no git history: only the working tree was scanned")
+    if ctx.workspace.shipped_git is not None:
+        found += scan_git_dir(
+            scanner, ctx.workspace.shipped_git, known={(f.rule, f.fingerprint) for f in found}
+        )
     probe_key = probe_key_fingerprint(ctx)
     for label, text in list(ctx.outputs):
         hits = scanner.scan_text(text, source=label or "command output")
