@@ -3,6 +3,7 @@ submission exactly as at `--jobs 1` (run inside the check, one after another).""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,6 +16,7 @@ from grader.grading import grade
 from grader.rubric import load_rubric
 from grader.selftest import load_corpus
 from grader.selftest.runner import build_case
+from tests.helpers.git import GIT_ENV
 
 pytestmark = [pytest.mark.slow, pytest.mark.index]
 
@@ -114,3 +116,20 @@ def test_a_fallback_through_a_program_that_is_not_python_is_not_loud(
     assert row["score"] <= 1, row
     assert findings and all(f["rule"] == "network-fallback" for f in findings), findings
     assert any("from a process the audit hook does not see" in d for d in row["details"]), row["details"]
+
+
+def test_a_suite_that_cannot_start_is_never_said_to_have_passed(tmp_path: Path, grade_cache: Path) -> None:
+    # Red team 13: `make test` asked for a plugin the environment lacks (`-p xdist`): no test ran, and the
+    # evidence said "with 24 tapes withheld, the suite still passed".
+    target, _ = _case("clean-copy", tmp_path)
+    makefile = Path(target) / "Makefile"
+    text = makefile.read_text(encoding="utf-8")
+    recipe = "CASSETTE_MODE=replay $(PYTHON) -m pytest"
+    assert recipe in text
+    makefile.write_text(text.replace(recipe, recipe + " -p no_such_plugin_here", 1), encoding="utf-8")
+    env = {**os.environ, **GIT_ENV}
+    subprocess.run(["git", "-C", target, "commit", "-qam", "xdist"], check=True, capture_output=True, env=env)
+    report = grade(target, rubric=load_rubric(), timeout=120, cache_root=grade_cache, jobs=1)
+    facts, _findings, row = _loud_miss(report)
+    assert facts["withheld_passed"] == 0 and facts["loud"] is False
+    assert "ran no test" in row["evidence"] and "still passed" not in row["evidence"], row["evidence"]

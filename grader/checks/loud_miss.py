@@ -952,6 +952,12 @@ def _summary(
             f"silent fallback: {len(attempts)} connection attempts on a cassette miss "
             f"(first: {attempts[0][0]})"
         )
+    elif failed == 0 and facts["withheld_passed"] == 0:
+        # Red team 13: a suite that cannot start in the sandbox (`-p xdist` absent) was said to have passed.
+        summary = (
+            f"with {counted(facts['withheld'], 'tape')} withheld, the suite ran no test: a miss was not "
+            "shown to fail loudly"
+        )
     elif failed == 0:
         summary = (
             f"with {counted(facts['withheld'], 'tape')} withheld, the suite still passed: misses go unnoticed"
