@@ -458,10 +458,9 @@ def _record_command(ctx: Context) -> list[str]:
 def _plan(ctx: Context) -> CanaryProbe | _Plan:
     manifest = ctx.manifest
     record = _record_command(ctx)
-    key_env = manifest.api_key_env or ""
     if not record:
         return CanaryProbe("not available: no record_command in [tool.takehome] and no `record` target")
-    key_env = key_env or _PROVIDER_KEYS[0]
+    key_env = manifest.api_key_env or _PROVIDER_KEYS[0]
     if ctx.env is None:
         reason = ctx.install_error or "the submission's environment was not installed"
         return CanaryProbe(f"not available: {' '.join(str(reason).split())}")
