@@ -161,6 +161,8 @@ def _scan(top: str, last: int | None) -> Iterator[tuple[str, int, list[str], lis
     are entered. An unreadable folder is passed over. No recursion: a tree nested deeper than Python's
     recursion limit is walked like any other.
     """
+    if os.path.islink(top):  # a link is never entered, the top one included (a run's `.git` -> `/`)
+        return
     pending: list[tuple[str, int]] = [(top, 0)]
     while pending:
         folder, level = pending.pop()

@@ -59,6 +59,10 @@ def test_links_are_never_followed_and_only_yielded_when_asked(tmp_path: Path) ->
 
     assert _rel(root, walk.files(root)) == ["real.json"]
     assert _rel(root, walk.files(root, links=True)) == ["real.json", "to-file.json", "to-folder"]
+    # Nor the top itself: a run that made its `.git` a link to `/` must not send a walk over the host.
+    assert list(walk.files(root / "to-folder")) == []
+    assert list(walk.files(root, under="to-folder")) == []
+    assert list(walk.tree(root / "to-folder")) == []
 
 
 def test_the_caps_stop_the_walk(tmp_path: Path) -> None:
