@@ -76,9 +76,9 @@ def shannon_entropy(text: str) -> float:
     return -sum(n / total * math.log2(n / total) for n in Counter(text).values())
 
 
-def _repetitive(body: str) -> bool:
+def _repetitive(body: str, *, runs: bool = True) -> bool:
     run = 1
-    for prev, cur in itertools.pairwise(body):
+    for prev, cur in itertools.pairwise(body if runs else ""):
         run = run + 1 if cur == prev else 1
         # Digit-only parts (Slack ids) repeat digits by chance more often than mixed alphabets do.
         if run >= (_MAX_RUN + 2 if cur.isdigit() else _MAX_RUN):
@@ -89,8 +89,11 @@ def _repetitive(body: str) -> bool:
     return False
 
 
-def is_placeholder(body: str, *, min_entropy: float, require_digit: bool = False) -> bool:
-    """True when ``body`` (the secret without its fixed prefix) is a placeholder rather than a key."""
+def is_placeholder(
+    body: str, *, min_entropy: float, require_digit: bool = False, runs_allowed: bool = False
+) -> bool:
+    """True when ``body`` (the secret without its fixed prefix) is a placeholder rather than a key;
+    ``runs_allowed``: a character repeated many times in a row is part of the format, not a sign."""
     lowered = body.lower()
     if any(word in lowered for word in _PLACEHOLDER_WORDS):
         return True
@@ -98,4 +101,4 @@ def is_placeholder(body: str, *, min_entropy: float, require_digit: bool = False
         return True
     if shannon_entropy(body) < min_entropy:
         return True
-    return _repetitive(body)
+    return _repetitive(body, runs=not runs_allowed)

@@ -64,6 +64,9 @@ class Rule:
     generic: bool = False  # a context rule (header values); loses to a specific rule on the same text
     ignore_case: bool = False  # regex and keywords run over the lowercased text (write them in lowercase)
     require_digit: bool = False
+    # The format itself repeats characters (OpenSSH's length fields are runs of "A"): a run is no sign of a
+    # placeholder, only text that compresses to almost nothing is.
+    runs_allowed: bool = False
     true_samples: tuple[str, ...] = ()
     false_samples: tuple[str, ...] = ()
     compiled: re.Pattern[bytes] = field(init=False, repr=False, compare=False)
@@ -116,6 +119,7 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
     "generic": bool,
     "ignore_case": bool,
     "require_digit": bool,
+    "runs_allowed": bool,
     "true_samples": list,
     "false_samples": list,
 }
@@ -190,6 +194,7 @@ def _build(entry: dict[str, object], where: str) -> Rule:
             generic=bool(entry.get("generic", False)),
             ignore_case=bool(entry.get("ignore_case", False)),
             require_digit=bool(entry.get("require_digit", False)),
+            runs_allowed=bool(entry.get("runs_allowed", False)),
             true_samples=tuple(entry.get("true_samples", ())),  # type: ignore[arg-type]
             false_samples=tuple(entry.get("false_samples", ())),  # type: ignore[arg-type]
         )

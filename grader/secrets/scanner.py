@@ -158,7 +158,10 @@ class Scanner:
                 secret = data[start:end].decode("ascii", "replace")
                 body = secret if rule.generic else secret[len(rule.prefix) :]
                 if is_placeholder(
-                    body, min_entropy=rule.entropy, require_digit=rule.require_digit
+                    body,
+                    min_entropy=rule.entropy,
+                    require_digit=rule.require_digit,
+                    runs_allowed=rule.runs_allowed,
                 ) or not rule.check_validator(secret):
                     if not rule.generic:
                         claimed.append((start, end))
