@@ -43,7 +43,7 @@ from grader import walk
 from grader.checks import Finding
 from grader.context import makefile_targets
 from grader.errors import NotAssessable
-from grader.gitpack import PACK_MAGIC, pack_bodies
+from grader.gitpack import PACK_MAGIC, Allowance, pack_bodies
 from grader.safeio import read_bytes
 from grader.secrets import redact, scan_text
 from grader.secrets.decode import json_unescaped, percent_decoded, wide_text
@@ -70,6 +70,9 @@ _MAX_FILE_BYTES = 64 * 1024 * 1024
 # Inflated bytes for the whole probe: red team 8, R8-3, thousands of small bzip2 bombs each cost seconds of
 # the grader's own time, outside the budget. Past it a compressed file is read as it is, and listed.
 _INFLATE_TOTAL = 1024 * 1024 * 1024
+# Git pack entries for the whole probe (red team 14: 3 million empty blobs in one pack cost 140 s of the
+# grader's own CPU); an honest `git gc` of a take-home writes a few thousand.
+_PACK_ENTRIES = 50_000
 _MAX_LISTED = 10
 # Exit code the wrapper script uses when the stand-in never printed its URL.
 _NO_STANDIN = 97
@@ -273,7 +276,7 @@ def _wrapper(base_env: str, anthropic: bool) -> str:
 
 def _scan_tree(root: Path, canary: str, unscanned: list[str], before: Path) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
-    total = [_INFLATE_TOTAL]
+    total = [_INFLATE_TOTAL, _PACK_ENTRIES]
     # Everything the run could have written to, whatever the folder (a key in .venv/ or node_modules/ is
     # a leak too); git's own data is read below, only where the run changed it.
     for path in walk.files(root, skip={".git"}):
@@ -307,12 +310,35 @@ def _scan_file(
     except OSError:
         return []
     rel = path.relative_to(root).as_posix()
-    if total[0] <= 0 and (data[:4] in (ZIP_LOCAL, PACK_MAGIC) or compression(data[:_HEAD]) is not None):
+    if data[:4] == PACK_MAGIC:
+        return _scan_pack(rel, data, canary, unscanned, total)
+    if total[0] <= 0 and (data[:4] == ZIP_LOCAL or compression(data[:_HEAD]) is not None):
         unscanned.append(f"{rel}: written by the canary run, not inflated ({_INFLATE_TOTAL} bytes were)")
     found: list[tuple[str, str]] = []
     for where, body, inside in _bodies(rel, data, canary, total):
         found.extend(_first(where, find_canary(body, canary), inside))
     return found
+
+
+def _scan_pack(
+    rel: str, data: bytes, canary: str, unscanned: list[str], total: list[int]
+) -> list[tuple[str, str]]:
+    """A git pack the run wrote, entry by entry, within what is left of the probe's inflated bytes and
+    pack entries (`_PACK_ENTRIES`); a pack not read to its end is listed."""
+    allowance = Allowance(min(_MAX_FILE_BYTES, total[0]), total[1])
+    hits: list[tuple[int, str]] = []
+    read = 0
+    for body in pack_bodies(data, allowance):
+        read += 1
+        for _where, text, inside in _as_read(rel, body, ""):
+            hits += [
+                (line, ", ".join(x for x in (inside, how) if x)) for line, how in find_canary(text, canary)
+            ]
+    total[0] -= min(_MAX_FILE_BYTES, total[0]) - allowance.bytes
+    total[1] = allowance.entries
+    if read < int.from_bytes(data[8:12], "big") and allowance.spent:
+        unscanned.append(f"{rel}: a git pack written by the canary run, read to entry {read} (the rest not)")
+    return _first(rel, sorted(hits), "inside a git pack entry")
 
 
 _HEAD = 8192  # what a compressed body is known by
@@ -351,11 +377,6 @@ def _as_read(where: str, body: bytes, inside: str) -> Iterator[tuple[str, bytes,
 def _inflated_bodies(
     rel: str, data: bytes, canary: str, budget: list[int]
 ) -> Iterator[tuple[str, bytes, str]]:
-    if data[:4] == PACK_MAGIC:
-        for body in pack_bodies(data, budget=budget[0]):
-            budget[0] -= len(body)
-            yield rel, body, "inside a git pack entry"
-        return
     if data[:4] == ZIP_LOCAL:
         for name, member in _members(data, budget):
             # A name holding the key is found in the archive's own bytes (names are stored as they are);

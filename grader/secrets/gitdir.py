@@ -14,7 +14,7 @@ import zlib
 from pathlib import Path
 
 from grader import walk
-from grader.gitpack import PACK_MAGIC, pack_bodies
+from grader.gitpack import PACK_MAGIC, Allowance, pack_bodies
 from grader.safeio import read_bytes
 from grader.secrets.findings import SecretFinding
 from grader.secrets.scanner import Scanner
@@ -24,6 +24,7 @@ __all__ = ["scan_git_dir"]
 # Inflated bytes for the whole folder: its reachable objects were read once already by the history scan.
 _INFLATE_TOTAL = 256 * 1024 * 1024
 _MAX_FILE_BYTES = 64 * 1024 * 1024  # a pack is read whole; an archive holds at most 200 MB in all
+_PACK_ENTRIES = 200_000  # each costs Python time whatever it inflates to (red team 14)
 
 
 def scan_git_dir(scanner: Scanner, gitdir: Path, *, known: set[tuple[str, str]]) -> list[SecretFinding]:
@@ -31,6 +32,7 @@ def scan_git_dir(scanner: Scanner, gitdir: Path, *, known: set[tuple[str, str]])
     fingerprint) pairs, already reported elsewhere, do not hold; each secret once."""
     found: dict[tuple[str, str], SecretFinding] = {}
     budget = [_INFLATE_TOTAL]
+    entries = Allowance(_INFLATE_TOTAL, _PACK_ENTRIES)
     for path in walk.files(gitdir, skip=(), max_files=None):
         rel = ".git/" + path.relative_to(gitdir).as_posix()
         try:
@@ -39,7 +41,7 @@ def scan_git_dir(scanner: Scanner, gitdir: Path, *, known: set[tuple[str, str]])
             scanner.stats.unscanned.append(f"{rel}: {exc.strerror or 'not read'} (the archive's .git)")
             continue
         scanner.stats.bytes += len(data)
-        for body in _bodies(rel, data, budget, scanner):
+        for body in _bodies(rel, data, budget, scanner, entries):
             for finding in scanner.scan_bytes(body, source=rel, kind="history"):
                 key = (finding.rule, finding.fingerprint)
                 if key not in known:
@@ -47,18 +49,21 @@ def scan_git_dir(scanner: Scanner, gitdir: Path, *, known: set[tuple[str, str]])
     return list(found.values())
 
 
-def _bodies(rel: str, data: bytes, budget: list[int], scanner: Scanner) -> list[bytes]:
+def _bodies(rel: str, data: bytes, budget: list[int], scanner: Scanner, packs: Allowance) -> list[bytes]:
     pack = data[:4] == PACK_MAGIC
     loose = rel.startswith(".git/objects/") and len(rel.split("/")) == 4
     if not (pack or loose):
         return [data]
-    if budget[0] <= 0:
-        scanner.stats.unscanned.append(
-            f"{rel}: not inflated, {_INFLATE_TOTAL} bytes were (the archive's .git)"
-        )
+    if budget[0] <= 0 or (pack and packs.entries <= 0):
+        spent = f"{_INFLATE_TOTAL} bytes or {_PACK_ENTRIES} pack entries"
+        note = f"{rel}: not inflated, the archive's .git had {spent} read"
+        scanner.stats.unscanned.append(note)
         return [data]
     if pack:
-        bodies = list(pack_bodies(data, budget=budget[0]))
+        packs.bytes = budget[0]
+        bodies = list(pack_bodies(data, packs))
+        if len(bodies) < int.from_bytes(data[8:12], "big") and packs.spent:
+            scanner.stats.unscanned.append(f"{rel}: read to entry {len(bodies)} (the archive's .git)")
     else:
         try:  # a loose object: zlib, "<type> <size>\0<content>"
             bodies = [zlib.decompressobj().decompress(data, budget[0])]
