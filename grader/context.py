@@ -570,6 +570,10 @@ class Context:
             # Red team 5, G5: deselected by a way the grader does not read (an @file, a plugin, a hook).
             why = f"{guard.deselected} tests were deselected in the suite's run"
             narrowed = whole_suite_because(None, why, suite.plain)
+        if narrowed is None and guard is not None and guard.narrowed:
+            # Red team 15: the suite's own code changed what pytest collects (a conftest's configure hook).
+            why = f"the suite's own code changed what pytest was asked to collect ({guard.narrowed})"
+            narrowed = whole_suite_because(None, why, suite.plain)
         if narrowed is not None and guard is not None:
             copy = self.scratch_copy("replay-whole")
             rr.whole = self.run_suite(copy, label="replay-whole", whole=narrowed, read_only=changed)

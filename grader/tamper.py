@@ -575,6 +575,9 @@ class GuardLog:
     skipped: dict[str, str] = field(default_factory=dict)  # nodeid -> skip reason
     exitstatus: int | None = None  # None: pytest's session never finished
     deselected: int = 0
+    # What the suite's own code changed of what the command line asked pytest to collect (its arguments,
+    # --ignore, --ignore-glob), e.g. "--ignore"; empty when nothing was
+    narrowed: str = ""
     collected: int | None = None  # tests the finished session had collected (after deselection)
     records: int = 0
     messages: dict[str, str] = field(default_factory=dict)  # nodeid -> first line of its failure
@@ -634,6 +637,8 @@ def read_guard(path: Path, nonce: str = "") -> GuardLog:
             log.exitstatus = status if isinstance(status, int) else None
             deselected = rec.get("deselected")
             log.deselected = deselected if isinstance(deselected, int) else 0
+            narrowed = rec.get("narrowed")
+            log.narrowed = narrowed[:200] if isinstance(narrowed, str) else ""
             collected = rec.get("collected")
             log.collected = collected if isinstance(collected, int) and collected >= 0 else None
             continue

@@ -373,3 +373,30 @@ def test_tests_deselected_by_a_plugin_the_grader_cannot_read_are_run(make_submis
     assert facts["failed"] == 0 and facts["hidden_failures"] == 3, facts
     row = _row(report)
     assert row["score"] <= 1 and "3 tests were deselected in the suite's run" in row["evidence"], row
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "configure",
+    [
+        "    config.option.ignore = [*(config.option.ignore or []), 'tests/test_bad.py']\n",
+        "    config.args[:] = ['tests/test_good.py']\n",
+    ],
+    ids=["ignore-option", "args-rewritten"],
+)
+def test_a_conftest_that_narrows_collection_at_configure_time_is_undone(
+    make_submission, grade_cache, configure: str
+) -> None:
+    """Red team 15: a conftest's `pytest_configure` put the failing file in `config.option.ignore` (or
+    rewrote `config.args`): never collected, neither skipped nor deselected, and scored as a green suite."""
+    files = {
+        "tests/test_good.py": GOOD,
+        "tests/test_bad.py": BAD,
+        "tests/conftest.py": "def pytest_configure(config):\n" + configure,
+        "Makefile": "test:\n\tpython -m pytest -q\n",
+    }
+    report = _grade(make_submission(files), grade_cache)
+    facts = report["facts"]["replay"]
+    assert facts["failed"] == 0 and facts["hidden_failures"] == 3, facts
+    row = _row(report)
+    assert row["score"] <= 1 and "changed what pytest was asked to collect" in row["evidence"], row

@@ -19,8 +19,10 @@ _UNSKIP = os.environ.pop("PYTEST_RUN_SKIPPED", None) == "1"
 _RUN_ALL = os.environ.pop("PYTEST_RUN_ALL", None) == "1"
 _NONCE = os.environ.pop("PYTEST_REPORT_NONCE", "")
 _ACTIVE = _FD is not None and _FD.isdigit() and not os.environ.get("PYTEST_XDIST_WORKER")
-_STATE = {"deselected": 0, "depth": 0}
+_STATE = {"deselected": 0, "depth": 0, "narrowed": ""}
 _SEEN = set()
+# What the command line asked pytest to collect, before any conftest's or plugin's configure hook ran.
+_ASKED = {}
 
 
 def _write(record):
@@ -470,6 +472,42 @@ def pytest_runtest_teardown(item, nextitem):
         _watch_vcr()
 
 
+def _selection(config):
+    option = config.option
+    return {
+        "args": list(getattr(config, "args", None) or []),
+        "--ignore": list(getattr(option, "ignore", None) or []),
+        "--ignore-glob": list(getattr(option, "ignore_glob", None) or []),
+    }
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    if not _ASKED:
+        _ASKED.update(_selection(config))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session):
+    # Red team 15: a conftest's pytest_configure put a failing test file in `config.option.ignore` (or
+    # rewrote `config.args`): never collected, neither skipped nor deselected. Recorded; in the whole-suite
+    # rerun what the command line asked for is put back.
+    if _STATE["depth"] > 1 or not _ASKED:
+        return
+    config = session.config
+    now = _selection(config)
+    changed = [name for name, value in _ASKED.items() if now.get(name) != value]
+    if changed:
+        _STATE["narrowed"] = ", ".join(changed)
+        if _RUN_ALL:
+            try:
+                config.args[:] = _ASKED["args"]
+                config.option.ignore = list(_ASKED["--ignore"])
+                config.option.ignore_glob = list(_ASKED["--ignore-glob"])
+            except (AttributeError, TypeError):
+                pass
+
+
 def pytest_sessionstart(session):
     _STATE["depth"] += 1
 
@@ -485,5 +523,6 @@ def pytest_sessionfinish(session, exitstatus):
             "exitstatus": int(exitstatus),
             "collected": collected,
             "deselected": _STATE["deselected"],
+            "narrowed": _STATE["narrowed"],
         }
     )
