@@ -30,14 +30,13 @@ class Allowance:
     bytes: int
     entries: int
 
-    @property
     def spent(self) -> bool:
         return self.bytes <= 0 or self.entries <= 0
 
 
 def pack_bodies(data: bytes, allowance: Allowance) -> Iterator[bytes]:
     """The inflated body of each entry of the pack in ``data``, in pack order, while ``allowance`` lasts
-    (taken from as entries are read: ``allowance.spent`` afterwards means the pack was not read to its end).
+    (taken from as entries are read: ``allowance.spent()`` afterwards means the pack was not read to its end).
 
     A truncated or corrupt pack ends the iteration where it stops making sense: what came before is
     still yielded.
@@ -50,7 +49,7 @@ def pack_bodies(data: bytes, allowance: Allowance) -> Iterator[bytes]:
     view = memoryview(data)
     pos = 12
     for _ in range(count):
-        if allowance.spent:
+        if allowance.spent():
             return
         allowance.entries -= 1
         budget = allowance.bytes

@@ -69,4 +69,4 @@ def test_entries_are_counted_whatever_they_inflate_to(tmp_path: Path) -> None:
     pack = body + hashlib.sha1(body, usedforsecurity=False).digest()  # git's trailer
     allowance = Allowance(1 << 30, 1000)
     assert len(list(pack_bodies(pack, allowance))) == 1000
-    assert allowance.spent and allowance.entries == 0
+    assert allowance.spent() and allowance.entries == 0

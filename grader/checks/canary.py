@@ -276,7 +276,7 @@ def _wrapper(base_env: str, anthropic: bool) -> str:
 
 def _scan_tree(root: Path, canary: str, unscanned: list[str], before: Path) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
-    total = [_INFLATE_TOTAL, _PACK_ENTRIES]
+    total = Allowance(_INFLATE_TOTAL, _PACK_ENTRIES)
     # Everything the run could have written to, whatever the folder (a key in .venv/ or node_modules/ is
     # a leak too); git's own data is read below, only where the run changed it.
     for path in walk.files(root, skip={".git"}):
@@ -301,7 +301,7 @@ def _same_file(path: Path, other: Path) -> bool:
 
 
 def _scan_file(
-    root: Path, path: Path, canary: str, unscanned: list[str], total: list[int]
+    root: Path, path: Path, canary: str, unscanned: list[str], total: Allowance
 ) -> list[tuple[str, str]]:
     try:
         if path.stat().st_size > _MAX_FILE_BYTES:
@@ -312,7 +312,7 @@ def _scan_file(
     rel = path.relative_to(root).as_posix()
     if data[:4] == PACK_MAGIC:
         return _scan_pack(rel, data, canary, unscanned, total)
-    if total[0] <= 0 and (data[:4] == ZIP_LOCAL or compression(data[:_HEAD]) is not None):
+    if total.bytes <= 0 and (data[:4] == ZIP_LOCAL or compression(data[:_HEAD]) is not None):
         unscanned.append(f"{rel}: written by the canary run, not inflated ({_INFLATE_TOTAL} bytes were)")
     found: list[tuple[str, str]] = []
     for where, body, inside in _bodies(rel, data, canary, total):
@@ -321,11 +321,11 @@ def _scan_file(
 
 
 def _scan_pack(
-    rel: str, data: bytes, canary: str, unscanned: list[str], total: list[int]
+    rel: str, data: bytes, canary: str, unscanned: list[str], total: Allowance
 ) -> list[tuple[str, str]]:
     """A git pack the run wrote, entry by entry, within what is left of the probe's inflated bytes and
     pack entries (`_PACK_ENTRIES`); a pack not read to its end is listed."""
-    allowance = Allowance(min(_MAX_FILE_BYTES, total[0]), total[1])
+    allowance = Allowance(min(_MAX_FILE_BYTES, total.bytes), total.entries)  # a file's share of the rest
     hits: list[tuple[int, str]] = []
     read = 0
     for body in pack_bodies(data, allowance):
@@ -334,9 +334,9 @@ def _scan_pack(
             hits += [
                 (line, ", ".join(x for x in (inside, how) if x)) for line, how in find_canary(text, canary)
             ]
-    total[0] -= min(_MAX_FILE_BYTES, total[0]) - allowance.bytes
-    total[1] = allowance.entries
-    if read < int.from_bytes(data[8:12], "big") and allowance.spent:
+    total.bytes -= min(_MAX_FILE_BYTES, total.bytes) - allowance.bytes
+    total.entries = allowance.entries
+    if read < int.from_bytes(data[8:12], "big") and allowance.spent():
         unscanned.append(f"{rel}: a git pack written by the canary run, read to entry {read} (the rest not)")
     return _first(rel, sorted(hits), "inside a git pack entry")
 
@@ -344,19 +344,19 @@ def _scan_pack(
 _HEAD = 8192  # what a compressed body is known by
 
 
-def _bodies(rel: str, data: bytes, canary: str, total: list[int]) -> Iterator[tuple[str, bytes, str]]:
+def _bodies(rel: str, data: bytes, canary: str, total: Allowance) -> Iterator[tuple[str, bytes, str]]:
     """(where, bytes, how they were reached) of what one file holds: its bytes; inflated, when it is a
     gzip, zlib, xz or bzip2 file (red team 7, R7-5: a gzip'd dump of the environment); each member of a zip
     archive, itself inflated when compressed. The inflated bytes of a file share `_MAX_FILE_BYTES`, and
     those of every file ``total`` (what is left of `_INFLATE_TOTAL`, taken from as it is used)."""
     yield from _as_read(rel, data, "")
-    budget = [min(_MAX_FILE_BYTES, total[0])]
+    budget = [min(_MAX_FILE_BYTES, total.bytes)]
     start = budget[0]
     try:
         for where, body, inside in _inflated_bodies(rel, data, canary, budget):
             yield from _as_read(where, body, inside)
     finally:
-        total[0] -= start - budget[0]
+        total.bytes -= start - budget[0]
 
 
 def _as_read(where: str, body: bytes, inside: str) -> Iterator[tuple[str, bytes, str]]:

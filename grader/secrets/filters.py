@@ -77,15 +77,21 @@ def shannon_entropy(text: str) -> float:
 
 
 def _repetitive(body: str, *, runs: bool = True) -> bool:
+    if runs and _has_long_run(body):
+        return True
+    # Patterns such as "aB3aB3aB3..." have decent per-character entropy but compress to almost nothing.
+    if len(body) >= 24:
+        return len(zlib.compress(body.encode("utf-8", "replace"), 9)) < 0.6 * len(body)
+    return False
+
+
+def _has_long_run(body: str) -> bool:
     run = 1
-    for prev, cur in itertools.pairwise(body if runs else ""):
+    for prev, cur in itertools.pairwise(body):
         run = run + 1 if cur == prev else 1
         # Digit-only parts (Slack ids) repeat digits by chance more often than mixed alphabets do.
         if run >= (_MAX_RUN + 2 if cur.isdigit() else _MAX_RUN):
             return True
-    # Patterns such as "aB3aB3aB3..." have decent per-character entropy but compress to almost nothing.
-    if len(body) >= 24:
-        return len(zlib.compress(body.encode("utf-8", "replace"), 9)) < 0.6 * len(body)
     return False
 
 

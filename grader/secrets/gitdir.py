@@ -31,8 +31,7 @@ def scan_git_dir(scanner: Scanner, gitdir: Path, *, known: set[tuple[str, str]])
     """Findings in the files of ``gitdir`` (located as ``.git/<path>:line``) that ``known`` (rule,
     fingerprint) pairs, already reported elsewhere, do not hold; each secret once."""
     found: dict[tuple[str, str], SecretFinding] = {}
-    budget = [_INFLATE_TOTAL]
-    entries = Allowance(_INFLATE_TOTAL, _PACK_ENTRIES)
+    allowance = Allowance(_INFLATE_TOTAL, _PACK_ENTRIES)
     for path in walk.files(gitdir, skip=(), max_files=None):
         rel = ".git/" + path.relative_to(gitdir).as_posix()
         try:
@@ -41,7 +40,7 @@ def scan_git_dir(scanner: Scanner, gitdir: Path, *, known: set[tuple[str, str]])
             scanner.stats.unscanned.append(f"{rel}: {exc.strerror or 'not read'} (the archive's .git)")
             continue
         scanner.stats.bytes += len(data)
-        for body in _bodies(rel, data, budget, scanner, entries):
+        for body in _bodies(rel, data, allowance, scanner):
             for finding in scanner.scan_bytes(body, source=rel, kind="history"):
                 key = (finding.rule, finding.fingerprint)
                 if key not in known:
@@ -49,25 +48,23 @@ def scan_git_dir(scanner: Scanner, gitdir: Path, *, known: set[tuple[str, str]])
     return list(found.values())
 
 
-def _bodies(rel: str, data: bytes, budget: list[int], scanner: Scanner, packs: Allowance) -> list[bytes]:
+def _bodies(rel: str, data: bytes, allowance: Allowance, scanner: Scanner) -> list[bytes]:
     pack = data[:4] == PACK_MAGIC
     loose = rel.startswith(".git/objects/") and len(rel.split("/")) == 4
     if not (pack or loose):
         return [data]
-    if budget[0] <= 0 or (pack and packs.entries <= 0):
+    if allowance.spent():
         spent = f"{_INFLATE_TOTAL} bytes or {_PACK_ENTRIES} pack entries"
-        note = f"{rel}: not inflated, the archive's .git had {spent} read"
-        scanner.stats.unscanned.append(note)
+        scanner.stats.unscanned.append(f"{rel}: not inflated, the archive's .git had {spent} read")
         return [data]
     if pack:
-        packs.bytes = budget[0]
-        bodies = list(pack_bodies(data, packs))
-        if len(bodies) < int.from_bytes(data[8:12], "big") and packs.spent:
+        bodies = list(pack_bodies(data, allowance))
+        if len(bodies) < int.from_bytes(data[8:12], "big") and allowance.spent():
             scanner.stats.unscanned.append(f"{rel}: read to entry {len(bodies)} (the archive's .git)")
-    else:
-        try:  # a loose object: zlib, "<type> <size>\0<content>"
-            bodies = [zlib.decompressobj().decompress(data, budget[0])]
-        except zlib.error:
-            bodies = [data]
-    budget[0] -= sum(len(body) for body in bodies)
-    return bodies
+        return bodies
+    try:  # a loose object: zlib, "<type> <size>\0<content>"
+        body = zlib.decompressobj().decompress(data, allowance.bytes)
+    except zlib.error:
+        return [data]
+    allowance.bytes -= len(body)
+    return [body]
