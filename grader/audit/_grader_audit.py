@@ -2,7 +2,8 @@
 
 Inert unless ``PY_AUDIT_LOG`` is set. Then it appends one JSON line per network attempt (inet socket
 created, connect, sendto, getaddrinfo, and pytest-socket refusals, which ``_grader_pytest`` announces as the
-``grader.socket_refused`` event) and per file under ``PY_AUDIT_ROOT`` opened for reading.
+``grader.socket_refused`` event) and per file under ``PY_AUDIT_ROOT`` opened for reading, with the test
+running then (the guard announces each as the ``grader.test`` event).
 It must stay cheap: every ``open`` in a test suite passes through it, so events are filtered by name first
 and each path is logged once per process.
 """
@@ -18,6 +19,7 @@ _WANTED = frozenset(
         "socket.sendto",
         "open",
         "grader.socket_refused",
+        "grader.test",
     }
 )
 _INET = (2, 10)  # AF_INET, AF_INET6 (the numbers are the same on every platform the grader runs on)
@@ -35,6 +37,9 @@ def _install(log_path, root):
     roots = tuple({os.path.join(os.path.abspath(root), ""), os.path.join(os.path.realpath(root), "")})
     seen_paths = set()
     state = threading.local()
+    # The test pytest is running (the guard announces each one): a file open is logged once per file, call
+    # site and test, so the grader can tell which tapes each test read.
+    current = [None]
 
     def where(frame):
         innermost = None
@@ -60,7 +65,9 @@ def _install(log_path, root):
             return
         state.busy = True
         try:
-            if event == "open":
+            if event == "grader.test":
+                current[0] = str(args[0]) if args else None
+            elif event == "open":
                 path, mode, flags = args
                 if not isinstance(path, str):
                     if not isinstance(path, bytes):
@@ -78,9 +85,12 @@ def _install(log_path, root):
                         # Once per file and call site, not per file: a test that reads every tape
                         # (a lint of the recordings) must not hide which tapes the replay layer opened.
                         site = where(sys._getframe(1))
-                        if (rel, site) not in seen_paths:
-                            seen_paths.add((rel, site))
-                            emit({"event": "open", "path": rel}, site)
+                        if (rel, site, current[0]) not in seen_paths:
+                            seen_paths.add((rel, site, current[0]))
+                            record = {"event": "open", "path": rel}
+                            if current[0] is not None:
+                                record["test"] = current[0]
+                            emit(record, site)
                         return
             elif event == "socket.__new__":
                 if args[1] in _INET:

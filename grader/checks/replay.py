@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from grader.audit import Results
-from grader.checks import CheckResult, Finding, register
+from grader.checks import CheckResult, Finding, answer_rerun, register
 from grader.checks.loud_miss import made_up_passes
 from grader.context import ReplayRun
 from grader.details import counted
@@ -47,13 +47,14 @@ def _zero_facts() -> dict[str, object]:
         "first_tape_edit": "",
         "tapes": 0,
         "made_up_passes": 0,
+        "answers_ignored": 0,
         "summary": "",
     }
 
 
 # First: make-targets and the others reuse its memoized suite run. It then waits for loud-miss's re-worded
 # runs (made_up_passes), which start with the suite.
-@register("replay", phase="first")
+@register("replay", phase="first", probes=answer_rerun.start_answer_probe)
 def replay(ctx: Context) -> CheckResult:
     """Runs the submission's suite offline (`make test`, else `python -m pytest`) in the sandbox.
 
@@ -100,6 +101,9 @@ def replay(ctx: Context) -> CheckResult:
             place): a client that answers
             for itself, so its passes here may be answers nobody recorded too (red team 4, F3); the check
             waits for those runs (they run alongside the suite when loud-miss is in the rubric)
+        answers_ignored: tests that read a tape and still passed once every tape's recorded answer was given
+            another label (keys untouched), whose ticket the triage command then answered with a label the
+            tape did not hold: a layer answering from a table of its own (red team 15, F1)
         summary: e.g. "24 passed, 0 failed, 0 errors, 0 connection attempts (make test, 1.2 s)"
     """
     facts = _zero_facts()
@@ -158,11 +162,14 @@ def replay(ctx: Context) -> CheckResult:
         facts["errors"] = 1
     made_up = made_up_passes(ctx)
     facts["made_up_passes"] = len(made_up)
+    answers = answer_rerun.answer_probe(ctx)
+    facts["answers_ignored"] = len(answers.ignored) if answers is not None else 0
     facts["summary"] = (
         _summary(ctx, rr, facts)
         + evidence.summary()
         + _edits_summary(edits)
         + _made_up_summary(made_up)
+        + answer_rerun.summary(answers)
         + no_tapes
     )
 
@@ -172,6 +179,7 @@ def replay(ctx: Context) -> CheckResult:
         "request no tape holds (loud-miss's re-worded runs)"
         for item in made_up[:_MAX_DETAILS]
     ]
+    details += answer_rerun.details(answers, _MAX_DETAILS)
     details += [f"connection attempt at {where}: {what}" for where, what in attempts[:_MAX_DETAILS]]
     details += [f"failed: {line}" for line in results.first_failures]
     if broken:
@@ -179,6 +187,14 @@ def replay(ctx: Context) -> CheckResult:
         details.append(f"no test ran; exit {rr.run.returncode}" + (f": {tail}" if tail else ""))
     details += _how_run(ctx, rr)
     findings = [Finding(rule="network-attempt", message=what, location=where) for where, what in attempts]
+    findings += [
+        Finding(
+            rule="answer-not-from-tape",
+            message=f"{item.test} passed with the tape saying {item.now!r}; the agent said {item.answered!r}",
+            location=item.tape,
+        )
+        for item in (answers.ignored if answers is not None else [])
+    ]
     findings += [Finding(rule=f"tamper-{h.kind}", message=h.why, location=h.location) for h in evidence.hooks]
     return CheckResult(facts=facts, findings=[*edit_findings, *install, *findings], details=details)
 

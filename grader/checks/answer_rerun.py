@@ -1,0 +1,173 @@
+"""The replay check's perturbed-answer rerun: does the suite pass on what the tapes hold, or on answers of
+its own?
+
+Red team 15, F1: a cassette layer that on a hit swaps the recorded answer for one from a table of its own
+(``errata.json`` keyed by tape key) passes every check that reads the tape files, and its suite passes on
+an answer no model gave. So the suite runs once more in a copy whose tapes answer otherwise: each recorded
+answer object given another intent and ``needs_human`` flipped, requests and keys untouched
+(grader/perturb.py). A test that read such a tape (the audit hook files each open under the test that
+made it) and failed now depended on the tape's answer: fine. One that passed both times either checks
+little (``intent in LABELS``) or never saw the tape's answer. To tell the two apart, the triage command
+runs, in the same copy and offline, on each such test's recorded ticket: printing the intent the tape now
+holds, it replays the tape (the test is only weak: not a finding); printing another, it answers that
+ticket from somewhere else, and the test's pass is counted in ``answers_ignored``.
+
+Not caught: a layer that reads the tape's answer and then overrides it only inside the suite's process
+(the triage command then shows the tape's answer); an agent whose ticket is not the recorded request's
+last user message (the command then misses, which says nothing either way); tapes whose answers are
+streamed in pieces or compressed (not perturbed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
+
+from grader.drift_run import printed_objects, triage_command
+from grader.errors import NotAssessable
+from grader.perturb import Perturbed, perturb_copy
+from grader.tapes import tapes_of
+
+if TYPE_CHECKING:
+    from grader.context import Context, ReplayRun
+
+__all__ = ["AnswerProbe", "Ignored", "answer_probe", "start_answer_probe"]
+
+LABEL = "answers-perturbed"
+_MAX_TICKETS = 12  # triage-command runs at most (each one interpreter start)
+_PASSED = ("passed", "xpassed")
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """A test that passed with its tape answering otherwise, and the triage command's answer on its
+    ticket, which was not the tape's."""
+
+    test: str
+    tape: str
+    was: str
+    now: str
+    answered: str
+
+
+@dataclass
+class AnswerProbe:
+    perturbed: int = 0  # recorded answers given another label
+    compared: int = 0  # tests that passed in the suite's run and read a perturbed tape
+    changed: int = 0  # of those, tests that no longer passed
+    ignored: list[Ignored] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def start_answer_probe(ctx: Context) -> None:
+    """Make the copy and run the suite in it in the background, alongside the replay suite."""
+    if ctx.env is None or ctx.manifest.cassette_dir is None:
+        return
+    ctx.start_probe(LABEL, lambda: _perturbed_run(ctx))
+
+
+def _perturbed_run(ctx: Context) -> tuple[list[Perturbed], ReplayRun | None]:
+    copy = ctx.scratch_copy(LABEL)
+    perturbed = perturb_copy(tapes_of(ctx), copy)
+    if not perturbed:
+        return perturbed, None
+    return perturbed, ctx.run_suite(copy, label=LABEL)
+
+
+def answer_probe(ctx: Context) -> AnswerProbe | None:
+    """The comparison, made once per grade; None when it could not be made (no environment, no cassette
+    folder, the budget spent, no per-test outcomes)."""
+    return ctx.memo("answer probe", lambda: _answer_probe(ctx))
+
+
+def _answer_probe(ctx: Context) -> AnswerProbe | None:
+    if ctx.env is None or ctx.manifest.cassette_dir is None:
+        return None
+    try:
+        started = cast("tuple[list[Perturbed], ReplayRun | None] | None", ctx.probe_result(LABEL))
+        perturbed, rerun = started if started is not None else _perturbed_run(ctx)
+        primary = ctx.replay_run()
+    except NotAssessable:
+        return None
+    probe = AnswerProbe(perturbed=len(perturbed))
+    if rerun is None or rerun.guard is None or primary.guard is None:
+        return probe if rerun is None else None
+    by_tape: dict[str, list[Perturbed]] = {}
+    for item in perturbed:
+        by_tape.setdefault(item.tape.rsplit(":", 1)[0], []).append(item)
+    weak: dict[str, list[Perturbed]] = {}
+    for test, outcome in primary.guard.outcomes.items():
+        read = sorted(set(rerun.audit.opened_by.get(test, ())) & set(by_tape))
+        if outcome not in _PASSED or not read:
+            continue
+        probe.compared += 1
+        if rerun.guard.outcomes.get(test) not in _PASSED:
+            probe.changed += 1
+            continue
+        weak[test] = [item for tape in read for item in by_tape[tape]]
+    if weak:
+        _ask_the_agent(ctx, weak, probe)
+    return probe
+
+
+def _ask_the_agent(ctx: Context, weak: dict[str, list[Perturbed]], probe: AnswerProbe) -> None:
+    """Run the triage command on the tickets of the tests that passed both times; file those whose ticket
+    was answered with an intent the tape does not hold."""
+    command = triage_command(ctx)
+    if not command:
+        probe.notes.append(
+            f"{len(weak)} tests passed with their tapes answering otherwise; no triage command to ask"
+        )
+        return
+    tickets: dict[str, list[Perturbed]] = {}
+    for items in weak.values():
+        for item in items:
+            if item.message and (item.message in tickets or len(tickets) < _MAX_TICKETS):
+                tickets.setdefault(item.message, []).append(item)
+    copy = ctx.scratch_copy(LABEL + "-triage")
+    perturb_copy(tapes_of(ctx), copy)
+    answers: dict[str, str] = {}
+    for message in tickets:
+        try:
+            run, _ = ctx.run([*command, message], cwd=copy, env={"CASSETTE_MODE": "replay"}, label=LABEL)
+        except NotAssessable:
+            break
+        answer = next((a for a in printed_objects(run.stdout) if isinstance(a.get("intent"), str)), None)
+        if run.returncode == 0 and answer is not None:
+            answers[message] = str(answer["intent"])
+    for test, items in weak.items():
+        for item in items:
+            said = answers.get(item.message)
+            held = {other.now for other in tickets.get(item.message, ())}
+            if said is not None and said not in held:
+                probe.ignored.append(Ignored(test, item.tape, item.was, item.now, said))
+                break
+
+
+def summary(probe: AnswerProbe | None) -> str:
+    """Why the default rubric caps the row: tests that passed on answers their tapes do not hold."""
+    if probe is None or not probe.ignored:
+        return ""
+    first = probe.ignored[0]
+    return (
+        f"; {len(probe.ignored)} of {probe.compared} tests reading a tape passed with its answer changed, "
+        f"and the agent answers their ticket from elsewhere (first: {first.test}: {first.tape} now says "
+        f"{first.now!r}, the triage command said {first.answered!r})"
+    )
+
+
+def details(probe: AnswerProbe | None, limit: int) -> Sequence[str]:
+    if probe is None:
+        return []
+    out = [
+        f"answer not from its tape: {item.test} passed with {item.tape} answering {item.now!r} instead of "
+        f"{item.was!r}; the triage command on that ticket printed {item.answered!r}"
+        for item in probe.ignored[:limit]
+    ]
+    if probe.perturbed:
+        out.append(
+            f"answers perturbed: {probe.perturbed} recorded answers given another label; "
+            f"{probe.compared} passing tests read them, {probe.changed} of them then failed"
+        )
+    return out + probe.notes

@@ -1,0 +1,168 @@
+"""Give each recorded answer another label in a scratch copy's tapes, requests untouched.
+
+Red team 15, F1: a cassette layer that, on a hit, hands back an answer from a table of its own instead of
+the tape's passes every check that reads the tape files. What tells it apart is what a run does when the
+tapes say something else: a suite (and a triage command) replaying the tapes answers with what the tapes
+now hold; one answering from its own table does not. This module makes that copy.
+
+Each answer object the response carries (``{"intent": ..., ...}`` as a JSON string anywhere in a JSON
+response body: a chat completion's content, a message's text block) gets another intent, one the
+submission's own tapes use when they use at least two, else one of the stand-in's, and ``needs_human``
+flipped. The tape file is rewritten as text, the answer's JSON-escaped form replaced where it is written
+(JSON, and YAML scalars single- or double-quoted), so nothing else of the file changes. The result is
+parsed again: a tape whose requests changed, or whose answer did not, is put back as it was (then it is
+not compared). Streamed answers split over events, compressed bodies and answers that are not one JSON
+object are left as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grader.drift_run import last_user_message
+from grader.standin import load_rules
+from grader.tapes import Tape, _parse
+
+__all__ = ["Perturbed", "answer_objects", "perturb_copy"]
+
+_MAX_DEPTH = 12
+_MAX_STRINGS = 2_000  # strings looked at per response body (an answer is near the top of any real one)
+_INTENT = re.compile(r'("intent"\s*:\s*")((?:[^"\\]|\\.){1,200})(")')
+_HUMAN = re.compile(r'("needs_human"\s*:\s*)(true|false)\b')
+
+
+@dataclass(frozen=True)
+class Perturbed:
+    """One tape whose recorded answer now says something else: its file, the ticket (last user message of
+    the request) and the intent before and after."""
+
+    tape: str  # file:line of the answer as recorded
+    message: str
+    was: str
+    now: str
+
+
+def _strings(node: Any, depth: int = 0) -> Iterator[str]:
+    if depth > _MAX_DEPTH:
+        return
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, dict):
+        for value in node.values():
+            yield from _strings(value, depth + 1)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _strings(value, depth + 1)
+
+
+def answer_objects(body: Any) -> list[tuple[str, dict[str, Any]]]:
+    """(the string as stored, the answer object it holds) for each string of a response body that is one
+    JSON object with a string ``intent``."""
+    found = []
+    for count, text in enumerate(_strings(body)):
+        if count >= _MAX_STRINGS:
+            break
+        stripped = text.strip()
+        if not (stripped.startswith("{") and '"intent"' in stripped):
+            continue
+        try:
+            value = json.loads(stripped)
+        except ValueError:
+            continue
+        if isinstance(value, dict) and isinstance(value.get("intent"), str):
+            found.append((text, value))
+    return found
+
+
+def _labels(tapes: Sequence[Tape]) -> list[str]:
+    seen: dict[str, None] = {}
+    for tape in tapes:
+        for inter in tape.interactions:
+            for _, answer in answer_objects(inter.response_body):
+                seen[answer["intent"]] = None
+    if len(seen) >= 2:
+        return list(seen)
+    rules = load_rules()
+    return list(dict.fromkeys([*seen, *(name for name, _ in rules.intents), rules.default_intent]))
+
+
+def _other(label: str, labels: list[str]) -> str:
+    at = labels.index(label) if label in labels else -1
+    return labels[(at + 1) % len(labels)] if labels[(at + 1) % len(labels)] != label else labels[at - 1]
+
+
+def _changed(text: str, now: str) -> str:
+    text = _INTENT.sub(lambda m: m.group(1) + json.dumps(now)[1:-1] + m.group(3), text, count=1)
+    return _HUMAN.sub(lambda m: m.group(1) + ("false" if m.group(2) == "true" else "true"), text, count=1)
+
+
+def _written_forms(text: str) -> list[str]:
+    """How a response string may be written in a tape file: JSON-escaped (ASCII or not), and that again
+    inside a double-quoted YAML scalar."""
+    forms = [json.dumps(text)[1:-1], json.dumps(text, ensure_ascii=False)[1:-1]]
+    forms += [form.replace("\\", "\\\\").replace('"', '\\"') for form in forms]
+    return list(dict.fromkeys(forms))
+
+
+def _requests(tape: Tape) -> list[tuple[Any, ...]]:
+    return [(i.method, i.url, i.path, i.request_body) for i in tape.interactions]
+
+
+def _perturb_one(tape: Tape, labels: list[str]) -> tuple[str, list[Perturbed]] | None:
+    text = tape.text
+    done = []
+    for inter in tape.interactions:
+        for stored, answer in answer_objects(inter.response_body):
+            now = _other(answer["intent"], labels)
+            changed = _changed(stored, now)
+            if changed == stored:
+                continue
+            for old, new in zip(_written_forms(stored), _written_forms(changed), strict=True):
+                at = text.find(old)
+                if at >= 0:
+                    where = f"{tape.path}:{text.count(chr(10), 0, at) + 1}"
+                    text = text.replace(old, new)
+                    message = last_user_message(inter.request_body)
+                    done.append(Perturbed(where, message, answer["intent"], now))
+                    break
+    if not done:
+        return None
+    again = _parse(tape.path, text)
+    if again.format == "invalid" or _requests(again) != _requests(tape):
+        return None
+    after = [a["intent"] for inter in again.interactions for _, a in answer_objects(inter.response_body)]
+    if not all(item.now in after for item in done):
+        return None
+    return text, done
+
+
+def perturb_copy(tapes: Sequence[Tape], copy: Path) -> list[Perturbed]:
+    """Rewrite, in ``copy`` (a scratch copy of the repository the tapes were read from), every tape whose
+    answers can be given another label; what was changed, one item per answer."""
+    readable = [t for t in tapes if t.format != "invalid" and t.text]
+    labels = _labels(readable)
+    changed: list[Perturbed] = []
+    for tape in readable:
+        result = _perturb_one(tape, labels)
+        if result is None:
+            continue
+        text, done = result
+        try:
+            _rewrite(copy / tape.path, text)
+        except OSError:
+            continue
+        changed += done
+    return changed
+
+
+def _rewrite(path: Path, text: str) -> None:
+    """Overwrite the copy's file in place (its mode kept); a link or a non-file there is not written."""
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "wb") as out:
+        out.write(text.encode("utf-8"))
