@@ -92,9 +92,11 @@ def _labels(tapes: Sequence[Tape]) -> list[str]:
     return list(dict.fromkeys([*seen, *(name for name, _ in rules.intents), rules.default_intent]))
 
 
-def _other(label: str, labels: list[str]) -> str:
+def _other(label: str, labels: list[str], shift: int) -> str:
+    """The label ``shift`` places after ``label`` in ``labels``, never ``label`` itself."""
     at = labels.index(label) if label in labels else -1
-    return labels[(at + 1) % len(labels)] if labels[(at + 1) % len(labels)] != label else labels[at - 1]
+    ring = [x for x in labels[at + 1 :] + labels[: at + 1] if x != label]
+    return ring[(shift - 1) % len(ring)] if ring else label
 
 
 def _changed(text: str, now: str) -> str:
@@ -114,20 +116,22 @@ def _requests(tape: Tape) -> list[tuple[Any, ...]]:
     return [(i.method, i.url, i.path, i.request_body) for i in tape.interactions]
 
 
-def _perturb_one(tape: Tape, labels: list[str]) -> tuple[str, list[Perturbed]] | None:
+def _perturb_one(tape: Tape, labels: list[str], shift: int) -> tuple[str, list[Perturbed]] | None:
     text = tape.text
     done = []
+    pos = 0  # interactions are stored in order: each answer is the next occurrence of its written form
     for inter in tape.interactions:
         for stored, answer in answer_objects(inter.response_body):
-            now = _other(answer["intent"], labels)
+            now = _other(answer["intent"], labels, shift)
             changed = _changed(stored, now)
             if changed == stored:
                 continue
             for old, new in zip(_written_forms(stored), _written_forms(changed), strict=True):
-                at = text.find(old)
+                at = text.find(old, pos)
                 if at >= 0:
                     where = f"{tape.path}:{text.count(chr(10), 0, at) + 1}"
-                    text = text.replace(old, new)
+                    text = text[:at] + new + text[at + len(old) :]
+                    pos = at + len(new)
                     message = last_user_message(inter.request_body)
                     done.append(Perturbed(where, message, answer["intent"], now))
                     break
@@ -142,14 +146,16 @@ def _perturb_one(tape: Tape, labels: list[str]) -> tuple[str, list[Perturbed]] |
     return text, done
 
 
-def perturb_copy(tapes: Sequence[Tape], copy: Path) -> list[Perturbed]:
+def perturb_copy(tapes: Sequence[Tape], copy: Path, *, shift: int = 1) -> list[Perturbed]:
     """Rewrite, in ``copy`` (a scratch copy of the repository the tapes were read from), every tape whose
-    answers can be given another label; what was changed, one item per answer."""
+    answers can be given another label; what was changed, one item per answer. ``shift``: which other
+    label (the next one, or the one after: two copies with different shifts give each answer two
+    different labels when there are three or more)."""
     readable = [t for t in tapes if t.format != "invalid" and t.text]
     labels = _labels(readable)
     changed: list[Perturbed] = []
     for tape in readable:
-        result = _perturb_one(tape, labels)
+        result = _perturb_one(tape, labels, shift)
         if result is None:
             continue
         text, done = result

@@ -1,0 +1,253 @@
+"""Answers the replay layer makes up on a hit (issue 14, red team 15, F1).
+
+A cassette layer that swaps the recorded answer of some tape keys for one from a table of its own
+(``errata.json``) kept full marks: every check read the tape files, none what the layer handed back. The
+grader now reruns the suite with every tape's answer given another label (grader/perturb.py) and asks the
+triage command about the tickets of tests that still passed (grader/checks/answer_rerun.py).
+
+The unit tests rewrite real tape files; the slow ones grade real git repositories built from the sample
+solution with the real grader: the attack, the same repository without the table (its test fails, as it
+honestly should), and a suite with tests that check little (they pass whatever the tape says, and are no
+finding because the triage command shows the tape's answer).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from grader.perturb import answer_objects, perturb_copy
+from grader.tapes import load_tapes
+from tests.adversarial.builders import commit, sample_copy
+
+CHAT = {
+    "choices": [{"message": {"role": "assistant", "content": '{"intent": "refund", "needs_human": false}'}}],
+    "model": "gpt-4o-mini-2024-07-18",
+}
+
+
+def _kit_tape(message: str, content: str) -> dict:
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": message}]}
+    answer = {**CHAT, "choices": [{"message": {"role": "assistant", "content": content}}]}
+    return {
+        "version": 1,
+        "key": "k",
+        "request": {"method": "POST", "path": "/v1/chat/completions", "body": body},
+        "response": {"status": 200, "body": answer},
+    }
+
+
+def _two_copies(tmp_path: Path, files: dict[str, str]) -> tuple[Path, Path]:
+    source = tmp_path / "source"
+    for rel, text in files.items():
+        (source / rel).parent.mkdir(parents=True, exist_ok=True)
+        (source / rel).write_text(text, encoding="utf-8")
+    copy = tmp_path / "copy"
+    shutil.copytree(source, copy)
+    return source, copy
+
+
+def test_each_answer_gets_another_label_and_the_request_stays(tmp_path: Path) -> None:
+    tape = _kit_tape("Where is my refund for order 7?", '{"intent": "refund", "needs_human": false}')
+    source, copy = _two_copies(tmp_path, {"cassettes/a.json": json.dumps(tape, indent=2)})
+
+    changed = perturb_copy(load_tapes(source, Path("cassettes")), copy)
+
+    assert [(c.was, c.message) for c in changed] == [("refund", "Where is my refund for order 7?")]
+    after = json.loads((copy / "cassettes/a.json").read_text(encoding="utf-8"))
+    assert after["request"] == tape["request"]
+    answer = json.loads(after["response"]["body"]["choices"][0]["message"]["content"])
+    assert answer == {"intent": changed[0].now, "needs_human": True}
+    assert changed[0].now != "refund"
+    assert changed[0].tape.startswith("cassettes/a.json:")
+    assert (source / "cassettes/a.json").read_text(encoding="utf-8") == json.dumps(tape, indent=2)
+
+
+def test_equal_answers_in_one_file_are_each_changed_once_at_their_own_line(tmp_path: Path) -> None:
+    # A vcrpy cassette (YAML, the body a JSON string) holding the same answer for two tickets.
+    body = json.dumps(CHAT)
+    interactions = []
+    for message in ("Refund my order 1 please", "Refund my order 2 please"):
+        request = json.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": message}]})
+        interactions.append(
+            "- request:\n"
+            f"    body: '{request}'\n"
+            "    headers: {}\n"
+            "    method: POST\n"
+            "    uri: https://api.openai.com/v1/chat/completions\n"
+            "  response:\n"
+            f"    body: {{string: '{body}'}}\n"
+            "    headers: {}\n"
+            "    status: {code: 200, message: OK}\n"
+        )
+    text = "interactions:\n" + "".join(interactions) + "version: 1\n"
+    source, copy = _two_copies(tmp_path, {"cassettes/two.yaml": text})
+
+    changed = perturb_copy(load_tapes(source, Path("cassettes")), copy)
+
+    assert [c.message for c in changed] == ["Refund my order 1 please", "Refund my order 2 please"]
+    assert len({c.tape for c in changed}) == 2  # two lines, one per interaction
+    again = load_tapes(copy, Path("cassettes"))[0]
+    labels = [a["intent"] for i in again.interactions for _, a in answer_objects(i.response_body)]
+    assert labels == [changed[0].now, changed[1].now] and "refund" not in labels
+    assert [i.request_body for i in again.interactions] == [
+        i.request_body for i in load_tapes(source, Path("cassettes"))[0].interactions
+    ]
+
+
+def test_a_tape_whose_request_holds_the_answer_is_left_as_it_was(tmp_path: Path) -> None:
+    # The answer also stands in the request (a prior assistant turn): rewriting it there would change the
+    # request, so the tape is not perturbed at all (then it is not compared).
+    content = '{"intent": "refund", "needs_human": false}'
+    tape = _kit_tape("and again?", content)
+    tape["request"]["body"]["messages"].insert(0, {"role": "assistant", "content": content})
+    source, copy = _two_copies(tmp_path, {"cassettes/a.json": json.dumps(tape, indent=2)})
+
+    assert perturb_copy(load_tapes(source, Path("cassettes")), copy) == []
+    assert (copy / "cassettes/a.json").read_text(encoding="utf-8") == json.dumps(tape, indent=2)
+
+
+def test_an_answer_that_is_not_an_answer_object_is_left_alone(tmp_path: Path) -> None:
+    tape = _kit_tape("Hello there, anyone?", "Sure! Here is my answer: refund")
+    source, copy = _two_copies(tmp_path, {"cassettes/a.json": json.dumps(tape)})
+    assert perturb_copy(load_tapes(source, Path("cassettes")), copy) == []
+
+
+# --- graded submissions ------------------------------------------------------------------------------------
+
+_ERRATA = '''
+
+_ERRATA_FILE = Path(__file__).with_name("errata.json")
+
+
+def _apply_errata(key: str, reply: Reply) -> Reply:
+    """Reviewed corrections to recorded labels, applied to the replayed answer."""
+    try:
+        errata = json.loads(_ERRATA_FILE.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return reply
+    if key not in errata or not reply.content:
+        return reply
+    body = json.loads(reply.content)
+    body["choices"][0]["message"]["content"] = json.dumps(errata[key])
+    return Reply(reply.status, reply.headers, content=json.dumps(body).encode("utf-8"))
+'''
+
+WEAK_TESTS = """
+import json
+from pathlib import Path
+
+import pytest
+
+from support_triage_agent.agent import INTENTS, triage
+
+TICKETS = Path(__file__).resolve().parent.parent / "data" / "tickets.jsonl"
+CASES = [json.loads(line) for line in TICKETS.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("ticket", CASES[:3])
+def test_triage_gives_a_known_label(ticket):
+    assert triage(ticket["message"])["intent"] in INTENTS
+"""
+
+
+def _relabelled(dest: Path, *, errata: bool) -> tuple[Path, str]:
+    """The sample solution, committed; then ticket 1's expected label changed to one its tape does not
+    hold and (``errata``) the cassette layer given a table answering that ticket's key with it."""
+    repo = commit(sample_copy(dest), "take-home submission")
+    tickets = repo / "data" / "tickets.jsonl"
+    lines = tickets.read_text(encoding="utf-8").splitlines()
+    first = json.loads(lines[0])
+    assert first["intent"] != "shipping"
+    first["intent"] = "shipping"
+    lines[0] = json.dumps(first)
+    tickets.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tape = next(
+        t
+        for t in load_tapes(repo, Path("cassettes"))
+        for i in t.interactions
+        if i.request_body["messages"][-1]["content"] == first["message"]
+    )
+    if errata:
+        package = repo / "support_triage_agent"
+        (package / "errata.json").write_text(
+            json.dumps({tape.key: {"intent": "shipping", "needs_human": first["needs_human"]}}),
+            encoding="utf-8",
+        )
+        layer = package / "cassette.py"
+        source = layer.read_text(encoding="utf-8")
+        served = "        self._log_used(exchange.key)\n        return reply\n"
+        assert served in source
+        source = source.replace(
+            served,
+            "        self._log_used(exchange.key)\n        return _apply_errata(exchange.key, reply)\n",
+        )
+        marker = "\nclass "
+        at = source.index(marker)
+        layer.write_text(source[:at] + _ERRATA + "\n" + source[at:], encoding="utf-8")
+    return commit(repo, "ticket 1 relabelled after review"), tape.path
+
+
+def _grade(repo: Path, cache: Path) -> dict:
+    from grader.grading import grade
+    from grader.rubric import load_rubric
+
+    return grade(str(repo), rubric=load_rubric(), timeout=120, cache_root=cache, jobs=1)
+
+
+def _row(report: dict, row_id: str = "offline-replay") -> dict:
+    return next(row for row in report["rows"] if row["id"] == row_id)
+
+
+@pytest.mark.slow
+def test_a_layer_answering_from_its_own_table_loses_the_full_replay_score(
+    tmp_path: Path, grade_cache: Path
+) -> None:
+    repo, tape = _relabelled(tmp_path / "errata", errata=True)
+
+    report = _grade(repo, grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["failed"] == 0 and facts["passed"] > 0, facts  # the suite itself passes: the attack works
+    assert facts["answers_ignored"] == 1, facts
+    row = _row(report)
+    assert row["score"] == 2, row
+    assert "test_triage_matches_label[01-shipping]" in row["evidence"], row["evidence"]
+    assert "the triage command said 'shipping'" in row["evidence"], row["evidence"]
+    found = [f for f in report["findings"] if f["rule"] == "answer-not-from-tape"]
+    assert [f["location"].rsplit(":", 1)[0] for f in found] == [tape], found
+
+
+@pytest.mark.slow
+def test_the_same_relabel_without_the_table_fails_its_test_and_is_no_such_finding(
+    tmp_path: Path, grade_cache: Path
+) -> None:
+    repo, _ = _relabelled(tmp_path / "honest", errata=False)
+
+    report = _grade(repo, grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["failed"] == 1 and facts["answers_ignored"] == 0, facts
+    assert not [f for f in report["findings"] if f["rule"] == "answer-not-from-tape"]
+
+
+@pytest.mark.slow
+def test_tests_that_check_little_are_asked_about_and_cleared(tmp_path: Path, grade_cache: Path) -> None:
+    repo = sample_copy(tmp_path / "weak")
+    (repo / "tests" / "test_weak.py").write_text(WEAK_TESTS, encoding="utf-8")
+    commit(repo, "take-home submission")
+
+    report = _grade(repo, grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["failed"] == 0 and facts["answers_ignored"] == 0, facts
+    assert _row(report)["score"] == 3
+    said = [line for line in _row(report)["details"] if line.startswith("answers perturbed:")]
+    counts = re.search(r"(\d+) passing tests read them, (\d+) of them then failed", said[0] if said else "")
+    assert counts, _row(report)["details"]
+    # The three weak tests read a perturbed tape and passed again; every other tape-reading test failed.
+    assert int(counts.group(1)) - int(counts.group(2)) == 3, said
