@@ -32,7 +32,7 @@ from grader.tapes import tapes_of
 if TYPE_CHECKING:
     from grader.context import Context, ReplayRun
 
-__all__ = ["AnswerProbe", "Ignored", "answer_probe", "start_answer_probe"]
+__all__ = ["AnswerProbe", "Ignored", "answer_probe", "details", "start_answer_probe", "summary"]
 
 LABEL = "answers-perturbed"
 _MAX_TICKETS = 12  # triage-command runs at most (each one interpreter start)
