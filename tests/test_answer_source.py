@@ -1,9 +1,13 @@
-"""Answers the replay layer makes up on a hit (issue 14, red team 15, F1).
+"""Answers the replay layer makes up (issue 14, red team 15, F1 and F2).
 
-A cassette layer that swaps the recorded answer of some tape keys for one from a table of its own
+F1: a cassette layer that swaps the recorded answer of some tape keys for one from a table of its own
 (``errata.json``) kept full marks: every check read the tape files, none what the layer handed back. The
 grader now reruns the suite with every tape's answer given another label (grader/perturb.py) and asks the
 triage command about the tickets of tests that still passed (grader/checks/answer_rerun.py).
+
+F2: a layer that on a miss invents an answer only for messages whose digest it lists kept full marks too.
+The grader now asks the triage command about the unrecorded inputs of tests that passed on a miss
+(grader/checks/unrecorded_inputs.py).
 
 The unit tests rewrite real tape files; the slow ones grade real git repositories built from the sample
 solution with the real grader: the attack, the same repository without the table (its test fails, as it
@@ -13,6 +17,7 @@ finding because the triage command shows the tape's answer).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -192,6 +197,77 @@ def _relabelled(dest: Path, *, errata: bool) -> tuple[Path, str]:
     return commit(repo, "ticket 1 relabelled after review"), tape.path
 
 
+_PENDING = '''
+
+_PENDING_FILE = Path(__file__).with_name("pending.json")
+
+
+def _pending_reply(exchange) -> Reply | None:
+    """Tickets queued for the next recording session: their reviewed label, until `make record` runs."""
+    import hashlib
+
+    try:
+        pending = json.loads(_PENDING_FILE.read_text(encoding="utf-8"))
+        body = json.loads(exchange.body) if isinstance(exchange.body, (bytes, str)) else exchange.body
+        text = body["messages"][-1]["content"]
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+    digest = hashlib.sha256(str(text).encode("utf-8")).hexdigest()
+    if digest not in pending:
+        return None
+    message = {"role": "assistant", "content": json.dumps(pending[digest])}
+    answer = {"id": "pending", "object": "chat.completion", "model": "gpt-4o-mini",
+              "choices": [{"index": 0, "finish_reason": "stop", "message": message}]}
+    return Reply(200, {"content-type": "application/json"}, content=json.dumps(answer).encode("utf-8"))
+'''
+
+MISS_TEST = """
+import pytest
+
+from support_triage_agent.agent import triage
+from support_triage_agent.cassette import CassetteMiss
+
+
+def test_an_unrecorded_ticket_misses_loudly():
+    with pytest.raises(CassetteMiss):
+        triage("Do you sell gift cards that never expire in every country?")
+"""
+
+NEW_TICKET = {
+    "message": "My parcel tracking has said label created for nine days now, where is it?",
+    "intent": "shipping",
+    "needs_human": False,
+}
+
+
+def _new_ticket(dest: Path, *, pending: bool) -> Path:
+    """The sample solution, committed; then a ticket added to its data and never recorded, and
+    (``pending``) the cassette layer answering that one ticket on a miss, by its digest."""
+    repo = commit(sample_copy(dest), "take-home submission")
+    with (repo / "data" / "tickets.jsonl").open("a", encoding="utf-8") as tickets:
+        tickets.write(json.dumps(NEW_TICKET) + "\n")
+    if pending:
+        package = repo / "support_triage_agent"
+        digest = hashlib.sha256(NEW_TICKET["message"].encode("utf-8")).hexdigest()
+        answer = {"intent": NEW_TICKET["intent"], "needs_human": NEW_TICKET["needs_human"]}
+        (package / "pending.json").write_text(json.dumps({digest: answer}), encoding="utf-8")
+        layer = package / "cassette.py"
+        source = layer.read_text(encoding="utf-8")
+        missed = "        except FileNotFoundError:\n"
+        assert source.count(missed) >= 1
+        at = source.index(missed, source.index("    def replay(self, exchange"))
+        source = (
+            source[: at + len(missed)]
+            + "            made_up = _pending_reply(exchange)\n"
+            + "            if made_up is not None:\n"
+            + "                return made_up\n"
+            + source[at + len(missed) :]
+        )
+        marker = source.index("\nclass ")
+        layer.write_text(source[:marker] + _PENDING + "\n" + source[marker:], encoding="utf-8")
+    return commit(repo, "a ticket queued for the next recording")
+
+
 def _grade(repo: Path, cache: Path) -> dict:
     from grader.grading import grade
     from grader.rubric import load_rubric
@@ -251,3 +327,41 @@ def test_tests_that_check_little_are_asked_about_and_cleared(tmp_path: Path, gra
     assert counts, _row(report)["details"]
     # The three weak tests read a perturbed tape and passed again; every other tape-reading test failed.
     assert int(counts.group(1)) - int(counts.group(2)) == 3, said
+
+
+@pytest.mark.slow
+def test_a_layer_inventing_answers_for_inputs_it_lists_is_not_loud(tmp_path: Path, grade_cache: Path) -> None:
+    repo = _new_ticket(tmp_path / "pending", pending=True)
+
+    report = _grade(repo, grade_cache)
+
+    assert report["facts"]["replay"]["failed"] == 0  # the suite passes on the made-up answer
+    facts = report["facts"]["loud-miss"]
+    assert facts["unrecorded_suspects"] == 1 and facts["unrecorded_answered"] == 1, facts
+    row = _row(report, "loud-miss")
+    assert row["score"] == 1, row
+    assert "data/tickets.jsonl:25" in row["evidence"], row["evidence"]
+    found = [f for f in report["findings"] if f["rule"] == "made-up-answer"]
+    assert [f["location"] for f in found] == ["data/tickets.jsonl:25"], found
+
+
+@pytest.mark.slow
+def test_the_same_ticket_without_the_list_fails_loudly_and_is_no_such_finding(
+    tmp_path: Path, grade_cache: Path
+) -> None:
+    # Also a test that expects a miss: it passes on a miss too, so it is asked about, and its message fails
+    # loudly as it should.
+    repo = sample_copy(tmp_path / "honest")
+    (repo / "tests" / "test_a_miss.py").write_text(MISS_TEST, encoding="utf-8")
+    commit(repo, "take-home submission")
+    with (repo / "data" / "tickets.jsonl").open("a", encoding="utf-8") as tickets:
+        tickets.write(json.dumps(NEW_TICKET) + "\n")
+    commit(repo, "a ticket queued for the next recording")
+
+    report = _grade(repo, grade_cache)
+
+    assert report["facts"]["replay"]["failed"] == 1
+    facts = report["facts"]["loud-miss"]
+    assert facts["unrecorded_suspects"] == 1 and facts["unrecorded_asked"] >= 1, facts
+    assert facts["unrecorded_answered"] == 0, facts
+    assert _row(report, "loud-miss")["score"] == 3

@@ -65,7 +65,7 @@ class AuditLog:
         default_factory=dict
     )  # path -> call sites ("file:line") that opened it
     sockets: list[Event] = field(default_factory=list)  # inet sockets created (socket.__new__)
-    opened_by: dict[str, set[str]] = field(default_factory=dict)  # test id -> repo-relative paths it opened
+    opened_by: dict[str, set[str]] = field(default_factory=dict)  # test id ("": none) -> paths it opened
     unsafe: str = ""  # why the log file was not read: replaced by a link, a FIFO, a device, over the cap
 
 
@@ -165,9 +165,9 @@ def read_audit_log(path: Path | None) -> AuditLog:
         elif kind == "open" and event.path:
             log.opened.add(event.path)
             log.opened_at.setdefault(event.path, set()).add(event.where)
-            test = optional_text(rec.get("test"))
-            if test:
-                log.opened_by.setdefault(test, set()).add(event.path)
+            # "": opened while no test ran (collection: a module-level read of a data file), or by a process
+            # the guard is not in
+            log.opened_by.setdefault(optional_text(rec.get("test")) or "", set()).add(event.path)
     log.unsafe = "; ".join(problems)
     return log
 

@@ -17,6 +17,7 @@ from grader.checks.canary import make_canary
 from grader.checks.drift import drift_run
 from grader.checks.keys import prompt_blind
 from grader.checks.serve_probe import ServeProbe, probe_serve
+from grader.checks.unrecorded_inputs import unrecorded_inputs
 from grader.details import counted
 from grader.drift_run import ANSWER_KEYS, printed_objects
 from grader.errors import NotAssessable
@@ -541,6 +542,14 @@ def loud_miss(ctx: Context) -> CheckResult:
             tape's stored request holds, and the key-function probe showed its key unchanged by another
             prompt (red team 6, H6): a prompt changed after recording replays the old answers and no miss
             can show it (a `prompt-not-recorded` finding at the key function; not loud)
+        unrecorded_suspects: tests that passed in the suite's run having tried to open a tape path that does
+            not exist (the audit hook files each open under its test): they may have passed on a miss
+        unrecorded_asked: strings of those tests' inputs (the data files they opened, their test file's
+            string literals) that no tape holds, given to the triage command offline, tapes in place (at
+            most 10, data files first)
+        unrecorded_answered: of those, strings it answered (exit 0, an answer printed): a layer inventing
+            answers on a miss only for inputs it knows (red team 15, F2); a `made-up-answer` finding each,
+            at the string's file:line, and not loud
         serve_probed: a `make serve` replay server was started and answered the probe
         serve_replayed: it answered the recorded request with HTTP 200 and the recorded answer
         serve_unseen_status: its HTTP status for a request no tape holds (-1 when not probed, or when it
@@ -578,6 +587,9 @@ def loud_miss(ctx: Context) -> CheckResult:
             "prompt_in_place_compared": 0,
             "prompt_in_place_answered": 0,
             "prompt_unheld": False,
+            "unrecorded_suspects": 0,
+            "unrecorded_asked": 0,
+            "unrecorded_answered": 0,
         },
         findings=[Finding("silent-fallback", f.what, f.location) for f in fallbacks],
         details=[f"{f.location}: {f.what}" for f in fallbacks],
@@ -624,6 +636,7 @@ def loud_miss(ctx: Context) -> CheckResult:
         found.facts["prompt_unheld"] = True
         found.findings.append(Finding("prompt-not-recorded", unheld[1], unheld[0]))
         found.details.append(f"{unheld[0]} {unheld[1]}")
+    unrecorded_ok = _unrecorded_facts(ctx, found, command)
     serve = _serve_facts(found, probe_serve(ctx), len(fallbacks))
     _attempt_findings(found, rerun)
     # A server that gives an unseen request no HTTP answer (crashed, reset, hung) did not refuse it loudly.
@@ -636,9 +649,39 @@ def loud_miss(ctx: Context) -> CheckResult:
         and serve_ok
         and not answered
         and unheld is None
+        and unrecorded_ok
     )
     found.facts["summary"] = _summary(found, failed, bool(command), fallbacks, serve)
     return found.result()
+
+
+def _unrecorded_facts(ctx: Context, found: _Found, command: list[str] | None) -> bool:
+    """Red team 15, F2: the suite's own inputs that no tape holds, from tests that passed on a miss, given
+    to the triage command (grader/checks/unrecorded_inputs.py); whether none was answered."""
+    if not command:
+        return True
+    try:
+        rr = ctx.replay_run()
+    except NotAssessable:
+        return True
+    env = {"CASSETTE_MODE": "replay", "CASSETTE_MISS_LOG": str(ctx.log_path("unrecorded", ".misses.jsonl"))}
+    env.update(_key_at_hand(ctx))
+    probe = unrecorded_inputs(ctx, rr, command, env)
+    if probe is None:
+        return True
+    found.facts["unrecorded_suspects"] = probe.suspects
+    found.facts["unrecorded_asked"] = probe.asked
+    found.facts["unrecorded_answered"] = len(probe.made)
+    for made in probe.made:
+        what = (
+            f"{made.test} passed on a miss; the triage command answered its input {made.message[:80]!r}, "
+            f"which no tape holds, with {made.said}"
+        )
+        found.findings.append(Finding("made-up-answer", what, made.where))
+        found.details.append(f"{made.where}: {what}")
+    if probe.made:
+        found.unrecorded_first = f"{probe.made[0].where}: {probe.made[0].message[:60]!r}"
+    return not probe.made
 
 
 def _prompt_unheld(ctx: Context) -> tuple[str, str] | None:
@@ -680,6 +723,7 @@ class _Found:
     attempts: list[tuple[str, str]] = field(default_factory=list)
     answered: list[str] = field(default_factory=list)  # test ids that answered a re-worded request
     answered_how: str = ""  # how they were found, for the summary
+    unrecorded_first: str = ""  # file:line and start of the first unrecorded input answered
 
     def result(self) -> CheckResult:
         return CheckResult(self.facts, self.findings, self.details)
@@ -975,6 +1019,11 @@ def _summary(
         )
     elif serve.ran and serve.unseen_status <= 0:
         summary = "`make serve` gave no HTTP answer to a request no tape holds (it must answer 422)"
+    elif facts["unrecorded_answered"]:
+        summary = (
+            f"the triage command answered {facts['unrecorded_answered']} of the suite's inputs that no tape "
+            f"holds, which a test passed on (first: {found.unrecorded_first})"
+        )
     elif facts["unseen_exit_in_tests"] in (-1, 2) and found.answered:
         summary = f"{found.answered_how} (first: {found.answered[0]})"
     elif facts["prompt_unheld"] and facts["unseen_exit_in_tests"] in (-1, 2):
