@@ -120,11 +120,8 @@ def _ask_the_agent(ctx: Context, weak: dict[str, list[Perturbed]], probe: Answer
             f"{len(weak)} tests passed with their tapes answering otherwise; no triage command to ask"
         )
         return
-    tickets: dict[str, list[Perturbed]] = {}
-    for items in weak.values():
-        for item in items:
-            if item.message and (item.message in tickets or len(tickets) < _MAX_TICKETS):
-                tickets.setdefault(item.message, []).append(item)
+    tickets = list(dict.fromkeys(item.message for items in weak.values() for item in items if item.message))
+    tickets = tickets[:_MAX_TICKETS]
     # Two copies, each answer given a different other label in each: a table of the layer's own could
     # happen to say what one copy's tape says, not what both say.
     for shift in (1, 2):
