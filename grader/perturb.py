@@ -5,14 +5,15 @@ the tape's passes every check that reads the tape files. What tells it apart is 
 tapes say something else: a suite (and a triage command) replaying the tapes answers with what the tapes
 now hold; one answering from its own table does not. This module makes that copy.
 
-Each answer object the response carries (``{"intent": ..., ...}`` as a JSON string anywhere in a JSON
-response body: a chat completion's content, a message's text block) gets another intent, one the
-submission's own tapes use when they use at least two, else one of the stand-in's, and ``needs_human``
-flipped. The tape file is rewritten as text, the answer's JSON-escaped form replaced where it is written
-(JSON, and YAML scalars single- or double-quoted), so nothing else of the file changes. The result is
-parsed again: a tape whose requests changed, or whose answer did not, is put back as it was (then it is
-not compared). Streamed answers split over events, compressed bodies and answers that are not one JSON
-object are left as they are.
+Each JSON object a response's strings hold (a chat completion's content, a message's text block; bare, in
+a code fence, or with prose around it) gets another value in its label field and its yes/no field flipped.
+The label field is ``intent`` when the answers have one, else the agent's own (red team 16, F2: the short
+string field most answers carry with the fewest distinct values, such as ``category``); the other value is
+one the submission's own tapes use when they use at least two, else one of the stand-in's. The tape file is
+rewritten as text, the answer's JSON-escaped form (also inside double-quoted YAML) replaced at its own
+occurrence, so nothing else of the file changes. The result is parsed again: a tape whose requests
+changed, or whose answer did not, is put back as it was (then it is not compared). Streamed answers split
+over events and compressed bodies are left as they are.
 """
 
 from __future__ import annotations
@@ -33,8 +34,6 @@ __all__ = ["Perturbed", "answer_objects", "perturb_copy"]
 
 _MAX_DEPTH = 12
 _MAX_STRINGS = 2_000  # strings looked at per response body (an answer is near the top of any real one)
-_INTENT = re.compile(r'("intent"\s*:\s*")((?:[^"\\]|\\.){1,200})(")')
-_HUMAN = re.compile(r'("needs_human"\s*:\s*)(true|false)\b')
 
 
 @dataclass(frozen=True)
@@ -61,35 +60,75 @@ def _strings(node: Any, depth: int = 0) -> Iterator[str]:
             yield from _strings(value, depth + 1)
 
 
+def _embedded(text: str) -> dict[str, Any] | None:
+    """The JSON object a string holds: all of it, or the part from its first ``{`` to its last ``}`` (an
+    answer in a code fence, or with a sentence before or after it)."""
+    stripped = text.strip()
+    start, end = stripped.find("{"), stripped.rfind("}")
+    if start < 0 or end <= start:
+        return None
+    for candidate in (stripped, stripped[start : end + 1]):
+        try:
+            value = json.loads(candidate)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
 def answer_objects(body: Any) -> list[tuple[str, dict[str, Any]]]:
-    """(the string as stored, the answer object it holds) for each string of a response body that is one
-    JSON object with a string ``intent``."""
+    """(the string as stored, the JSON object it holds) for each string of a response body that holds one,
+    bare or inside a code fence or prose."""
     found = []
     for count, text in enumerate(_strings(body)):
         if count >= _MAX_STRINGS:
             break
-        stripped = text.strip()
-        if not (stripped.startswith("{") and '"intent"' in stripped):
-            continue
-        try:
-            value = json.loads(stripped)
-        except ValueError:
-            continue
-        if isinstance(value, dict) and isinstance(value.get("intent"), str):
-            found.append((text, value))
+        if "{" in text:
+            value = _embedded(text)
+            if value:
+                found.append((text, value))
     return found
 
 
-def _labels(tapes: Sequence[Tape]) -> list[str]:
-    seen: dict[str, None] = {}
-    for tape in tapes:
-        for inter in tape.interactions:
-            for _, answer in answer_objects(inter.response_body):
-                seen[answer["intent"]] = None
-    if len(seen) >= 2:
-        return list(seen)
-    rules = load_rules()
-    return list(dict.fromkeys([*seen, *(name for name, _ in rules.intents), rules.default_intent]))
+@dataclass(frozen=True)
+class _Schema:
+    """Which field of the submission's answers is the label, the labels it takes, and its yes/no field."""
+
+    label: str
+    labels: list[str]
+    flag: str | None
+
+
+def _schema(tapes: Sequence[Tape]) -> _Schema | None:
+    """The label field: ``intent`` when the answers have it, else the string field (short values) with the
+    fewest distinct values, at least two, among the fields most answers carry (an agent's own schema:
+    ``category``, ``label``); the flag: ``needs_human``, else the first yes/no field."""
+    answers = [a for t in tapes for i in t.interactions for _, a in answer_objects(i.response_body)]
+    if not answers:
+        return None
+    values: dict[str, dict[str, None]] = {}
+    flags: dict[str, None] = {}
+    for answer in answers:
+        for key, value in answer.items():
+            if isinstance(value, str) and 0 < len(value) <= 60:
+                values.setdefault(key, {})[value] = None
+            elif isinstance(value, bool):
+                flags[key] = None
+    common = {k: v for k, v in values.items() if sum(k in a for a in answers) * 2 >= len(answers)}
+    if "intent" in common:
+        label = "intent"
+    else:
+        enums = [k for k, v in common.items() if 2 <= len(v) <= 50]
+        if not enums:
+            return None
+        label = min(enums, key=lambda k: len(common[k]))
+    labels = list(common[label])
+    if len(labels) < 2:
+        rules = load_rules()
+        labels = list(dict.fromkeys([*labels, *(name for name, _ in rules.intents), rules.default_intent]))
+    flag = "needs_human" if "needs_human" in flags else next(iter(flags), None)
+    return _Schema(label, labels, flag)
 
 
 def _other(label: str, labels: list[str], shift: int) -> str:
@@ -99,9 +138,14 @@ def _other(label: str, labels: list[str], shift: int) -> str:
     return ring[(shift - 1) % len(ring)] if ring else label
 
 
-def _changed(text: str, now: str) -> str:
-    text = _INTENT.sub(lambda m: m.group(1) + json.dumps(now)[1:-1] + m.group(3), text, count=1)
-    return _HUMAN.sub(lambda m: m.group(1) + ("false" if m.group(2) == "true" else "true"), text, count=1)
+def _changed(text: str, schema: _Schema, now: str) -> str:
+    """``text`` with its first value of the label field set to ``now`` and its first flag flipped."""
+    field_re = re.compile(r'("' + re.escape(schema.label) + r'"\s*:\s*")((?:[^"\\]|\\.){1,200})(")')
+    text = field_re.sub(lambda m: m.group(1) + json.dumps(now)[1:-1] + m.group(3), text, count=1)
+    if schema.flag is None:
+        return text
+    flag_re = re.compile(r'("' + re.escape(schema.flag) + r'"\s*:\s*)(true|false)\b')
+    return flag_re.sub(lambda m: m.group(1) + ("false" if m.group(2) == "true" else "true"), text, count=1)
 
 
 def _written_forms(text: str) -> list[str]:
@@ -116,14 +160,17 @@ def _requests(tape: Tape) -> list[tuple[Any, ...]]:
     return [(i.method, i.url, i.path, i.request_body) for i in tape.interactions]
 
 
-def _perturb_one(tape: Tape, labels: list[str], shift: int) -> tuple[str, list[Perturbed]] | None:
+def _perturb_one(tape: Tape, schema: _Schema, shift: int) -> tuple[str, list[Perturbed]] | None:
     text = tape.text
     done = []
     pos = 0  # interactions are stored in order: each answer is the next occurrence of its written form
     for inter in tape.interactions:
         for stored, answer in answer_objects(inter.response_body):
-            now = _other(answer["intent"], labels, shift)
-            changed = _changed(stored, now)
+            was = answer.get(schema.label)
+            if not isinstance(was, str):
+                continue
+            now = _other(was, schema.labels, shift)
+            changed = _changed(stored, schema, now)
             if changed == stored:
                 continue
             for old, new in zip(_written_forms(stored), _written_forms(changed), strict=True):
@@ -133,14 +180,14 @@ def _perturb_one(tape: Tape, labels: list[str], shift: int) -> tuple[str, list[P
                     text = text[:at] + new + text[at + len(old) :]
                     pos = at + len(new)
                     message = last_user_message(inter.request_body)
-                    done.append(Perturbed(where, message, answer["intent"], now))
+                    done.append(Perturbed(where, message, was, now))
                     break
     if not done:
         return None
     again = _parse(tape.path, text)
     if again.format == "invalid" or _requests(again) != _requests(tape):
         return None
-    after = [a["intent"] for inter in again.interactions for _, a in answer_objects(inter.response_body)]
+    after = [a.get(schema.label) for i in again.interactions for _, a in answer_objects(i.response_body)]
     if not all(item.now in after for item in done):
         return None
     return text, done
@@ -152,10 +199,12 @@ def perturb_copy(tapes: Sequence[Tape], copy: Path, *, shift: int = 1) -> list[P
     label (the next one, or the one after: two copies with different shifts give each answer two
     different labels when there are three or more)."""
     readable = [t for t in tapes if t.format != "invalid" and t.text]
-    labels = _labels(readable)
+    schema = _schema(readable)
+    if schema is None:
+        return []
     changed: list[Perturbed] = []
     for tape in readable:
-        result = _perturb_one(tape, labels, shift)
+        result = _perturb_one(tape, schema, shift)
         if result is None:
             continue
         text, done = result

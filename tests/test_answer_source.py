@@ -104,6 +104,41 @@ def test_equal_answers_in_one_file_are_each_changed_once_at_their_own_line(tmp_p
     ]
 
 
+@pytest.mark.parametrize(
+    ("contents", "field", "flag"),
+    [
+        # Red team 16, F2: an answer in a code fence, with prose around it, or in the agent's own schema.
+        (['```json\n{"intent": "refund", "needs_human": false}\n```'] * 2, "intent", "needs_human"),
+        (['Sure. {"intent": "refund", "needs_human": false} Hope this helps.'] * 2, "intent", "needs_human"),
+        (
+            ['{"category": "refund", "escalate": false}', '{"category": "billing", "escalate": true}'],
+            "category",
+            "escalate",
+        ),
+    ],
+)
+def test_answers_in_a_fence_or_the_agents_own_schema_are_changed_too(
+    tmp_path: Path, contents: list[str], field: str, flag: str
+) -> None:
+    files = {
+        f"cassettes/{i}.json": json.dumps(_kit_tape(f"Ticket number {i} about my order", content), indent=2)
+        for i, content in enumerate(contents)
+    }
+    source, copy = _two_copies(tmp_path, files)
+
+    changed = perturb_copy(load_tapes(source, Path("cassettes")), copy)
+
+    assert len(changed) == 2, changed
+    for i, content in enumerate(contents):
+        after = json.loads((copy / f"cassettes/{i}.json").read_text(encoding="utf-8"))
+        text = after["response"]["body"]["choices"][0]["message"]["content"]
+        was, now = answer_objects({"c": content})[0][1], answer_objects({"c": text})[0][1]
+        assert now[field] != was[field] and now[flag] is not was[flag], (content, text)
+        # The fence or the prose around the answer is kept as recorded.
+        assert text[: text.index("{")] == content[: content.index("{")]
+        assert text[text.rindex("}") :] == content[content.rindex("}") :]
+
+
 def test_a_tape_whose_request_holds_the_answer_is_left_as_it_was(tmp_path: Path) -> None:
     # The answer also stands in the request (a prior assistant turn): rewriting it there would change the
     # request, so the tape is not perturbed at all (then it is not compared).
@@ -365,3 +400,81 @@ def test_the_same_ticket_without_the_list_fails_loudly_and_is_no_such_finding(
     assert facts["unrecorded_suspects"] == 1 and facts["unrecorded_asked"] >= 1, facts
     assert facts["unrecorded_answered"] == 0, facts
     assert _row(report, "loud-miss")["score"] == 3
+
+
+_PRELOAD = """
+
+# Every tape of the committed folder, read once when the module is imported.
+_HOME = Path(__file__).resolve().parent.parent / "cassettes"
+_LOADED = {p.stem: p.read_bytes() for p in sorted(_HOME.glob("*.json"))}
+_REVIEWED = {}  # filled in by the test: tape key -> answer text
+
+
+def _tape_bytes(source, key):
+    if Path(source).resolve() == _HOME:
+        if key not in _LOADED:
+            raise FileNotFoundError(key)
+        return _LOADED[key]
+    return _read_file(f"{source}/{key}.json")
+
+
+def _amended(key, reply):
+    text = _REVIEWED.get(key)
+    if text is None or not reply.content:
+        return reply
+    body = json.loads(reply.content)
+    body["choices"][0]["message"]["content"] = text
+    return Reply(reply.status, reply.headers, content=json.dumps(body).encode("utf-8"))
+"""
+
+
+@pytest.mark.slow
+def test_a_table_behind_tapes_read_at_import_is_caught(tmp_path: Path, grade_cache: Path) -> None:
+    # Red team 16, F1: every tape read when the module is imported, so no test is seen reading one.
+    repo, tape = _relabelled(tmp_path / "preload", errata=False)
+    key = Path(tape).stem
+    layer = repo / "support_triage_agent" / "cassette.py"
+    source = layer.read_text(encoding="utf-8")
+    read = '_read_file(f"{self.source}/{exchange.key}.json")'
+    served = "        self._log_used(exchange.key)\n        return reply\n"
+    assert read in source and served in source
+    source = source.replace(read, "_tape_bytes(self.source, exchange.key)")
+    source = source.replace(
+        served, "        self._log_used(exchange.key)\n        return _amended(exchange.key, reply)\n"
+    )
+    table = json.dumps({key: json.dumps({"intent": "shipping", "needs_human": False})})
+    code = _PRELOAD.replace("_REVIEWED = {}", f"_REVIEWED = {table}")
+    at = source.index("\nclass Cassette")
+    layer.write_text(source[:at] + code + "\n" + source[at:], encoding="utf-8")
+    commit(repo, "tapes read once")
+
+    report = _grade(repo, grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["failed"] == 0 and facts["answers_ignored"] == 1, facts
+    row = _row(report)
+    assert row["score"] == 2, row
+    assert "read outside it" in row["evidence"], row["evidence"]
+    found = [f for f in report["findings"] if f["rule"] == "answer-not-from-tape"]
+    assert [f["location"].rsplit(":", 1)[0] for f in found] == [tape], found
+
+
+@pytest.mark.slow
+def test_a_miss_that_prints_a_default_answer_is_not_loud(tmp_path: Path, grade_cache: Path) -> None:
+    # Red team 16, F3: exit 2 on a miss, but a made-up default on stdout for whatever reads it.
+    repo = commit(sample_copy(tmp_path / "stdoutmiss"), "take-home submission")
+    main = repo / "support_triage_agent" / "__main__.py"
+    source = main.read_text(encoding="utf-8")
+    said = '            print(f"triage: error: {miss}", file=sys.stderr)\n'
+    assert said in source
+    default = '            print(json.dumps({"intent": "other", "needs_human": True}))\n'
+    main.write_text(source.replace(said, default + said), encoding="utf-8")
+    commit(repo, "a safe default for downstream tools")
+
+    report = _grade(repo, grade_cache)
+
+    facts = report["facts"]["loud-miss"]
+    assert facts["unseen_exit"] == 2 and facts["unseen_printed_answer"] is True, facts
+    row = _row(report, "loud-miss")
+    assert row["score"] == 1, row
+    assert "printed an answer" in row["evidence"], row["evidence"]

@@ -4,13 +4,18 @@ its own?
 Red team 15, F1: a cassette layer that on a hit swaps the recorded answer for one from a table of its own
 (``errata.json`` keyed by tape key) passes every check that reads the tape files, and its suite passes on
 an answer no model gave. So the suite runs once more in a copy whose tapes answer otherwise: each recorded
-answer object given another intent and ``needs_human`` flipped, requests and keys untouched
+answer object given another label and its yes/no field flipped, requests and keys untouched
 (grader/perturb.py). A test that read such a tape (the audit hook files each open under the test that
 made it) and failed now depended on the tape's answer: fine. One that passed both times either checks
 little (``intent in LABELS``) or never saw the tape's answer. To tell the two apart, the triage command
-runs, in the same copy and offline, on each such test's recorded ticket: printing the intent the tape now
-holds, it replays the tape (the test is only weak: not a finding); printing another, it answers that
-ticket from somewhere else, and the test's pass is counted in ``answers_ignored``.
+runs offline on each such test's recorded ticket, in two more copies whose tapes hold two different other
+labels: printing what the tape holds, it replays the tape (the test is only weak: not a finding);
+printing another, it answers that ticket from somewhere else, counted in ``answers_ignored``.
+
+Red team 16, F1: a layer that reads every tape at import (or all of them on first use) leaves the audit
+no test to file the reads under. Tapes read while no test ran, or by a test that read the tapes of more
+than one ticket, are "unsure": when some test passed both times, their tickets are asked about too (at
+most 30 tickets in all, chosen at random past that).
 
 Not caught: a layer that reads the tape's answer and then overrides it only inside the suite's process
 (the triage command then shows the tape's answer); an agent whose ticket is not the recorded request's
@@ -20,10 +25,12 @@ streamed in pieces or compressed (not perturbed).
 
 from __future__ import annotations
 
+import random as _random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
+from grader.details import counted
 from grader.drift_run import printed_objects, triage_command
 from grader.errors import NotAssessable
 from grader.perturb import Perturbed, perturb_copy
@@ -32,10 +39,11 @@ from grader.tapes import tapes_of
 if TYPE_CHECKING:
     from grader.context import Context, ReplayRun
 
-__all__ = ["AnswerProbe", "Ignored", "answer_probe", "details", "start_answer_probe", "summary"]
+__all__ = ["AnswerProbe", "Ignored", "answer_probe", "details", "start_answer_probe", "summary", "who"]
 
 LABEL = "answers-perturbed"
-_MAX_TICKETS = 12  # triage-command runs at most (each one interpreter start)
+_MAX_TICKETS = 30  # tickets asked about at most (two interpreter starts each)
+_UNSURE = ""  # stands for the tests whose tapes the audit could not tell apart
 _PASSED = ("passed", "xpassed")
 
 
@@ -91,8 +99,13 @@ def _answer_probe(ctx: Context) -> AnswerProbe | None:
     except NotAssessable:
         return None
     probe = AnswerProbe(perturbed=len(perturbed))
-    if rerun is None or rerun.guard is None or primary.guard is None:
+    if rerun is None or primary.guard is None:
         return probe if rerun is None else None
+    if rerun.guard is None:
+        # The suite never got to its tests with the tapes changed (a layer that checks its tapes and
+        # refuses changed ones at start-up): it depends on them, as an honest suite does.
+        probe.notes.append("with the tapes' answers changed the suite reported no test (it refused them?)")
+        return probe
     by_tape: dict[str, list[Perturbed]] = {}
     for item in perturbed:
         by_tape.setdefault(item.tape.rsplit(":", 1)[0], []).append(item)
@@ -106,9 +119,34 @@ def _answer_probe(ctx: Context) -> AnswerProbe | None:
             probe.changed += 1
             continue
         weak[test] = [item for tape in read for item in by_tape[tape]]
+    unsure = _unattributed(rerun, by_tape)
+    if unsure and any(
+        outcome in _PASSED and rerun.guard.outcomes.get(test) in _PASSED and test not in weak
+        for test, outcome in primary.guard.outcomes.items()
+    ):
+        # Some test passed both times having read no tape of its own that the audit could name, while tapes
+        # were read where no one test can be told from another: it may have been answered from those.
+        weak[_UNSURE] = [item for tape in sorted(unsure) for item in by_tape[tape]]
+        probe.notes.append(
+            f"{len(unsure)} perturbed tapes were read outside any one test (at import, or all at once by one "
+            "test): their tickets were asked about too"
+        )
     if weak:
         _ask_the_agent(ctx, weak, probe)
     return probe
+
+
+def _unattributed(rerun: ReplayRun, by_tape: dict[str, list[Perturbed]]) -> set[str]:
+    """Perturbed tapes whose reader the audit cannot name (red team 16, F1): read while no test ran (a
+    layer that loads every tape at import), or by a test that read the tapes of more than one ticket (a
+    layer that loads them all on first use files every read under the first test)."""
+    tapes = set(by_tape)
+    unsure = set(rerun.audit.opened_by.get("", ())) & tapes
+    for test, paths in rerun.audit.opened_by.items():
+        read = set(paths) & tapes
+        if test and len({item.message for tape in read for item in by_tape[tape]}) > 1:
+            unsure |= read
+    return unsure
 
 
 def _ask_the_agent(ctx: Context, weak: dict[str, list[Perturbed]], probe: AnswerProbe) -> None:
@@ -121,7 +159,11 @@ def _ask_the_agent(ctx: Context, weak: dict[str, list[Perturbed]], probe: Answer
         )
         return
     tickets = list(dict.fromkeys(item.message for items in weak.values() for item in items if item.message))
-    tickets = tickets[:_MAX_TICKETS]
+    if len(tickets) > _MAX_TICKETS:
+        # Which ones, the submission cannot know in advance.
+        probe.notes.append(f"{_MAX_TICKETS} of {len(tickets)} tickets were asked about, chosen at random")
+        tickets = _random.SystemRandom().sample(tickets, _MAX_TICKETS)
+    wanted = set(tickets)
     # Two copies, each answer given a different other label in each: a table of the layer's own could
     # happen to say what one copy's tape says, not what both say.
     for shift in (1, 2):
@@ -141,15 +183,22 @@ def _ask_the_agent(ctx: Context, weak: dict[str, list[Perturbed]], probe: Answer
             answer = next((a for a in printed_objects(run.stdout) if isinstance(a.get("intent"), str)), None)
             if run.returncode == 0 and answer is not None:
                 answers[message] = str(answer["intent"])
+        flagged = {(found.test, found.tape) for found in probe.ignored}
         for test, items in weak.items():
-            if any(found.test == test for found in probe.ignored):
-                continue
             for item in items:
                 said = answers.get(item.message)
-                if said is not None and said not in held.get(item.message, set()):
-                    shown = next((x.now for x in now if x.message == item.message), item.now)
-                    probe.ignored.append(Ignored(test, item.tape, item.was, shown, said))
-                    break
+                if item.message not in wanted or said is None or said in held.get(item.message, set()):
+                    continue
+                if (test, item.tape) in flagged or (test != _UNSURE and any(t == test for t, _ in flagged)):
+                    continue
+                shown = next((x.now for x in now if x.message == item.message), item.now)
+                probe.ignored.append(Ignored(test, item.tape, item.was, shown, said))
+                flagged.add((test, item.tape))
+
+
+def who(item: Ignored) -> str:
+    """The test that passed on the answer, as evidence names it."""
+    return item.test or "a test whose tapes were read outside it (at import, or all at once)"
 
 
 def summary(probe: AnswerProbe | None) -> str:
@@ -158,9 +207,9 @@ def summary(probe: AnswerProbe | None) -> str:
         return ""
     first = probe.ignored[0]
     return (
-        f"; {len(probe.ignored)} of {probe.compared} tests reading a tape passed with its answer changed, "
-        f"and the agent answers their ticket from elsewhere (first: {first.test}: {first.tape} now says "
-        f"{first.now!r}, the triage command said {first.answered!r})"
+        f"; {counted(len(probe.ignored), 'ticket')} answered other than its tape once every tape's answer "
+        f"was changed, where a test passed (first: {who(first)}: {first.tape} now says {first.now!r}, the "
+        f"triage command said {first.answered!r})"
     )
 
 
@@ -168,7 +217,7 @@ def details(probe: AnswerProbe | None, limit: int) -> Sequence[str]:
     if probe is None:
         return []
     out = [
-        f"answer not from its tape: {item.test} passed with {item.tape} answering {item.now!r} instead of "
+        f"answer not from its tape: {who(item)} passed with {item.tape} answering {item.now!r} instead of "
         f"{item.was!r}; the triage command on that ticket printed {item.answered!r}"
         for item in probe.ignored[:limit]
     ]

@@ -506,6 +506,8 @@ def loud_miss(ctx: Context) -> CheckResult:
         withheld_passed: tests that still passed with the tapes withheld
         named_miss: a failure message, output line or the miss ledger named the missing tape (paths excluded)
         unseen_exit: exit code of triage_command on an unseen message (-1 when not available)
+        unseen_printed_answer: that run printed an answer (a JSON object with ``intent`` or ``needs_human``)
+            on its stdout, whatever its exit: a made-up default for whatever reads the output (not loud)
         unseen_exit_package: ``python -m <pkg>`` (the package's own entry point, what the brief names) on
             an unseen message, when the manifest's triage_command is another command (-1 otherwise): a strict
             twin declared beside a lenient entry point (red team 9) shows here
@@ -547,9 +549,9 @@ def loud_miss(ctx: Context) -> CheckResult:
         unrecorded_asked: strings of those tests' inputs (the data files they opened, their test file's
             string literals) that no tape holds, given to the triage command offline, tapes in place (at
             most 10, data files first)
-        unrecorded_answered: of those, strings it answered (exit 0, an answer printed): a layer inventing
-            answers on a miss only for inputs it knows (red team 15, F2); a `made-up-answer` finding each,
-            at the string's file:line, and not loud
+        unrecorded_answered: of those, strings it answered (an answer printed, whatever the exit): a layer
+            inventing answers on a miss only for inputs it knows (red team 15, F2); a `made-up-answer`
+            finding each, at the string's file:line, and not loud
         serve_probed: a `make serve` replay server was started and answered the probe
         serve_replayed: it answered the recorded request with HTTP 200 and the recorded answer
         serve_unseen_status: its HTTP status for a request no tape holds (-1 when not probed, or when it
@@ -567,6 +569,7 @@ def loud_miss(ctx: Context) -> CheckResult:
             "withheld_passed": 0,
             "named_miss": False,
             "unseen_exit": -1,
+            "unseen_printed_answer": False,
             "unseen_exit_in_tests": -1,
             "unseen_exit_package": -1,
             "unseen_package_answered": False,
@@ -784,14 +787,18 @@ def _unseen_facts(
         found.facts["unseen_exit"] = run.returncode if run.returncode is not None else -1
     found.attempts.extend((e.where, e.target) for e in audit.network_attempts)
     _unrouted(found, run, "the unseen-message run", bool(audit.network_attempts))
-    if run.returncode != 2:
+    # Red team 16, F3: an answer printed on a miss is a made-up default to whatever reads stdout, whatever
+    # the exit status says.
+    printed = _prints_an_answer(run.stdout)
+    if record:
+        found.facts["unseen_printed_answer"] = printed
+    if run.returncode != 2 or printed:
         shown = " ".join(command or [])
-        answered = run.returncode == 0 and run.stdout.strip()
         what = f"exited {run.returncode}"
-        if answered:
-            what = f"answered {run.stdout.strip()[:120]!r} and exited 0"
-        found.details.append(f"`{shown} <unseen message>` {what}; a miss must exit 2")
-    return run.returncode == 2 and not audit.network_attempts
+        if printed or (run.returncode == 0 and run.stdout.strip()):
+            what = f"answered {run.stdout.strip()[:120]!r} and exited {run.returncode}"
+        found.details.append(f"`{shown} <unseen message>` {what}; a miss must exit 2 and print no answer")
+    return run.returncode == 2 and not printed and not audit.network_attempts
 
 
 def _in_tests_facts(
@@ -1012,6 +1019,8 @@ def _summary(
         )
     elif facts["unseen_exit"] not in (-1, 2):
         summary = f"an unseen message exited {facts['unseen_exit']} instead of 2"
+    elif facts["unseen_printed_answer"]:
+        summary = "an unseen message exited 2 but printed an answer on stdout: a made-up default"
     elif facts["unseen_package_answered"]:
         summary = (
             "`python -m <pkg>` exited 0 on an unseen message, printing an answer, instead of 2 (the "

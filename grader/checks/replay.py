@@ -48,6 +48,7 @@ def _zero_facts() -> dict[str, object]:
         "tapes": 0,
         "made_up_passes": 0,
         "answers_ignored": 0,
+        "answers_skipped": False,
         "summary": "",
     }
 
@@ -104,6 +105,9 @@ def replay(ctx: Context) -> CheckResult:
         answers_ignored: tests that read a tape and still passed once every tape's recorded answer was given
             another label (keys untouched), whose ticket the triage command then answered with a label the
             tape did not hold: a layer answering from a table of its own (red team 15, F1)
+        answers_skipped: the perturbed-answer rerun could not be made or read (the grade's budget spent,
+            the suite's run or the rerun left no per-test outcomes) while there were tapes: no evidence
+            either way
         summary: e.g. "24 passed, 0 failed, 0 errors, 0 connection attempts (make test, 1.2 s)"
     """
     facts = _zero_facts()
@@ -164,12 +168,17 @@ def replay(ctx: Context) -> CheckResult:
     facts["made_up_passes"] = len(made_up)
     answers = answer_rerun.answer_probe(ctx)
     facts["answers_ignored"] = len(answers.ignored) if answers is not None else 0
+    # Red team 16: a grade whose budget ran out before the rerun could not look for answers made up on a
+    # hit; like the canary probe's skip, that is no evidence of their absence.
+    skipped = answers is None and bool(facts["tapes"]) and ctx.manifest.cassette_dir is not None
+    facts["answers_skipped"] = skipped
     facts["summary"] = (
         _summary(ctx, rr, facts)
         + evidence.summary()
         + _edits_summary(edits)
         + _made_up_summary(made_up)
         + answer_rerun.summary(answers)
+        + ("; the perturbed-answer rerun was not run (see the notes)" if skipped else "")
         + no_tapes
     )
 
@@ -190,7 +199,8 @@ def replay(ctx: Context) -> CheckResult:
     findings += [
         Finding(
             rule="answer-not-from-tape",
-            message=f"{item.test} passed with the tape saying {item.now!r}; the agent said {item.answered!r}",
+            message=f"{answer_rerun.who(item)} passed with the tape saying {item.now!r}; "
+            f"the agent said {item.answered!r}",
             location=item.tape,
         )
         for item in (answers.ignored if answers is not None else [])

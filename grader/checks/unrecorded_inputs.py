@@ -9,11 +9,11 @@ open a tape that does not exist.
 
 Such a test's inputs are in the repository: the strings of the data files it opened, or that were opened
 while no test ran (a test module reading its cases at import), in JSON, JSON lines, CSV or plain lines, and
-the string literals of its test file. Each of them that no tape's request holds as its
-last user message is given to the triage command, offline, tapes in place, as the unseen message is: a
-command that exits 0 printing an answer for it made that answer up. An honest test of a miss (it expects
-the layer to raise) passes the same way and is asked about too; its messages then fail loudly, as they
-should. At most 10 strings are asked, data files first.
+the string literals of its test file. Each of them that no tape's request holds as its last user message
+is given to the triage command, offline, tapes in place, as the unseen message is: a command that prints
+an answer for it (whatever its exit status) made that answer up. An honest test of a miss (it expects the
+layer to raise) passes the same way and is asked about too; its messages then fail loudly, as they should.
+At most 10 strings are asked, data files first.
 """
 
 from __future__ import annotations
@@ -207,7 +207,7 @@ def unrecorded_inputs(
             break
         found.asked += 1
         answer = next((a for a in printed_objects(run.stdout) if "intent" in a or "needs_human" in a), None)
-        if run.returncode == 0 and answer is not None:
+        if answer is not None:  # printed, whatever the exit status: a default made up for the reader
             said = json.dumps(answer, sort_keys=True)
             found.made.append(Made(test, where, message, said if len(said) <= 120 else said[:117] + "..."))
     return found
