@@ -103,3 +103,35 @@ def test_budget_is_an_option_of_grade_and_grade_batch() -> None:
         [sys.executable, "-m", "grader", ".", "--budget", "0"], cwd=REPO, capture_output=True, text=True
     )
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_a_grade_whose_budget_ran_out_before_the_answer_rerun_gives_no_full_replay_marks(
+    tmp_path: Path,
+) -> None:
+    # Red team 16: a layer that hangs on a miss in its committed tape folder only (its own miss tests use
+    # other folders) spends the budget in loud-miss's withheld-tape reruns; the perturbed-answer rerun that
+    # would look for answers made up on a hit never ran, and offline-replay kept 3 without it.
+    repo = commit(sample_copy(tmp_path / "hangmiss"), "take-home submission")
+    layer = repo / "support_triage_agent" / "cassette.py"
+    source = layer.read_text(encoding="utf-8")
+    missed = "        except FileNotFoundError:\n"
+    at = source.index(missed, source.index("    def replay(self, exchange"))
+    hang = (
+        "            if Path(self.source).resolve().name == 'cassettes' and 'pytest' in sys.modules:\n"
+        "                import time\n"
+        "                while True:\n"
+        "                    time.sleep(1)\n"
+    )
+    source = source[: at + len(missed)] + hang + source[at + len(missed) :]
+    if "\nimport sys\n" not in source:
+        source = source.replace("\nimport json\n", "\nimport json\nimport sys\n", 1)
+    layer.write_text(source, encoding="utf-8")
+    commit(repo, "wait for the tape")
+
+    report = _grade(repo, "--jobs", "1", "--timeout", "15", "--budget", "45")
+
+    replay = _row(report, "offline-replay")
+    facts = report["facts"]["replay"]
+    assert facts["failed"] == 0 and facts["passed"] > 0, facts
+    assert facts["answers_skipped"] is True, facts
+    assert replay["score"] == 2 and "perturbed-answer rerun was not run" in replay["evidence"], replay
