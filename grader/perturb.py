@@ -30,7 +30,7 @@ from grader.drift_run import last_user_message
 from grader.standin import load_rules
 from grader.tapes import Tape, _parse
 
-__all__ = ["Perturbed", "answer_objects", "perturb_copy"]
+__all__ = ["Perturbed", "answer_objects", "perturb_copy", "strings_in"]
 
 _MAX_DEPTH = 12
 _MAX_STRINGS = 2_000  # strings looked at per response body (an answer is near the top of any real one)
@@ -47,17 +47,18 @@ class Perturbed:
     now: str
 
 
-def _strings(node: Any, depth: int = 0) -> Iterator[str]:
+def strings_in(node: Any, depth: int = 0) -> Iterator[str]:
+    """Every string of a parsed JSON (or YAML) value, at most `_MAX_DEPTH` levels down."""
     if depth > _MAX_DEPTH:
         return
     if isinstance(node, str):
         yield node
     elif isinstance(node, dict):
         for value in node.values():
-            yield from _strings(value, depth + 1)
+            yield from strings_in(value, depth + 1)
     elif isinstance(node, list):
         for value in node:
-            yield from _strings(value, depth + 1)
+            yield from strings_in(value, depth + 1)
 
 
 def _embedded(text: str) -> dict[str, Any] | None:
@@ -81,7 +82,7 @@ def answer_objects(body: Any) -> list[tuple[str, dict[str, Any]]]:
     """(the string as stored, the JSON object it holds) for each string of a response body that holds one,
     bare or inside a code fence or prose."""
     found = []
-    for count, text in enumerate(_strings(body)):
+    for count, text in enumerate(strings_in(body)):
         if count >= _MAX_STRINGS:
             break
         if "{" in text:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from grader.drift_run import find_tickets, printed_objects
 from grader.errors import NotAssessable
+from grader.perturb import strings_in
 from grader.safeio import read_bytes
 
 if TYPE_CHECKING:
@@ -105,19 +106,6 @@ def _fit(text: str) -> bool:
     return _MIN_CHARS <= len(stripped) <= _MAX_CHARS and len(stripped.split()) >= _MIN_WORDS
 
 
-def _json_strings(value: object, depth: int = 0) -> Iterator[str]:
-    if depth > 8:
-        return
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _json_strings(item, depth + 1)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _json_strings(item, depth + 1)
-
-
 def _data_strings(rel: str, text: str) -> Iterator[tuple[str, int]]:
     """(string, line) of a data file's values."""
     suffix = PurePosixPath(rel).suffix.lower()
@@ -128,7 +116,7 @@ def _data_strings(rel: str, text: str) -> Iterator[tuple[str, int]]:
                 value = json.loads(line)
             except ValueError:
                 continue
-            for item in _json_strings(value):
+            for item in strings_in(value):
                 yield item, number if suffix != ".json" else text.count("\n", 0, max(0, text.find(item))) + 1
     elif suffix in (".csv", ".tsv"):
         reader = csv.reader(io.StringIO(text), delimiter="\t" if suffix == ".tsv" else ",")
