@@ -30,7 +30,7 @@ from grader.drift_run import last_user_message
 from grader.standin import load_rules
 from grader.tapes import Tape, _parse
 
-__all__ = ["Perturbed", "answer_objects", "perturb_copy", "strings_in"]
+__all__ = ["AnswerSchema", "Perturbed", "answer_objects", "answer_schema", "perturb_copy", "strings_in"]
 
 _MAX_DEPTH = 12
 _MAX_STRINGS = 2_000  # strings looked at per response body (an answer is near the top of any real one)
@@ -93,7 +93,7 @@ def answer_objects(body: Any) -> list[tuple[str, dict[str, Any]]]:
 
 
 @dataclass(frozen=True)
-class _Schema:
+class AnswerSchema:
     """Which field of the submission's answers is the label, the labels it takes, and its yes/no field."""
 
     label: str
@@ -101,7 +101,7 @@ class _Schema:
     flag: str | None
 
 
-def _schema(tapes: Sequence[Tape]) -> _Schema | None:
+def answer_schema(tapes: Sequence[Tape]) -> AnswerSchema | None:
     """The label field: ``intent`` when the answers have it, else the string field (short values) with the
     fewest distinct values, at least two, among the fields most answers carry (an agent's own schema:
     ``category``, ``label``); the flag: ``needs_human``, else the first yes/no field."""
@@ -129,7 +129,7 @@ def _schema(tapes: Sequence[Tape]) -> _Schema | None:
         rules = load_rules()
         labels = list(dict.fromkeys([*labels, *(name for name, _ in rules.intents), rules.default_intent]))
     flag = "needs_human" if "needs_human" in flags else next(iter(flags), None)
-    return _Schema(label, labels, flag)
+    return AnswerSchema(label, labels, flag)
 
 
 def _other(label: str, labels: list[str], shift: int) -> str:
@@ -139,7 +139,7 @@ def _other(label: str, labels: list[str], shift: int) -> str:
     return ring[(shift - 1) % len(ring)] if ring else label
 
 
-def _changed(text: str, schema: _Schema, now: str) -> str:
+def _changed(text: str, schema: AnswerSchema, now: str) -> str:
     """``text`` with its first value of the label field set to ``now`` and its first flag flipped."""
     field_re = re.compile(r'("' + re.escape(schema.label) + r'"\s*:\s*")((?:[^"\\]|\\.){1,200})(")')
     text = field_re.sub(lambda m: m.group(1) + json.dumps(now)[1:-1] + m.group(3), text, count=1)
@@ -161,7 +161,7 @@ def _requests(tape: Tape) -> list[tuple[Any, ...]]:
     return [(i.method, i.url, i.path, i.request_body) for i in tape.interactions]
 
 
-def _perturb_one(tape: Tape, schema: _Schema, shift: int) -> tuple[str, list[Perturbed]] | None:
+def _perturb_one(tape: Tape, schema: AnswerSchema, shift: int) -> tuple[str, list[Perturbed]] | None:
     text = tape.text
     done = []
     pos = 0  # interactions are stored in order: each answer is the next occurrence of its written form
@@ -200,7 +200,7 @@ def perturb_copy(tapes: Sequence[Tape], copy: Path, *, shift: int = 1) -> list[P
     label (the next one, or the one after: two copies with different shifts give each answer two
     different labels when there are three or more)."""
     readable = [t for t in tapes if t.format != "invalid" and t.text]
-    schema = _schema(readable)
+    schema = answer_schema(readable)
     if schema is None:
         return []
     changed: list[Perturbed] = []

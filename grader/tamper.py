@@ -43,6 +43,7 @@ __all__ = [
     "GUARD_MODULE",
     "GuardLog",
     "Hook",
+    "Send",
     "TamperScan",
     "in_tree",
     "read_guard",
@@ -563,6 +564,20 @@ def scan(repo: Path) -> TamperScan:
     return result
 
 
+@dataclass(frozen=True)
+class Send:
+    """One request the suite's HTTP client sent while the cassette layer opened (or tried to open) files of
+    the run's folder, and what the client was handed (guard: ``_watch_sends``). Paths are relative to the
+    run's folder; bodies are cut at 16 KiB."""
+
+    test: str  # "" when no test was running
+    request: str
+    response: str
+    opened: tuple[str, ...]  # files that existed
+    missing: tuple[str, ...]  # paths tried that did not
+    site: str  # file:line of the first open, in the submission's code
+
+
 @dataclass
 class GuardLog:
     """What the guard plugin recorded: per-test final outcomes, and the reports whose outcome was changed."""
@@ -586,6 +601,7 @@ class GuardLog:
     wrapped: list[str] = field(default_factory=list)
     # vcrpy cassettes the suite closed: absolute path -> (interactions in the file, indexes ever played)
     vcr_plays: dict[str, tuple[int, set[int]]] = field(default_factory=dict)
+    sends: list[Send] = field(default_factory=list)
 
     def count(self, outcome: str) -> int:
         return sum(1 for value in self.outcomes.values() if value == outcome)
@@ -625,6 +641,9 @@ def read_guard(path: Path, nonce: str = "") -> GuardLog:
         log.records += 1
         if "vcr" in rec:
             _add_vcr_play(log, rec)
+            continue
+        if "send" in rec:
+            _add_send(log, rec)
             continue
         if "wrapped" in rec:
             line = f"{rec['wrapped']}: {rec.get('what', 'test function')} replaced by {rec.get('by', '?')}"
@@ -667,6 +686,23 @@ def read_guard(path: Path, nonce: str = "") -> GuardLog:
         if previous is None or _RANK[value] > _RANK[previous]:
             log.outcomes[nodeid] = value
     return log
+
+
+def _add_send(log: GuardLog, rec: dict[str, Any]) -> None:
+    def paths(key: str) -> tuple[str, ...]:
+        value = rec.get(key)
+        return tuple(str(p)[:300] for p in value[:20]) if isinstance(value, list) else ()
+
+    log.sends.append(
+        Send(
+            test=str(rec.get("send") or "")[:500],
+            request=str(rec.get("request") or ""),
+            response=str(rec.get("response") or ""),
+            opened=paths("opened"),
+            missing=paths("missing"),
+            site=str(rec.get("site") or "?")[:300],
+        )
+    )
 
 
 def _add_vcr_play(log: GuardLog, rec: dict[str, Any]) -> None:

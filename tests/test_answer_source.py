@@ -28,6 +28,7 @@ import pytest
 from grader.perturb import answer_objects, perturb_copy
 from grader.tapes import load_tapes
 from tests.adversarial.builders import commit, sample_copy
+from tests.helpers.bake import record_with_standin
 
 CHAT = {
     "choices": [{"message": {"role": "assistant", "content": '{"intent": "refund", "needs_human": false}'}}],
@@ -213,23 +214,24 @@ def _relabelled(dest: Path, *, errata: bool) -> tuple[Path, str]:
         if i.request_body["messages"][-1]["content"] == first["message"]
     )
     if errata:
-        package = repo / "support_triage_agent"
-        (package / "errata.json").write_text(
-            json.dumps({tape.key: {"intent": "shipping", "needs_human": first["needs_human"]}}),
-            encoding="utf-8",
-        )
-        layer = package / "cassette.py"
-        source = layer.read_text(encoding="utf-8")
-        served = "        self._log_used(exchange.key)\n        return reply\n"
-        assert served in source
-        source = source.replace(
-            served,
-            "        self._log_used(exchange.key)\n        return _apply_errata(exchange.key, reply)\n",
-        )
-        marker = "\nclass "
-        at = source.index(marker)
-        layer.write_text(source[:at] + _ERRATA + "\n" + source[at:], encoding="utf-8")
+        _insert_errata(repo, tape.key, {"intent": "shipping", "needs_human": first["needs_human"]})
     return commit(repo, "ticket 1 relabelled after review"), tape.path
+
+
+def _insert_errata(repo: Path, key: str, answer: dict) -> None:
+    """The cassette layer answers tape ``key`` with ``answer`` (``errata.json``) instead of the tape's."""
+    package = repo / "support_triage_agent"
+    (package / "errata.json").write_text(json.dumps({key: answer}), encoding="utf-8")
+    layer = package / "cassette.py"
+    source = layer.read_text(encoding="utf-8")
+    served = "        self._log_used(exchange.key)\n        return reply\n"
+    assert served in source
+    source = source.replace(
+        served,
+        "        self._log_used(exchange.key)\n        return _apply_errata(exchange.key, reply)\n",
+    )
+    at = source.index("\nclass ")
+    layer.write_text(source[:at] + _ERRATA + "\n" + source[at:], encoding="utf-8")
 
 
 _PENDING = '''
@@ -282,25 +284,31 @@ def _new_ticket(dest: Path, *, pending: bool) -> Path:
     with (repo / "data" / "tickets.jsonl").open("a", encoding="utf-8") as tickets:
         tickets.write(json.dumps(NEW_TICKET) + "\n")
     if pending:
-        package = repo / "support_triage_agent"
-        digest = hashlib.sha256(NEW_TICKET["message"].encode("utf-8")).hexdigest()
-        answer = {"intent": NEW_TICKET["intent"], "needs_human": NEW_TICKET["needs_human"]}
-        (package / "pending.json").write_text(json.dumps({digest: answer}), encoding="utf-8")
-        layer = package / "cassette.py"
-        source = layer.read_text(encoding="utf-8")
-        missed = "        except FileNotFoundError:\n"
-        assert source.count(missed) >= 1
-        at = source.index(missed, source.index("    def replay(self, exchange"))
-        source = (
-            source[: at + len(missed)]
-            + "            made_up = _pending_reply(exchange)\n"
-            + "            if made_up is not None:\n"
-            + "                return made_up\n"
-            + source[at + len(missed) :]
-        )
-        marker = source.index("\nclass ")
-        layer.write_text(source[:marker] + _PENDING + "\n" + source[marker:], encoding="utf-8")
+        _insert_pending(repo)
     return commit(repo, "a ticket queued for the next recording")
+
+
+def _insert_pending(repo: Path, code: str = "") -> None:
+    """The cassette layer answers NEW_TICKET on a miss (listed by its digest in ``pending.json``)."""
+    code = code or _PENDING
+    package = repo / "support_triage_agent"
+    digest = hashlib.sha256(NEW_TICKET["message"].encode("utf-8")).hexdigest()
+    answer = {"intent": NEW_TICKET["intent"], "needs_human": NEW_TICKET["needs_human"]}
+    (package / "pending.json").write_text(json.dumps({digest: answer}), encoding="utf-8")
+    layer = package / "cassette.py"
+    source = layer.read_text(encoding="utf-8")
+    missed = "        except FileNotFoundError:\n"
+    assert source.count(missed) >= 1
+    at = source.index(missed, source.index("    def replay(self, exchange"))
+    source = (
+        source[: at + len(missed)]
+        + "            made_up = _pending_reply(exchange)\n"
+        + "            if made_up is not None:\n"
+        + "                return made_up\n"
+        + source[at + len(missed) :]
+    )
+    marker = source.index("\nclass ")
+    layer.write_text(source[:marker] + code + "\n" + source[marker:], encoding="utf-8")
 
 
 def _grade(repo: Path, cache: Path) -> dict:
@@ -377,7 +385,13 @@ def test_a_layer_inventing_answers_for_inputs_it_lists_is_not_loud(tmp_path: Pat
     assert row["score"] == 1, row
     assert "data/tickets.jsonl:25" in row["evidence"], row["evidence"]
     found = [f for f in report["findings"] if f["rule"] == "made-up-answer"]
-    assert [f["location"] for f in found] == ["data/tickets.jsonl:25"], found
+    # Twice: the triage command answered the unrecorded input, and the suite's own client was handed that
+    # answer after the layer tried a tape that does not exist (red team 17's watch, at the layer's line).
+    assert sorted(f["location"].split(":")[0] for f in found) == [
+        "data/tickets.jsonl",
+        "support_triage_agent/cassette.py",
+    ], found
+    assert report["facts"]["loud-miss"]["miss_answers_served"] == 1
 
 
 @pytest.mark.slow
@@ -478,3 +492,115 @@ def test_a_miss_that_prints_a_default_answer_is_not_loud(tmp_path: Path, grade_c
     row = _row(report, "loud-miss")
     assert row["score"] == 1, row
     assert "printed an answer" in row["evidence"], row["evidence"]
+
+
+# --- red team 17: the suite's requests differ from the triage command's ------------------------------------
+
+EXTRA = "\nAnswer with the JSON object only."
+
+DEMO_TEST = """
+
+def test_demo_replays_every_ticket():
+    env = {k: v for k, v in os.environ.items() if k != "TRIAGE_PROMPT_EXTRA"}
+    command = [sys.executable, "-m", "support_triage_agent", "--file", str(TICKETS), "--table"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert "refund" in done.stdout, done.stderr
+"""
+
+# Answers NEW_TICKET on a miss only for the suite's requests (their system prompt ends with EXTRA): the
+# triage command sends the same ticket without it and misses loudly.
+_SUITE_PENDING = _PENDING.replace(
+    '        text = body["messages"][-1]["content"]\n',
+    '        text = body["messages"][-1]["content"]\n'
+    f'        if not str(body["messages"][0]["content"]).endswith({EXTRA!r}):\n'
+    "            return None\n",
+)
+
+
+def _split(dest: Path, *, tables: bool) -> tuple[Path, str]:
+    """The sample solution whose test module adds one line to the system prompt (an environment variable
+    the agent reads), with a test that runs the demo without it: `make record` (against the stand-in)
+    records each ticket twice, once per request. Then ticket 1 relabelled and a ticket added that was never
+    recorded; with ``tables`` the cassette layer answers both from tables keyed to the suite's requests
+    only, which the triage command never sends (red team 17, F1 and F2)."""
+    repo = sample_copy(dest)
+    agent = repo / "support_triage_agent" / "agent.py"
+    source = agent.read_text(encoding="utf-8")
+    call = "complete(SYSTEM_PROMPT, clean_message(message), client=client)"
+    assert call in source and "\nimport json\n" in source
+    source = source.replace(
+        call, call.replace("SYSTEM_PROMPT,", 'SYSTEM_PROMPT + os.environ.get("TRIAGE_PROMPT_EXTRA", ""),')
+    )
+    agent.write_text(source.replace("\nimport json\n", "\nimport json\nimport os\n", 1), encoding="utf-8")
+    tests = repo / "tests" / "test_triage.py"
+    source = tests.read_text(encoding="utf-8")
+    source = source.replace("\nimport json\n", "\nimport json\nimport os\nimport subprocess\nimport sys\n", 1)
+    source = source.replace(
+        "\nimport pytest\n", f"\nimport pytest\n\nos.environ['TRIAGE_PROMPT_EXTRA'] = {EXTRA!r}\n", 1
+    )
+    tests.write_text(source + DEMO_TEST, encoding="utf-8")
+    recorded = record_with_standin(repo)
+    assert recorded.returncode == 0, recorded.stdout[-3000:] + recorded.stderr[-2000:]
+    commit(repo, "take-home submission")
+
+    tickets = repo / "data" / "tickets.jsonl"
+    lines = tickets.read_text(encoding="utf-8").splitlines()
+    first = json.loads(lines[0])
+    first["intent"] = "shipping" if first["intent"] != "shipping" else "refund"
+    lines[0] = json.dumps(first)
+    tickets.write_text("\n".join([*lines, json.dumps(NEW_TICKET)]) + "\n", encoding="utf-8")
+    theirs = [
+        t
+        for t in load_tapes(repo, Path("cassettes"))
+        for i in t.interactions
+        if i.request_body["messages"][-1]["content"] == first["message"]
+    ]
+    assert len(theirs) == 2, "one tape per request: the suite's and the demo's"
+    suite = next(
+        t for t in theirs if t.interactions[0].request_body["messages"][0]["content"].endswith(EXTRA)
+    )
+    if tables:
+        _insert_errata(repo, suite.key, {"intent": first["intent"], "needs_human": first["needs_human"]})
+        _insert_pending(repo, _SUITE_PENDING)
+    return commit(
+        repo, "ticket 1 relabelled after review; a ticket queued for the next recording"
+    ), suite.path
+
+
+@pytest.mark.slow
+def test_tables_keyed_to_the_suites_own_requests_are_seen_in_the_suites_process(
+    tmp_path: Path, grade_cache: Path
+) -> None:
+    repo, suite_tape = _split(tmp_path / "split", tables=True)
+
+    report = _grade(repo, grade_cache)
+
+    replay = report["facts"]["replay"]
+    assert replay["failed"] == 0 and replay["passed"] > 0, replay  # the attack works: the suite passes
+    assert replay["answers_replaced"] == 1, replay
+    assert _row(report)["score"] == 2, _row(report)
+    replaced = [f for f in report["findings"] if f["rule"] == "answer-not-from-tape"]
+    assert {f["location"].rsplit(":", 1)[0] for f in replaced} == {suite_tape}, replaced
+    assert any("test_triage_matches_label[01-" in f["message"] for f in replaced), replaced
+
+    loud = report["facts"]["loud-miss"]
+    assert loud["miss_answers_served"] == 1, loud
+    assert _row(report, "loud-miss")["score"] == 1, _row(report, "loud-miss")
+    made_up = [f for f in report["findings"] if f["rule"] == "made-up-answer"]
+    assert [f["location"].split(":")[0] for f in made_up] == ["support_triage_agent/cassette.py"], made_up
+    assert NEW_TICKET["message"][:40] in made_up[0]["message"], made_up
+
+
+@pytest.mark.slow
+def test_the_same_split_suite_without_the_tables_fails_and_is_no_such_finding(
+    tmp_path: Path, grade_cache: Path
+) -> None:
+    repo, _ = _split(tmp_path / "split-honest", tables=False)
+
+    report = _grade(repo, grade_cache)
+
+    replay = report["facts"]["replay"]
+    assert replay["failed"] == 2 and replay["answers_replaced"] == 0, replay  # ticket 1, and the new one
+    assert report["facts"]["loud-miss"]["miss_answers_served"] == 0
+    rules = {f["rule"] for f in report["findings"]}
+    assert not rules & {"answer-not-from-tape", "made-up-answer"}, rules

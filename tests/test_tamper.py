@@ -531,3 +531,99 @@ def test_an_honest_suite_with_subtests_is_counted_alike_by_the_guard_and_the_res
     logged = read_result_log(results)
     assert guard.count("failed") == 2 and guard.count("passed") == 1, guard.outcomes
     assert _mismatch(guard, logged) == ""
+
+
+SENDING_TESTS = {
+    "tapes/hit.json": '{"choices": [{"message": {"content": "{\\"intent\\": \\"refund\\"}"}}]}',
+    "test_send.py": """
+        import asyncio
+        import json
+        from pathlib import Path
+
+        import httpx
+
+        HERE = Path(__file__).resolve().parent
+
+
+        class TapeTransport(httpx.BaseTransport):
+            def __init__(self, name, replace=None, streamed=False):
+                self.name, self.replace, self.streamed = name, replace, streamed
+
+            def handle_request(self, request):
+                try:
+                    body = (HERE / "tapes" / self.name).read_bytes()
+                except FileNotFoundError:
+                    if self.replace is None:
+                        raise
+                    body = b""
+                if self.replace is not None:
+                    body = json.dumps({"choices": [{"message": {"content": self.replace}}]}).encode()
+                return httpx.Response(200, content=iter([body]) if self.streamed else body)
+
+
+        class AsyncTapeTransport(httpx.AsyncBaseTransport):
+            async def handle_async_request(self, request):
+                return httpx.Response(200, content=(HERE / "tapes" / "hit.json").read_bytes())
+
+
+        def post(transport):
+            with httpx.Client(transport=transport, base_url="http://model.invalid") as client:
+                body = {"messages": [{"role": "user", "content": "hi"}]}
+                return client.post("/v1/chat/completions", json=body)
+
+
+        def test_hit():
+            assert post(TapeTransport("hit.json")).status_code == 200
+
+
+        def test_replaced():
+            post(TapeTransport("hit.json", replace='{"intent": "shipping"}'))
+
+
+        def test_miss_answered():
+            post(TapeTransport("none.json", replace='{"intent": "other"}'))
+
+
+        def test_no_file_opened():
+            post(httpx.MockTransport(lambda request: httpx.Response(200, json={"ok": True})))
+
+
+        def test_async_hit():
+            async def go():
+                transport = AsyncTapeTransport()
+                async with httpx.AsyncClient(transport=transport, base_url="http://m.invalid") as c:
+                    return await c.post("/v1/x", json={})
+
+            assert asyncio.run(go()).status_code == 200
+
+
+        def test_streamed_is_not_read():
+            transport = TapeTransport("hit.json", streamed=True)
+            with httpx.Client(transport=transport, base_url="http://model.invalid") as client:
+                with client.stream("POST", "/v1/chat/completions", json={}) as response:
+                    assert response.status_code == 200
+    """,
+}
+
+
+def test_guard_logs_what_the_client_was_handed_for_requests_that_opened_repository_files(
+    tmp_path: Path,
+) -> None:
+    # Red team 17: the suite's own process is where a table of the layer's own shows, whatever request the
+    # triage command would send.
+    project = tmp_path / "project"
+    log = _run_guarded(tmp_path, SENDING_TESTS, extra_env={"PY_AUDIT_ROOT": str(project)})
+
+    assert log.outcomes and set(log.outcomes.values()) == {"passed"}, log.outcomes
+    sends = {send.test.rsplit("::", 1)[-1]: send for send in log.sends}
+    assert set(sends) == {"test_hit", "test_replaced", "test_miss_answered", "test_async_hit"}, sends
+    assert sends["test_hit"].opened == ("tapes/hit.json",) and not sends["test_hit"].missing
+    assert '\\"refund\\"' in sends["test_hit"].response
+    assert json.loads(sends["test_hit"].request)["messages"][0]["content"] == "hi"
+    assert sends["test_replaced"].opened == ("tapes/hit.json",)
+    assert "shipping" in sends["test_replaced"].response and "refund" not in sends["test_replaced"].response
+    assert sends["test_miss_answered"].opened == () and sends["test_miss_answered"].missing == (
+        "tapes/none.json",
+    )
+    assert sends["test_miss_answered"].site.startswith("test_send.py:")
+    assert sends["test_async_hit"].opened == ("tapes/hit.json",)

@@ -1,9 +1,12 @@
 """The grader guard (-p _grader_guard): raw vs reported outcomes, via an inherited fd.
 
 It also makes failure reports cheaper without changing a byte of them (``_share_source_trees``,
-``_share_full_sources``), and logs which interactions of each vcrpy cassette were played (``_watch_vcr``).
+``_share_full_sources``), logs which interactions of each vcrpy cassette were played (``_watch_vcr``), and
+what the HTTP client was handed by each request that opened (or tried to open) a file of the repository
+(``_watch_sends``).
 """
 
+import contextvars
 import json
 import os
 import sys
@@ -324,6 +327,132 @@ def _watch_vcr():
     cassette._save = watched_save
 
 
+# --- what the HTTP client was handed ---------------------------------------------------------------------
+# Red team 17: a cassette layer answering some keys from a table of its own (on a hit, or on a miss) is found
+# by asking the triage command about the ticket, which says nothing when the suite's requests differ from the
+# command's. What the SDK receives is seen here instead, in the suite's own process: each ``send`` of an httpx
+# (or httpx2) client is wrapped, the files opened while it ran are collected (an audit hook that does nothing
+# outside a send), and when it opened or tried any file of the run's folder, the request and the response
+# it returned are logged for the grader to hold against the tapes. Streamed responses are not read here.
+_IN_SEND = contextvars.ContextVar("_grader_in_send", default=None)
+_SENDS = {"logged": 0, "hook": False, "test": ""}
+_MAX_SENDS = 500
+_BODY_CAP = 16 * 1024
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+
+
+def _send_hook(event, args):
+    if event != "open":
+        return
+    opened = _IN_SEND.get()
+    if opened is None or len(opened) >= 40:
+        return
+    try:
+        path, mode, flags = args
+        if isinstance(mode, str) and any(c in mode for c in "wax+"):
+            return
+        if not isinstance(mode, str) and isinstance(flags, int) and flags & _WRITE_FLAGS:
+            return
+        if isinstance(path, (str, bytes)):
+            site = "?"
+            root = os.environ.get("PY_AUDIT_ROOT", "")
+            frame = sys._getframe(1)
+            while frame is not None and root:
+                if frame.f_code.co_filename.startswith(os.path.join(root, "")):
+                    site = f"{_from_root(frame.f_code.co_filename)}:{frame.f_lineno}"
+                    break
+                frame = frame.f_back
+            opened.append((os.path.abspath(os.fsdecode(path)), site))
+    except Exception:  # noqa: S110 - watching must never break the watched program
+        pass
+
+
+def _text(body):
+    return body[:_BODY_CAP].decode("utf-8", "replace") if isinstance(body, bytes) else ""
+
+
+def _note_send(request, response, opened):
+    root = os.environ.get("PY_AUDIT_ROOT", "")
+    inside = [(p, s) for p, s in opened if root and p.startswith(os.path.join(root, ""))]
+    if not inside or _SENDS["logged"] >= _MAX_SENDS:
+        return
+    try:
+        body = response.content  # a response not read yet (streamed) raises: not logged
+    except Exception:
+        return
+    try:
+        sent = request.content
+    except Exception:
+        sent = b""
+    found, missing = [], []
+    for path, _ in inside:
+        rel = _from_root(path)
+        target = found if os.path.lexists(path) else missing
+        if rel not in target:
+            target.append(rel)
+    _SENDS["logged"] += 1
+    _write(
+        {
+            "send": _SENDS["test"],
+            "request": _text(sent),
+            "response": _text(body),
+            "opened": found[:20],
+            "missing": missing[:20],
+            "site": inside[0][1],
+        }
+    )
+
+
+def _sync_watch(send):
+    def watched_send(self, request, *args, **kwargs):
+        opened = []
+        token = _IN_SEND.set(opened)
+        try:
+            response = send(self, request, *args, **kwargs)
+        finally:
+            _IN_SEND.reset(token)
+        _note_send(request, response, opened)
+        return response
+
+    return watched_send
+
+
+def _async_watch(send):
+    async def watched_send(self, request, *args, **kwargs):
+        opened = []
+        token = _IN_SEND.set(opened)
+        try:
+            response = await send(self, request, *args, **kwargs)
+        finally:
+            _IN_SEND.reset(token)
+        _note_send(request, response, opened)
+        return response
+
+    return watched_send
+
+
+def _watch_sends(nodeid):
+    """Wrap the clients' ``send`` once the suite imported httpx or httpx2 (the guard never imports them);
+    again after the submission put its own ``send`` back."""
+    _SENDS["test"] = nodeid
+    for name in ("httpx", "httpx2"):
+        module = sys.modules.get(name)
+        for cls_name, wrap in (("Client", _sync_watch), ("AsyncClient", _async_watch)):
+            cls = getattr(module, cls_name, None)
+            send = getattr(cls, "send", None)
+            if send is None or getattr(send, "_grader_watched", False):
+                continue
+            watched = wrap(send)
+            watched._grader_watched = True
+            try:
+                cls.send = watched
+            except (AttributeError, TypeError):
+                continue
+            if not _SENDS["hook"]:
+                sys.addaudithook(_send_hook)
+                _SENDS["hook"] = True
+
+
 # Before each phase: pytest-recording imports vcrpy inside its fixture, so the first test's cassette exists
 # before vcrpy does; `_save` is looked up at closing time, so watching by teardown still sees it.
 @pytest.hookimpl(tryfirst=True)
@@ -332,6 +461,7 @@ def pytest_runtest_setup(item):
     _no_xfail(item)
     if _ACTIVE:
         _watch_vcr()
+        _watch_sends(item.nodeid)
 
 
 # The innermost wrapper around pytest's own call of the test (trylast: every other wrapper of this hook,
@@ -346,6 +476,7 @@ def pytest_runtest_call(item):
     _no_xfail(item)
     if _ACTIVE:
         _watch_vcr()
+        _watch_sends(item.nodeid)
         _check_wrapped(item)
     _RAISED.pop(item.nodeid, None)
     try:

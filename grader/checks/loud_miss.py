@@ -17,6 +17,7 @@ from grader.checks.canary import make_canary
 from grader.checks.drift import drift_run
 from grader.checks.keys import prompt_blind
 from grader.checks.serve_probe import ServeProbe, probe_serve
+from grader.checks.served_answers import served_answers
 from grader.checks.unrecorded_inputs import unrecorded_inputs
 from grader.details import counted
 from grader.drift_run import ANSWER_KEYS, printed_objects
@@ -552,6 +553,11 @@ def loud_miss(ctx: Context) -> CheckResult:
         unrecorded_answered: of those, strings it answered (an answer printed, whatever the exit): a layer
             inventing answers on a miss only for inputs it knows (red team 15, F2); a `made-up-answer`
             finding each, at the string's file:line, and not loud
+        miss_answers_served: requests in the suite's run for which the cassette layer opened no tape, only
+            tried paths that do not exist, and the HTTP client was still handed an answer no tape of that
+            ticket holds (red team 17: seen in the suite's process, whatever request the triage command
+            sends; httpx/httpx2 clients); a `made-up-answer` finding each, at the layer's line that tried
+            the path, and not loud
         serve_probed: a `make serve` replay server was started and answered the probe
         serve_replayed: it answered the recorded request with HTTP 200 and the recorded answer
         serve_unseen_status: its HTTP status for a request no tape holds (-1 when not probed, or when it
@@ -593,6 +599,7 @@ def loud_miss(ctx: Context) -> CheckResult:
             "unrecorded_suspects": 0,
             "unrecorded_asked": 0,
             "unrecorded_answered": 0,
+            "miss_answers_served": 0,
         },
         findings=[Finding("silent-fallback", f.what, f.location) for f in fallbacks],
         details=[f"{f.location}: {f.what}" for f in fallbacks],
@@ -640,6 +647,7 @@ def loud_miss(ctx: Context) -> CheckResult:
         found.findings.append(Finding("prompt-not-recorded", unheld[1], unheld[0]))
         found.details.append(f"{unheld[0]} {unheld[1]}")
     unrecorded_ok = _unrecorded_facts(ctx, found, command)
+    served_ok = _served_facts(ctx, found)
     serve = _serve_facts(found, probe_serve(ctx), len(fallbacks))
     _attempt_findings(found, rerun)
     # A server that gives an unseen request no HTTP answer (crashed, reset, hung) did not refuse it loudly.
@@ -653,6 +661,7 @@ def loud_miss(ctx: Context) -> CheckResult:
         and not answered
         and unheld is None
         and unrecorded_ok
+        and served_ok
     )
     found.facts["summary"] = _summary(found, failed, bool(command), fallbacks, serve)
     return found.result()
@@ -685,6 +694,25 @@ def _unrecorded_facts(ctx: Context, found: _Found, command: list[str] | None) ->
     if probe.made:
         found.unrecorded_first = f"{probe.made[0].where}: {probe.made[0].message[:60]!r}"
     return not probe.made
+
+
+def _served_facts(ctx: Context, found: _Found) -> bool:
+    """Red team 17: in the suite's own run, requests for which the cassette layer found no tape (it tried
+    only paths that do not exist) and the HTTP client was handed an answer anyway; whether there were none."""
+    served = served_answers(ctx)
+    invented = served.invented if served is not None else []
+    found.facts["miss_answers_served"] = len(invented)
+    for item in invented:
+        what = (
+            f"{item.test or 'a request made outside any test'}: the cassette layer tried {item.tried}, which "
+            f"does not exist, and the HTTP client was handed {item.sent} for {item.message[:80]!r}, which "
+            + (f"no tape of that ticket holds (they hold {item.held})" if item.held else "no tape holds")
+        )
+        found.findings.append(Finding("made-up-answer", what, item.where))
+        found.details.append(f"{item.where}: {what}")
+    if invented and not found.unrecorded_first:
+        found.unrecorded_first = f"{invented[0].where}: {invented[0].message[:60]!r}"
+    return not invented
 
 
 def _prompt_unheld(ctx: Context) -> tuple[str, str] | None:
@@ -1032,6 +1060,12 @@ def _summary(
         summary = (
             f"the triage command answered {facts['unrecorded_answered']} of the suite's inputs that no tape "
             f"holds, which a test passed on (first: {found.unrecorded_first})"
+        )
+    elif facts["miss_answers_served"]:
+        summary = (
+            f"on {counted(facts['miss_answers_served'], 'request')} of the suite's run the cassette layer "
+            "found no tape and the HTTP client was handed an answer no tape holds (first: "
+            f"{found.unrecorded_first})"
         )
     elif facts["unseen_exit_in_tests"] in (-1, 2) and found.answered:
         summary = f"{found.answered_how} (first: {found.answered[0]})"

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from grader.audit import Results
 from grader.checks import CheckResult, Finding, answer_rerun, register
 from grader.checks.loud_miss import made_up_passes
+from grader.checks.served_answers import Served, served_answers
 from grader.context import ReplayRun
 from grader.details import counted
 from grader.tamper import GuardLog, Hook
@@ -49,6 +50,7 @@ def _zero_facts() -> dict[str, object]:
         "made_up_passes": 0,
         "answers_ignored": 0,
         "answers_skipped": False,
+        "answers_replaced": 0,
         "summary": "",
     }
 
@@ -108,6 +110,10 @@ def replay(ctx: Context) -> CheckResult:
         answers_skipped: the perturbed-answer rerun could not be made or read (the grade's budget spent,
             the suite's run or the rerun left no per-test outcomes) while there were tapes: no evidence
             either way
+        answers_replaced: requests in the suite's run for which the cassette layer opened tapes and the
+            HTTP client was handed an answer (label, yes/no value) none of them holds: answers from a table of
+            the layer's own, seen in the suite's process whatever request the triage command sends (red
+            team 17; httpx/httpx2 clients, responses not streamed)
         summary: e.g. "24 passed, 0 failed, 0 errors, 0 connection attempts (make test, 1.2 s)"
     """
     facts = _zero_facts()
@@ -172,12 +178,16 @@ def replay(ctx: Context) -> CheckResult:
     # hit; like the canary probe's skip, that is no evidence of their absence.
     skipped = answers is None and bool(facts["tapes"]) and ctx.manifest.cassette_dir is not None
     facts["answers_skipped"] = skipped
+    served = served_answers(ctx)
+    replaced = served.replaced if served is not None else []
+    facts["answers_replaced"] = len(replaced)
     facts["summary"] = (
         _summary(ctx, rr, facts)
         + evidence.summary()
         + _edits_summary(edits)
         + _made_up_summary(made_up)
         + answer_rerun.summary(answers)
+        + _replaced_summary(replaced)
         + ("; the perturbed-answer rerun was not run (see the notes)" if skipped else "")
         + no_tapes
     )
@@ -189,6 +199,7 @@ def replay(ctx: Context) -> CheckResult:
         for item in made_up[:_MAX_DETAILS]
     ]
     details += answer_rerun.details(answers, _MAX_DETAILS)
+    details += [f"not from its tape: {x.where}: {_replaced_message(x)}" for x in replaced[:_MAX_DETAILS]]
     details += [f"connection attempt at {where}: {what}" for where, what in attempts[:_MAX_DETAILS]]
     details += [f"failed: {line}" for line in results.first_failures]
     if broken:
@@ -205,8 +216,27 @@ def replay(ctx: Context) -> CheckResult:
         )
         for item in (answers.ignored if answers is not None else [])
     ]
+    findings += [Finding("answer-not-from-tape", _replaced_message(item), item.where) for item in replaced]
     findings += [Finding(rule=f"tamper-{h.kind}", message=h.why, location=h.location) for h in evidence.hooks]
     return CheckResult(facts=facts, findings=[*edit_findings, *install, *findings], details=details)
+
+
+def _replaced_message(item: Served) -> str:
+    who = item.test or "a request made outside any test"
+    return (
+        f"{who}: the cassette layer opened this tape, which holds {item.held}, and the HTTP client was "
+        f"handed {item.sent} for {item.message[:80]!r}"
+    )
+
+
+def _replaced_summary(replaced: list[Served]) -> str:
+    if not replaced:
+        return ""
+    first = replaced[0]
+    return (
+        f"; {counted(len(replaced), 'request')} handed an answer its tape does not hold (first: "
+        f"{first.where}: {first.test or 'outside any test'} got {first.sent}, the tape holds {first.held})"
+    )
 
 
 def _how_run(ctx: Context, rr: ReplayRun) -> list[str]:
