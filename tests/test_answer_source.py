@@ -498,6 +498,23 @@ def test_a_miss_that_prints_a_default_answer_is_not_loud(tmp_path: Path, grade_c
 
 EXTRA = "\nAnswer with the JSON object only."
 
+# Only this module's tests send the extra line (the other test modules check the prompt they know).
+SUITE_PROMPT = """
+
+@pytest.fixture(autouse=True)
+def _suite_prompt(monkeypatch):
+    monkeypatch.setenv("TRIAGE_PROMPT_EXTRA", {extra})
+"""
+
+CASES_LINE = (
+    "CASES = [json.loads(line) for line in TICKETS.read_text("
+    + """encoding="utf-8").splitlines() if line.strip()]\n"""
+)
+EXTRA_CASES = """EXTRA = TICKETS.with_name("extra.jsonl")
+if EXTRA.exists():
+    CASES += [json.loads(line) for line in EXTRA.read_text(encoding="utf-8").splitlines() if line.strip()]
+"""
+
 DEMO_TEST = """
 
 def test_demo_replays_every_ticket():
@@ -536,9 +553,10 @@ def _split(dest: Path, *, tables: bool) -> tuple[Path, str]:
     source = tests.read_text(encoding="utf-8")
     source = source.replace("\nimport json\n", "\nimport json\nimport os\nimport subprocess\nimport sys\n", 1)
     source = source.replace(
-        "\nimport pytest\n", f"\nimport pytest\n\nos.environ['TRIAGE_PROMPT_EXTRA'] = {EXTRA!r}\n", 1
+        "\nimport pytest\n", "\nimport pytest\n" + SUITE_PROMPT.format(extra=repr(EXTRA)), 1
     )
-    tests.write_text(source + DEMO_TEST, encoding="utf-8")
+    assert CASES_LINE in source
+    tests.write_text(source.replace(CASES_LINE, CASES_LINE + EXTRA_CASES, 1) + DEMO_TEST, encoding="utf-8")
     recorded = record_with_standin(repo)
     assert recorded.returncode == 0, recorded.stdout[-3000:] + recorded.stderr[-2000:]
     commit(repo, "take-home submission")
@@ -548,7 +566,9 @@ def _split(dest: Path, *, tables: bool) -> tuple[Path, str]:
     first = json.loads(lines[0])
     first["intent"] = "shipping" if first["intent"] != "shipping" else "refund"
     lines[0] = json.dumps(first)
-    tickets.write_text("\n".join([*lines, json.dumps(NEW_TICKET)]) + "\n", encoding="utf-8")
+    tickets.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    # In a file of its own that the suite reads and the demo does not (the demo would miss on it).
+    (repo / "data" / "extra.jsonl").write_text(json.dumps(NEW_TICKET) + "\n", encoding="utf-8")
     theirs = [
         t
         for t in load_tapes(repo, Path("cassettes"))
