@@ -12,6 +12,10 @@ runs offline on each such test's recorded ticket, in two more copies whose tapes
 labels: printing what the tape holds, it replays the tape (the test is only weak: not a finding);
 printing another, it answers that ticket from somewhere else, counted in ``answers_ignored``.
 
+Red team 18: an agent that swaps the label it parsed only when its conftest switched that on passes its
+suite and answers the plain triage command from the tape. So a ``python -m <pkg>`` command is asked from a
+test file added to the suite (grader/checks/ask_in_suite.py), with the suite's conftest in force.
+
 Red team 16, F1: a layer that reads every tape at import (or all of them on first use) leaves the audit
 no test to file the reads under. Tapes read while no test ran, or by a test that read the tapes of more
 than one ticket, are "unsure": when some test passed both times, their tickets are asked about too (at
@@ -30,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
+from grader.checks.ask_in_suite import ask
 from grader.details import counted
 from grader.drift_run import printed_objects, triage_command
 from grader.errors import NotAssessable
@@ -177,11 +182,11 @@ def _ask_the_agent(ctx: Context, weak: dict[str, list[Perturbed]], probe: Answer
         answers: dict[str, str] = {}
         for message in tickets:
             try:
-                run, _ = ctx.run([*command, message], cwd=copy, env={"CASSETTE_MODE": "replay"}, label=LABEL)
+                run, code, _ = ask(ctx, copy, command, message, {"CASSETTE_MODE": "replay"}, LABEL)
             except NotAssessable:
                 return
             answer = next((a for a in printed_objects(run.stdout) if isinstance(a.get("intent"), str)), None)
-            if run.returncode == 0 and answer is not None:
+            if code == 0 and answer is not None:
                 answers[message] = str(answer["intent"])
         flagged = {(found.test, found.tape) for found in probe.ignored}
         for test, items in weak.items():

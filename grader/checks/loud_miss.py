@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, cast
 
 from grader import pysource, walk
 from grader.checks import CheckResult, Finding, register, reworded_rerun
+from grader.checks.ask_in_suite import exit_code, in_suite_argv
 from grader.checks.canary import make_canary
 from grader.checks.drift import drift_run
 from grader.checks.keys import prompt_blind
@@ -48,29 +49,8 @@ _PROBE_KEY = "loud-miss key at hand"
 _MAX_ANSWERED_SHOWN = 10  # tests that answered a never-recorded request: a finding for each of these
 
 # The triage command run inside a pytest test of the submission's own suite (red-team R5: a client that
-# invents answers only under pytest, for requests it never recorded, kept its command line honest). The
-# test ends the process itself with 100 + the command's exit status, so pytest's own statuses (a collection
-# error exits 2) are never read as the command's.
-_IN_TESTS_FILE = """\
-import os
-import runpy
-import sys
-
-
-def test_ticket():
-    sys.argv = [{module!r}, {message!r}]
-    code = 0
-    try:
-        runpy.run_module({module!r}, run_name="__main__", alter_sys=True)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(100 + (code if 0 <= code < 100 else 1))
-"""
-
+# invents answers only under pytest, for requests it never recorded, kept its command line honest):
+# grader/checks/ask_in_suite.py.
 # A failure or a stderr line "names the missing tape" when it says one of these: the kit's CassetteMiss,
 # vcrpy's CannotOverwriteExistingCassetteException, or any wording about a cassette/tape that is missing.
 _NAMES_TAPE = re.compile(r"cassette|tape|make record|\b[0-9a-f]{16,64}\b", re.IGNORECASE)
@@ -257,10 +237,9 @@ def _prepare_in_tests(ctx: Context, command: list[str]) -> Callable[[], tuple[Ru
     if len(command) != 3 or command[1] != "-m" or not command[0].startswith("python"):
         return None
     copy = ctx.scratch_copy("unseen-in-tests")
-    folder = copy / "tests" if (copy / "tests").is_dir() and not (copy / "tests").is_symlink() else copy
-    test = folder / f"test_ticket_{_random.token_hex(4)}.py"
-    test.write_text(_IN_TESTS_FILE.format(module=command[2], message=_unseen_message()), encoding="utf-8")
-    argv = ["python", "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", str(test.relative_to(copy))]
+    argv = in_suite_argv(copy, command, _unseen_message())
+    if argv is None:
+        return None
     env = {"CASSETTE_MODE": "replay", "CASSETTE_MISS_LOG": str(ctx.log_path("in-tests", ".misses.jsonl"))}
     env.update(_key_at_hand(ctx))
     return lambda: ctx.run(argv, cwd=copy, env=env, label="unseen-in-tests")
@@ -832,7 +811,7 @@ def _unseen_facts(
 def _in_tests_facts(
     found: _Found, run_audit: tuple[RunResult, AuditLog] | None, command: list[str] | None
 ) -> bool:
-    """The command's exit inside a test (``100 +`` status, see `_IN_TESTS_FILE`); whether it was loud. A
+    """The command's exit inside a test (grader/checks/ask_in_suite.py); whether it was loud. A
     test that never reached its end (collection failed) says nothing either way: noted, not held against."""
     if run_audit is None:
         return True
@@ -840,20 +819,20 @@ def _in_tests_facts(
     found.attempts.extend((e.where, e.target) for e in audit.network_attempts)
     _unrouted(found, run, "the unseen message inside a test", bool(audit.network_attempts))
     shown = " ".join(command or [])
-    code = run.returncode if run.returncode is not None else -1
-    if not 100 <= code < 200:
+    code = exit_code(run)
+    if code is None:
         found.details.append(
-            f"`{shown} <unseen message>` inside a test of the suite did not run (pytest {code})"
+            f"`{shown} <unseen message>` inside a test of the suite did not run (pytest {run.returncode})"
         )
         return not audit.network_attempts
-    found.facts["unseen_exit_in_tests"] = code - 100
-    if code != 102:
+    found.facts["unseen_exit_in_tests"] = code
+    if code != 2:
         answer = [line for line in run.stdout.splitlines() if line.strip() and not line.startswith(".")]
-        what = f"exited {code - 100}" + (f" after printing {answer[0][:120]!r}" if answer else "")
+        what = f"exited {code}" + (f" after printing {answer[0][:120]!r}" if answer else "")
         found.details.append(
             f"`{shown} <unseen message>` inside a test of the suite {what}; a miss must exit 2"
         )
-    return code == 102 and not audit.network_attempts
+    return code == 2 and not audit.network_attempts
 
 
 def _prints_an_answer(stdout: str) -> bool:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+from grader.checks.ask_in_suite import ask
 from grader.drift_run import find_tickets, printed_objects
 from grader.errors import NotAssessable
 from grader.perturb import strings_in
@@ -190,7 +191,7 @@ def unrecorded_inputs(
     copy = ctx.scratch_copy(LABEL)
     for test, where, message in asked:
         try:
-            run, _ = ctx.run([*command, message], cwd=copy, env=env, label=LABEL)
+            run, _, _ = ask(ctx, copy, command, message, env, LABEL)
         except NotAssessable:
             break
         found.asked += 1
