@@ -32,6 +32,7 @@ from grader.drift_run import find_tickets, printed_objects
 from grader.errors import NotAssessable
 from grader.perturb import strings_in
 from grader.safeio import read_bytes
+from grader.tapes import tapes_of
 
 if TYPE_CHECKING:
     from grader.context import Context, ReplayRun
@@ -155,9 +156,12 @@ def _candidates(
     pytest imports it)."""
     data: dict[str, tuple[str, str]] = {}
     code: dict[str, tuple[str, str]] = {}
+    # The tapes are not the suite's inputs (red team 18: a conftest that reads every tape at the session's
+    # end filled the budget with their prompts before the data file holding the unrecorded ticket).
+    tapes = {tape.path for tape in tapes_of(ctx)}
     for test in tests:
         for rel in sorted(rr.audit.opened_by.get(test, set()) | rr.audit.opened_by.get("", set())):
-            if not rel.lower().endswith(_DATA_SUFFIXES) or not _exists(ctx.repo, rel):
+            if rel in tapes or not rel.lower().endswith(_DATA_SUFFIXES) or not _exists(ctx.repo, rel):
                 continue
             text = _read(ctx.repo, rel)
             for item, line in _data_strings(rel, text or ""):
