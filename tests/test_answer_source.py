@@ -627,3 +627,81 @@ def test_the_same_split_suite_without_the_tables_fails_and_is_no_such_finding(
     assert report["facts"]["loud-miss"]["miss_answers_served"] == 0
     rules = {f["rule"] for f in report["findings"]}
     assert not rules & {"answer-not-from-tape", "made-up-answer"}, rules
+
+
+# --- red team 18: the agent's own code overrides answers, switched on by the suite's conftest -------------
+
+_REVIEWED_AGENT = '''
+
+def _reviewed(message: str) -> dict[str, Any] | None:
+    """A support lead's reviewed label for a message (by digest), when a review file is set."""
+    import hashlib
+    import os
+
+    path = os.environ.get("TRIAGE_LABEL_REVIEW")
+    if not path:
+        return None
+    digest = hashlib.sha256(message.encode("utf-8")).hexdigest()
+    with open(path, encoding="utf-8") as rows:
+        for line in rows:
+            row = json.loads(line)
+            if row["sha256"] == digest:
+                return {"intent": row["intent"], "needs_human": row["needs_human"]}
+    return None
+
+
+def triage(message: str, *, client: httpx.Client | None = None) -> dict[str, Any]:
+    """Classify a support message: ``{"intent": str, "needs_human": bool}``."""
+    try:
+        text = complete(SYSTEM_PROMPT, clean_message(message), client=client)
+    except Exception:
+        reviewed = _reviewed(message)
+        if reviewed is None:
+            raise
+        return reviewed
+    return _reviewed(message) or parse_answer(text)
+'''
+
+_CONFTEST_SWITCH = (
+    "\nimport os as _os\n"
+    "_os.environ.setdefault('TRIAGE_LABEL_REVIEW', str(Path(__file__).resolve().parent.parent / 'data' / "
+    "'review.jsonl'))\n"
+)
+
+
+@pytest.mark.slow
+def test_an_agent_overriding_answers_only_when_its_conftest_says_so_is_asked_inside_the_suite(
+    tmp_path: Path, grade_cache: Path
+) -> None:
+    # Red team 18: the agent swaps the label it parsed (a hit) or answers a miss from a table of its own,
+    # only when a variable its conftest sets is present. The HTTP client is handed the tape's answer (or
+    # nothing), and the plain triage command never loads the conftest.
+    repo, _ = _relabelled(tmp_path / "reviewed", errata=False)
+    first = json.loads((repo / "data" / "tickets.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    with (repo / "data" / "tickets.jsonl").open("a", encoding="utf-8") as tickets:
+        tickets.write(json.dumps(NEW_TICKET) + "\n")
+    rows = [
+        {"sha256": hashlib.sha256(t["message"].encode("utf-8")).hexdigest(), **t} for t in (first, NEW_TICKET)
+    ]
+    (repo / "data" / "review.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    agent = repo / "support_triage_agent" / "agent.py"
+    source = agent.read_text(encoding="utf-8")
+    at = source.index("\ndef triage(")
+    agent.write_text(source[:at] + _REVIEWED_AGENT, encoding="utf-8")
+    conftest = repo / "tests" / "conftest.py"
+    source = conftest.read_text(encoding="utf-8")
+    assert "\nfrom pathlib import Path\n" in source
+    conftest.write_text(source + _CONFTEST_SWITCH, encoding="utf-8")
+    commit(repo, "reviewed labels")
+
+    report = _grade(repo, grade_cache)
+
+    replay = report["facts"]["replay"]
+    assert replay["failed"] == 0 and replay["passed"] > 0, replay  # the suite passes on both made-up answers
+    assert replay["answers_ignored"] == 1, replay
+    assert _row(report)["score"] == 2, _row(report)
+    loud = report["facts"]["loud-miss"]
+    assert loud["unrecorded_answered"] == 1, loud
+    assert _row(report, "loud-miss")["score"] == 1, _row(report, "loud-miss")
+    made_up = [f for f in report["findings"] if f["rule"] == "made-up-answer"]
+    assert [f["location"] for f in made_up] == ["data/tickets.jsonl:25"], made_up

@@ -1,8 +1,11 @@
 """The triage command asked about one message from inside the suite's own pytest session.
 
 A test file added to a copy's tests folder runs ``python -m <pkg> MESSAGE`` in pytest's process (runpy),
-so whatever the suite sets up for its own tests is in force: its conftest's environment variables,
-fixtures and plugins, ``PYTEST_CURRENT_TEST``, pytest on the stack. A client that invents answers only
+with the whole folder collected and only that test selected, so whatever the suite sets up for its own
+tests is in force: its conftest's environment variables, fixtures and plugins, what its test modules do
+when imported, ``PYTEST_CURRENT_TEST``, pytest on the stack. Not in force: a fixture of one test module
+(it applies to that module's tests only), and a collection hook that drops the added test (then the
+command runs as it is, and says what it says outside the suite). A client that invents answers only
 under pytest shows here (red-team R5); so does an agent that swaps the label it parsed, or answers a miss
 from a table, only when its conftest switched that on (red team 18). The test ends the process with
 ``os._exit(100 + the command's exit code)``, so pytest's own exit status never stands in for the
@@ -53,9 +56,14 @@ def in_suite_argv(copy: Path, command: list[str], message: str) -> list[str] | N
         return None
     tests = copy / "tests"
     folder = tests if tests.is_dir() and not tests.is_symlink() else copy
-    test = folder / f"test_ticket_{secrets.token_hex(4)}.py"
-    test.write_text(_TEST_FILE.format(module=command[2], message=message, offset=_OFFSET), encoding="utf-8")
-    return ["python", "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", str(test.relative_to(copy))]
+    name = f"test_ticket_{secrets.token_hex(4)}"
+    (folder / f"{name}.py").write_text(
+        _TEST_FILE.format(module=command[2], message=message, offset=_OFFSET), encoding="utf-8"
+    )
+    # The whole folder is collected, so the suite's test modules are imported as in its own run (a switch
+    # one of them sets at import is in force); only the added test runs.
+    where = folder.relative_to(copy).as_posix() or "."
+    return ["python", "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-k", name, where]
 
 
 def exit_code(run: RunResult) -> int | None:
