@@ -77,7 +77,11 @@ def _send(origin: str, req: dict[str, Any]) -> dict[str, Any]:
 def _exchange(origin: str, req: dict[str, Any]) -> dict[str, Any]:
     data = json.dumps(req["body"]).encode("utf-8")
     url = origin + req["path"]  # http://<loopback>:<port>/...: the origin is matched by _URL
-    headers = {"content-type": "application/json"}
+    # As the official SDKs introduce themselves (red team 19, F1: a server that answered SDKs but flooded
+    # any other client to death): nothing in the request says it is not one of them.
+    anthropic = req["path"].rstrip("/").endswith("/messages")
+    sdk = "Anthropic/Python 0.52.0" if anthropic else "OpenAI/Python 1.82.0"
+    headers = {"content-type": "application/json", "accept": "application/json", "user-agent": sdk}
     request = urllib.request.Request(url, data=data, method=req["method"], headers=headers)  # noqa: S310
     answer: dict[str, Any] = {"status": -1, "body": ""}
     for _ in range(_STARTUP_TRIES):

@@ -635,6 +635,12 @@ def _verdict(
         return "violation", "gave no answer before the per-ticket timeout"
     if code != 0:
         said = _last_line(stderr)
+        if answer is not None and _well_formed(answer):
+            # Red team 19, F2: a made-up answer printed for whatever reads stdout, then a non-zero exit, is
+            # not a loud failure (as loud-miss's unseen_printed_answer).
+            verdict, why = _verdict(0, answer, stderr, calls, truth=truth)
+            if verdict == "violation":
+                return "violation", f"exit {code} after printing an answer: {why}"
         return "loud", f"exit {code}" + (f": {said}" if said else " (nothing on stderr)")
     if answer is None:
         return "violation", "exit 0 without a JSON object on stdout"
@@ -652,6 +658,11 @@ def _verdict(
         meant = _shown({"intent": last.intent, "needs_human": last.needs_human})
         return "violation", f"answered {_shown(answer)}; the model meant {meant}"
     return "correct", f"answered {_shown(answer)} as the model meant"
+
+
+def _well_formed(answer: dict[str, Any]) -> bool:
+    intent, flag = answer.get("intent"), answer.get("needs_human")
+    return set(answer) == ANSWER_KEYS and isinstance(intent, str) and isinstance(flag, bool)
 
 
 def _shown(answer: dict[str, Any]) -> str:

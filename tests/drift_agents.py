@@ -194,12 +194,18 @@ def main():
     try:
         raw = post(b)
     except Exception:
-        if PARSER == "default":
-            print(json.dumps(DEFAULT))
-            return 0
-        raise
-    answer = {"correct": correct, "default": default, "raising": raising}[PARSER](*reply(raw, "stream" in b))
+        if PARSER.startswith("default"):
+            answer = DEFAULT
+        else:
+            raise
+    else:
+        parse = {"correct": correct, "default": default, "default-loud": default, "raising": raising}[PARSER]
+        answer = parse(*reply(raw, "stream" in b))
     print(json.dumps(answer))
+    if PARSER == "default-loud" and answer == DEFAULT:
+        # A guess printed for whatever reads stdout, then an exit that looks like a loud failure.
+        print("triage: warning: best-effort answer", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -37,6 +37,8 @@ EXPECTED: dict[str, dict[str, str]] = {
     },
     "raising": {kind: ("handled" if kind in ("slow", "split_stream") else "loud") for kind in KINDS},
 }
+# Red team 19, F2: the same guesses, printed, then exit 1 with a warning: still violations, never loud.
+EXPECTED["default-loud"] = EXPECTED["default"]
 
 
 def _drift_rubric(tickets: int | None = None) -> Any:
@@ -57,7 +59,7 @@ def tickets() -> dict[str, dict[str, list[str]]]:
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
-@pytest.mark.parametrize("parser", ["correct", "default", "raising"])
+@pytest.mark.parametrize("parser", ["correct", "default", "default-loud", "raising"])
 def test_every_drift_kind_is_judged_by_what_the_agent_did_with_it(
     tmp_path: Path, grade_cache: Path, tickets: dict[str, dict[str, list[str]]], provider: str, parser: str
 ) -> None:
@@ -90,7 +92,7 @@ def test_every_drift_kind_is_judged_by_what_the_agent_did_with_it(
             assert len(hits) == 1, (kind, message, findings)
             assert hits[0]["location"].startswith(f"cassettes/{number:03d}-"), hits
 
-    if parser == "default":
+    if parser.startswith("default"):
         assert row["score"] == 1 if facts["violations"] * 4 > facts["drifted"] else row["score"] <= 2
         assert row["score"] < row["max"]
         assert "violation" in row["evidence"] and "T" in row["evidence"]

@@ -124,7 +124,9 @@ def drift(ctx: Context) -> CheckResult:
         drifted: tickets whose model answer carried a drift (the stand-in's truth log says which)
         handled: drifted tickets answered with the label the model meant, in the agent's schema
         loud: drifted tickets where the command exited non-zero (a raised error, a refusal to guess)
-        violations: drifted tickets answered wrongly with exit 0: a wrong label, a made-up answer after a
+            without printing a made-up answer on stdout
+        violations: drifted tickets answered wrongly with exit 0, or whose non-zero exit came after
+            printing such an answer (red team 19): a wrong label, a made-up answer after a
             refusal, an empty or cut answer or an HTTP error, output not the agent's {intent, needs_human},
             or no answer before the per-ticket timeout
         undrifted_violations: the same kinds of failure on an answer that carried no drift

@@ -57,6 +57,7 @@ sleep {bound}
 """
 
 _KEY = re.compile(r"\b[0-9a-f]{16,64}\b")
+_LOOPBACK_URL = re.compile(r"http://(127\.0\.0\.1|localhost|\[::1\]):(\d+)")  # as _serve_client reads it
 
 
 @dataclass
@@ -145,7 +146,14 @@ def _probe(
     if answer is None:
         said = _last_line(run.stderr)
         why = f"the probe's client gave no answer (exit {run.returncode}{': ' + said if said else ''})"
-        return ServeProbe(f"not available: {why}", outbound=outbound)
+        if not _printed_url(server_output):
+            return ServeProbe(f"not available: {why}", outbound=outbound)
+        # The server was up and the client died while talking to it (red team 19, F1: a server that floods
+        # any client not calling itself an SDK with a 40 GB body): no whole answer to the unseen request,
+        # which fails the probe as a reset or a hang does; never "not available".
+        probe = ServeProbe("ran", outbound=outbound)
+        probe.details.append(f"serve probe: `make serve` gave no whole HTTP answer: {why}")
+        return probe
     if answer.get("error") == "no-url":
         return ServeProbe("not available: `make serve` printed no loopback URL in time", outbound=outbound)
     probe = ServeProbe("ran", outbound=outbound)
@@ -172,6 +180,15 @@ def _probe(
             f"{_makefile_line(ctx)}",
         )
     return probe
+
+
+def _printed_url(server_output: Path) -> bool:
+    """The server's stdout (the grader's file) names a loopback URL, as the client looks for one."""
+    try:
+        text = read_bytes(server_output, cap=1_000_000, truncate=True).decode("utf-8", "replace")
+    except OSError:
+        return False
+    return _LOOPBACK_URL.search(text) is not None
 
 
 def _client_answer(path: Path) -> dict[str, Any] | None:
