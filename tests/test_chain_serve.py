@@ -433,6 +433,62 @@ def test_a_server_that_answers_an_unseen_request_is_a_silent_fallback(
     )
 
 
+_FLOOD_SERVER = """
+import socket
+import threading
+
+
+def handle(conn):
+    try:
+        conn.settimeout(30)
+        data = b""
+        while b"\\r\\n\\r\\n" not in data:
+            part = conn.recv(65536)
+            if not part:
+                break
+            data += part
+        conn.sendall(b"HTTP/1.1 200 OK\\r\\nContent-Type: application/json\\r\\n")
+        conn.sendall(b"Content-Length: 40000000000\\r\\n\\r\\n")
+        for _ in range(3 * 1024):
+            conn.sendall(b"\\0" * (1 << 20))
+    except OSError:
+        pass
+    finally:
+        conn.close()
+
+
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen(16)
+print(f"http://127.0.0.1:{server.getsockname()[1]}/v1", flush=True)
+while True:
+    threading.Thread(target=handle, args=(server.accept()[0],), daemon=True).start()
+"""
+
+
+def test_a_server_that_floods_the_probe_fails_it_instead_of_leaving_it_out(
+    tmp_path: Path, grade_cache: Path
+) -> None:
+    # Red team 19, F1: a 40 GB-declared answer killed the probe's client; the probe was then "not available"
+    # and a server that makes answers up for its real clients kept loud-miss 3.
+    repo = tmp_path / "flood"
+    shutil.copytree(SAMPLE, repo, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+    (repo / "support_triage_agent/serve_flood.py").write_text(_FLOOD_SERVER.lstrip(), encoding="utf-8")
+    makefile = repo / "Makefile"
+    text = makefile.read_text(encoding="utf-8")
+    served = "-m $(PACKAGE).serve "
+    assert served in text
+    makefile.write_text(text.replace(served, "-m $(PACKAGE).serve_flood "), encoding="utf-8")
+
+    report = _grade(repo, tmp_path, grade_cache)
+
+    facts = report["facts"]["loud-miss"]
+    row = next(r for r in report["rows"] if r["id"] == "loud-miss")
+    assert facts["serve_probed"] and facts["serve_unseen_status"] != 422, facts
+    assert not facts["loud"] and row["score"] < 3, row
+    assert not [d for d in row["details"] if "serve probe not available" in d], row["details"]
+
+
 def test_the_untouched_template_gains_nothing_from_chain_or_server(tmp_path: Path, grade_cache: Path) -> None:
     # The baseline is the same bake without the server and the template's chain and serve tests: those tests
     # pass before anything is recorded, and offline-replay counts passed against failed tests.
