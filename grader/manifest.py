@@ -420,6 +420,10 @@ def _suite_command(repo: Path) -> SuiteCommand:
         maker = next((line for _, line in lines if _makes_env(line)), None)
         makefile = where.split(":", 1)[0]
         narrowed, plain = _narrowing(repo, makefile, lines)
+        indirect = _make_indirection(repo, makefile)
+        if narrowed is None and indirect:
+            # Red team 20, F2: make may run another recipe than the one read here; every test is run too.
+            narrowed = WholeSuite(indirect, plain.args if plain else [], plain.env if plain else {})
         if maker is None:
             return SuiteCommand(["make", "test"], f"make test ({where})", narrowed, plain)
         args = next((a for _, line in lines if (a := _pytest_args(line)) is not None), [])
@@ -661,6 +665,31 @@ def _read_text(repo: Path, name: str) -> str | None:
         return read_bytes(repo / name, cap=_MAKEFILE_CAP, root=repo, truncate=True).decode("utf-8", "replace")
     except OSError:
         return None
+
+
+_INCLUDE = re.compile(r"^\s*-?s?include\s+\S")
+_TEST_RULE = re.compile(r"^test\s*::?(?!=)")
+_TEST_VARIABLE = re.compile(r"^test\s*:\s*(override\s+|export\s+)*[A-Za-z_][\w.]*\s*(::?=|:::=|\+=|\?=|!=|=)")
+
+
+def _make_indirection(repo: Path, name: str) -> str:
+    """Where the Makefile lets make run another ``test`` recipe than the one `_test_recipe` reads: an
+    ``include`` (the included file may redefine it, or set the variables it uses), a second ``test:`` rule
+    with a recipe (make keeps the last), or variables set for ``test`` alone; "" when none."""
+    text = _read_text(repo, name)
+    if text is None:
+        return ""
+    rules = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        if _INCLUDE.match(line):
+            return f"{name}:{number}: `{line.strip()[:80]}`: the included file may change the `test` recipe"
+        if _TEST_VARIABLE.match(line):
+            return f"{name}:{number}: `{line.strip()[:80]}` sets variables for `test` alone"
+        if _TEST_RULE.match(line):
+            rules += 1
+            if rules > 1:
+                return f"{name}:{number}: a second `test:` rule (make runs the last recipe)"
+    return ""
 
 
 def _test_recipe(repo: Path) -> tuple[str, list[tuple[int, str]]] | None:

@@ -464,6 +464,30 @@ def _collection_rules(rel: str, tree: ast.AST, conftest: bool) -> Iterator[Hook]
                 yield Hook("collection", f"{rel}:{node.lineno}", f"{name} {_HIDES_WHY}")
             elif name == "__test__" and isinstance(node.value, ast.Constant) and node.value.value is False:
                 yield Hook("collection", f"{rel}:{node.lineno}", f"__test__ = False {_HIDES_WHY}")
+    base = rel.rsplit("/", 1)[-1]
+    if base.endswith(".py") and (base.startswith("test_") or base.endswith("_test.py")):
+        yield from _shadowed_tests(rel, tree)
+
+
+def _shadowed_tests(rel: str, tree: ast.AST) -> Iterator[Hook]:
+    """Red team 20, F1: a test deleted (``del test_x``) or given a second definition under its name in the
+    same module or class is gone before pytest collects: no rerun can bring it back. Listed, with where the
+    test was defined."""
+    scopes = [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef))]
+    for scope in scopes:
+        defined: dict[str, int] = {}
+        for node in getattr(scope, "body", []):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+                if node.name in defined:
+                    why = f"redefines {node.name} (defined at line {defined[node.name]}) {_HIDES_WHY}"
+                    yield Hook("collection", f"{rel}:{node.lineno}", why)
+                defined[node.name] = node.lineno
+            elif isinstance(node, (ast.Delete, ast.Assign)):
+                verb = "del" if isinstance(node, ast.Delete) else "reassigns"
+                for target in node.targets:
+                    if isinstance(target, ast.Name) and target.id in defined:
+                        why = f"{verb} {target.id} (defined at line {defined[target.id]}) {_HIDES_WHY}"
+                        yield Hook("collection", f"{rel}:{node.lineno}", why)
 
 
 def _grader_references(rel: str, text: str) -> Iterator[Hook]:

@@ -400,3 +400,52 @@ def test_a_conftest_that_narrows_collection_at_configure_time_is_undone(
     assert facts["failed"] == 0 and facts["hidden_failures"] == 3, facts
     row = _row(report)
     assert row["score"] <= 1 and "changed what pytest was asked to collect" in row["evidence"], row
+
+
+# Red team 20, F2: make runs another recipe than the Makefile's own `test:` text says: an included file
+# redefines it, a second rule overrides it, or variables set for `test` alone change what it runs.
+_INDIRECT = {
+    "include": ("test:\n\tpython -m pytest -q\n\ninclude tests/suite.mk\n", "tests/suite.mk"),
+    "second rule": ("test:\n\tpython -m pytest -q\n\ntest:\n\tpython -m pytest -q tests/test_good.py\n", ""),
+    "variable": (
+        "PYTHON = python\ntest: PYTHON := python tools/subset.py\ntest:\n\t$(PYTHON) -m pytest -q\n",
+        "",
+    ),
+}
+_SUBSET_MK = "test:\n\tpython -m pytest -q tests/test_good.py\n"
+_SUBSET_PY = "import sys\n\nimport pytest\n\nsys.exit(pytest.main(['-q', 'tests/test_good.py']))\n"
+
+
+@pytest.mark.parametrize("kind", sorted(_INDIRECT))
+def test_a_makefile_that_can_run_another_test_recipe_gets_every_test_run(tmp_path: Path, kind: str) -> None:
+    makefile, _ = _INDIRECT[kind]
+    (tmp_path / "Makefile").write_text(makefile, encoding="utf-8")
+    narrowed = suite_command(tmp_path).narrowed
+    assert narrowed is not None and "Makefile:" in narrowed.why, narrowed
+
+
+def test_prerequisites_and_plain_variables_are_no_indirection(tmp_path: Path) -> None:
+    (tmp_path / "Makefile").write_text(
+        "PY := python\ntest: lint ## run the suite\n\t$(PY) -m pytest -q\n\nlint:\n\truff check .\n",
+        encoding="utf-8",
+    )
+    assert suite_command(tmp_path).narrowed is None
+
+
+@pytest.mark.slow
+def test_a_test_recipe_redefined_in_an_included_file_is_caught(make_submission, grade_cache) -> None:
+    makefile, included = _INDIRECT["include"]
+    files = {
+        "tests/test_good.py": GOOD,
+        "tests/test_bad.py": BAD,
+        "Makefile": makefile,
+        included: _SUBSET_MK,
+        "tools/subset.py": _SUBSET_PY,
+    }
+    report = _grade(make_submission(files), grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["passed"] == 2 and facts["failed"] == 0, facts  # make ran the included recipe
+    assert facts["hidden_failures"] == 3, facts
+    row = _row(report)
+    assert row["score"] <= 1 and "include tests/suite.mk" in row["evidence"], row

@@ -113,6 +113,31 @@ def test_tests_kept_out_of_collection_are_listed(tmp_path: Path) -> None:
     assert hooks == [("collection", "tests/conftest.py:1"), ("collection", "tests/test_edge.py:5")], hooks
 
 
+def test_tests_deleted_or_redefined_before_collection_are_listed(tmp_path: Path) -> None:
+    """Red team 20, F1: `del test_x` or a second `def test_x` leaves pytest nothing to collect or rerun."""
+    _write(
+        tmp_path,
+        {
+            "tests/test_gone.py": "def test_label():\n    assert False\n\n\ndel test_label\n",
+            "tests/test_twice.py": (
+                "def test_label():\n    assert False\n\n\ndef test_label():\n    assert True\n\n\n"
+                "class TestX:\n    def test_a(self):\n        assert False\n\n    test_a = None\n"
+            ),
+            # Not tests: a helper deleted, the same name in two classes.
+            "tests/test_fine.py": (
+                "def helper():\n    return 1\n\n\ndel helper\n\n\nclass TestA:\n    def test_one(self):\n"
+                "        assert True\n\n\nclass TestB:\n    def test_one(self):\n        assert True\n"
+            ),
+        },
+    )
+    hooks = sorted((h.kind, h.location) for h in tamper.scan(tmp_path).hooks)
+    assert hooks == [
+        ("collection", "tests/test_gone.py:5"),
+        ("collection", "tests/test_twice.py:13"),
+        ("collection", "tests/test_twice.py:5"),
+    ], hooks
+
+
 def test_forging_makereport_wrapper_is_named_with_its_line(tmp_path: Path) -> None:
     _write(tmp_path, {"tests/conftest.py": FORGING_CONFTEST, "tests/test_x.py": "def test_x(): assert 0\n"})
     result = tamper.scan(tmp_path)
