@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Served", "ServedAnswers", "served_answers"]
 
-_Answer = tuple[str, object]  # (label, yes/no value or None)
+_Answer = tuple[str, bool | None]  # (label, yes/no value or None)
 
 
 @dataclass(frozen=True)
