@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 _NOBODY = 65534
-_URL = re.compile(r"http://(127\.0\.0\.1|localhost|\[::1\]):(\d+)")
+LOOPBACK_URL = re.compile(r"http://(127\.0\.0\.1|localhost|\[::1\]):(\d+)")
 _BODY_CAP = 2_000_000
 _REQUEST_TIMEOUT = 20.0
 _STARTUP_TRIES = 40  # connection refused: the URL may be printed before the socket accepts
@@ -76,7 +76,7 @@ def _send(origin: str, req: dict[str, Any]) -> dict[str, Any]:
 
 def _exchange(origin: str, req: dict[str, Any]) -> dict[str, Any]:
     data = json.dumps(req["body"]).encode("utf-8")
-    url = origin + req["path"]  # http://<loopback>:<port>/...: the origin is matched by _URL
+    url = origin + req["path"]  # http://<loopback>:<port>/...: the origin is matched by LOOPBACK_URL
     # As the official SDKs introduce themselves (red team 19, F1: a server that answered SDKs but flooded
     # any other client to death): nothing in the request says it is not one of them.
     anthropic = req["path"].rstrip("/").endswith("/messages")
@@ -105,7 +105,7 @@ def _client(plan: dict[str, Any], server_output: int, url_wait: float) -> dict[s
     match = None
     while match is None:
         text = os.pread(server_output, 1_000_000, 0).decode("utf-8", "replace")
-        match = _URL.search(text)
+        match = LOOPBACK_URL.search(text)
         if match is None:
             if time.monotonic() >= deadline:
                 return {"error": "no-url"}

@@ -6,6 +6,7 @@ what the HTTP client was handed by each request that opened (or tried to open) a
 (``_watch_sends``).
 """
 
+import contextlib
 import contextvars
 import json
 import os
@@ -353,16 +354,20 @@ def _send_hook(event, args):
             return
         if not isinstance(mode, str) and isinstance(flags, int) and flags & _WRITE_FLAGS:
             return
-        if isinstance(path, (str, bytes)):
-            site = "?"
-            root = os.environ.get("PY_AUDIT_ROOT", "")
+        root = os.environ.get("PY_AUDIT_ROOT", "")
+        if not root or not isinstance(path, (str, bytes)):
+            return
+        full = os.path.abspath(os.fsdecode(path))
+        inside = os.path.join(root, "")
+        if not full.startswith(inside):
+            return  # the interpreter's own files (imports during a send): not the repository's
+        site = ""
+        if not opened:  # the first file the layer opened or tried: where, in the submission's code
             frame = sys._getframe(1)
-            while frame is not None and root:
-                if frame.f_code.co_filename.startswith(os.path.join(root, "")):
-                    site = f"{_from_root(frame.f_code.co_filename)}:{frame.f_lineno}"
-                    break
+            while frame is not None and not frame.f_code.co_filename.startswith(inside):
                 frame = frame.f_back
-            opened.append((os.path.abspath(os.fsdecode(path)), site))
+            site = f"{_from_root(frame.f_code.co_filename)}:{frame.f_lineno}" if frame is not None else "?"
+        opened.append((full, site))
     except Exception:  # noqa: S110 - watching must never break the watched program
         pass
 
@@ -372,9 +377,7 @@ def _text(body):
 
 
 def _note_send(request, response, opened):
-    root = os.environ.get("PY_AUDIT_ROOT", "")
-    inside = [(p, s) for p, s in opened if root and p.startswith(os.path.join(root, ""))]
-    if not inside or _SENDS["logged"] >= _MAX_SENDS:
+    if not opened or _SENDS["logged"] >= _MAX_SENDS:
         return
     try:
         body = response.content  # a response not read yet (streamed) raises: not logged
@@ -385,7 +388,7 @@ def _note_send(request, response, opened):
     except Exception:
         sent = b""
     found, missing = [], []
-    for path, _ in inside:
+    for path, _ in opened:
         rel = _from_root(path)
         target = found if os.path.lexists(path) else missing
         if rel not in target:
@@ -398,19 +401,26 @@ def _note_send(request, response, opened):
             "response": _text(body),
             "opened": found[:20],
             "missing": missing[:20],
-            "site": inside[0][1],
+            "site": opened[0][1],
         }
     )
 
 
+@contextlib.contextmanager
+def _collecting():
+    """The files of the run's folder opened (or tried) while the block runs, in this context only."""
+    opened = []
+    token = _IN_SEND.set(opened)
+    try:
+        yield opened
+    finally:
+        _IN_SEND.reset(token)
+
+
 def _sync_watch(send):
     def watched_send(self, request, *args, **kwargs):
-        opened = []
-        token = _IN_SEND.set(opened)
-        try:
+        with _collecting() as opened:
             response = send(self, request, *args, **kwargs)
-        finally:
-            _IN_SEND.reset(token)
         _note_send(request, response, opened)
         return response
 
@@ -419,12 +429,8 @@ def _sync_watch(send):
 
 def _async_watch(send):
     async def watched_send(self, request, *args, **kwargs):
-        opened = []
-        token = _IN_SEND.set(opened)
-        try:
+        with _collecting() as opened:
             response = await send(self, request, *args, **kwargs)
-        finally:
-            _IN_SEND.reset(token)
         _note_send(request, response, opened)
         return response
 

@@ -182,7 +182,7 @@ def _ask_the_agent(ctx: Context, weak: dict[str, list[Perturbed]], probe: Answer
         answers: dict[str, str] = {}
         for message in tickets:
             try:
-                run, code, _ = ask(ctx, copy, command, message, {"CASSETTE_MODE": "replay"}, LABEL)
+                run, code = ask(ctx, copy, command, message, {"CASSETTE_MODE": "replay"}, LABEL)
             except NotAssessable:
                 return
             answer = next((a for a in printed_objects(run.stdout) if isinstance(a.get("intent"), str)), None)

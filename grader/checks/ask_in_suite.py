@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from grader.context import Context
     from grader.sandbox import RunResult
 
-__all__ = ["ask", "exit_code", "in_suite_argv"]
+__all__ = ["ask", "exit_code", "in_suite_argv", "is_module_command"]
 
 _OFFSET = 100  # the test file's exit status is the command's plus this
 
@@ -49,10 +49,15 @@ def test_ticket():
 """
 
 
+def is_module_command(command: list[str]) -> bool:
+    """``command`` is ``python -m <pkg>``: the only form that can be run from inside the suite."""
+    return len(command) == 3 and command[1] == "-m" and command[0].startswith("python")
+
+
 def in_suite_argv(copy: Path, command: list[str], message: str) -> list[str] | None:
     """Write the test file into ``copy`` (its ``tests`` folder when it has one) and return the pytest
     command that runs it; None when ``command`` is not ``python -m <pkg>``."""
-    if len(command) != 3 or command[1] != "-m" or not command[0].startswith("python"):
+    if not is_module_command(command):
         return None
     tests = copy / "tests"
     folder = tests if tests.is_dir() and not tests.is_symlink() else copy
@@ -74,14 +79,14 @@ def exit_code(run: RunResult) -> int | None:
 
 def ask(
     ctx: Context, copy: Path, command: list[str], message: str, env: Mapping[str, str], label: str
-) -> tuple[RunResult, int | None, bool]:
+) -> tuple[RunResult, int | None]:
     """Run the triage command on ``message`` in ``copy``: from inside the suite when it is ``python -m
-    <pkg>`` (and that test ran), else as it is. (the run, the command's exit status or None, in the suite)."""
+    <pkg>`` (and that test ran), else as it is. (the run, the command's exit status or None)."""
     argv = in_suite_argv(copy, command, message)
     if argv is not None:
         run, _ = ctx.run(argv, cwd=copy, env=dict(env), label=label)
         code = exit_code(run)
         if code is not None:
-            return run, code, True
+            return run, code
     run, _ = ctx.run([*command, message], cwd=copy, env=dict(env), label=label)
-    return run, run.returncode, False
+    return run, run.returncode

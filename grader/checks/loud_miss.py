@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, cast
 
 from grader import pysource, walk
 from grader.checks import CheckResult, Finding, register, reworded_rerun
-from grader.checks.ask_in_suite import exit_code, in_suite_argv
+from grader.checks.ask_in_suite import exit_code, in_suite_argv, is_module_command
 from grader.checks.canary import make_canary
 from grader.checks.drift import drift_run
 from grader.checks.keys import prompt_blind
@@ -234,7 +234,7 @@ def _unseen_message() -> str:
 def _prepare_in_tests(ctx: Context, command: list[str]) -> Callable[[], tuple[RunResult, AuditLog]] | None:
     """The triage command (``python -m <pkg>`` only) run from a test file added to a copy of the suite,
     tapes in place; None for any other command."""
-    if len(command) != 3 or command[1] != "-m" or not command[0].startswith("python"):
+    if not is_module_command(command):
         return None
     copy = ctx.scratch_copy("unseen-in-tests")
     argv = in_suite_argv(copy, command, _unseen_message())

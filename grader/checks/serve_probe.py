@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from grader._serve_client import LOOPBACK_URL
 from grader.checks import Finding
 from grader.context import makefile_targets
 from grader.loopback import is_loopback
@@ -57,7 +58,6 @@ sleep {bound}
 """
 
 _KEY = re.compile(r"\b[0-9a-f]{16,64}\b")
-_LOOPBACK_URL = re.compile(r"http://(127\.0\.0\.1|localhost|\[::1\]):(\d+)")  # as _serve_client reads it
 
 
 @dataclass
@@ -188,7 +188,7 @@ def _printed_url(server_output: Path) -> bool:
         text = read_bytes(server_output, cap=1_000_000, truncate=True).decode("utf-8", "replace")
     except OSError:
         return False
-    return _LOOPBACK_URL.search(text) is not None
+    return LOOPBACK_URL.search(text) is not None
 
 
 def _client_answer(path: Path) -> dict[str, Any] | None:

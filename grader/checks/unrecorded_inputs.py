@@ -195,7 +195,7 @@ def unrecorded_inputs(
     copy = ctx.scratch_copy(LABEL)
     for test, where, message in asked:
         try:
-            run, _, _ = ask(ctx, copy, command, message, env, LABEL)
+            run, _ = ask(ctx, copy, command, message, env, LABEL)
         except NotAssessable:
             break
         found.asked += 1
