@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import fromstring as defused_fromstring
 
-from grader import diskwatch, sandbox, tamper
+from grader import diskwatch, sandbox, tamper, unshadow
 from grader.acquire import copy_checkout, keep_pristine, no_space, no_space_reason, no_space_text
 from grader.audit import AuditLog, Results, read_audit_log, read_result_log
 from grader.deeptree import remove_tree
@@ -574,9 +574,18 @@ class Context:
             # Red team 15: the suite's own code changed what pytest collects (a conftest's configure hook).
             why = f"the suite's own code changed what pytest was asked to collect ({guard.narrowed})"
             narrowed = whole_suite_because(None, why, suite.plain)
+        if rr.scan.shadowed:
+            # Red team 20, F1: tests deleted or redefined before collection; the copy brings them back.
+            hiding = [h.location for h in rr.scan.hooks if h.location.split(":")[0] in rr.scan.shadowed]
+            where = ", ".join(hiding)
+            why = f"test modules delete or redefine tests before pytest collects them ({where[:200]})"
+            narrowed = whole_suite_because(narrowed, why, suite.plain)
         if narrowed is not None and guard is not None:
             copy = self.scratch_copy("replay-whole")
-            rr.whole = self.run_suite(copy, label="replay-whole", whole=narrowed, read_only=changed)
+            revived = [rel for rel in rr.scan.shadowed if unshadow.revive(copy, rel)]
+            rr.whole = self.run_suite(
+                copy, label="replay-whole", whole=narrowed, read_only=changed, as_copied=revived
+            )
             rr.left_out_because = narrowed.why
         return rr
 
@@ -601,12 +610,14 @@ class Context:
         primary: bool = False,
         whole: WholeSuite | None = None,
         read_only: Sequence[str] = (),
+        as_copied: Sequence[str] = (),
     ) -> ReplayRun:
         """Run the suite as `replay_run` does, in another checkout (e.g. a scratch copy); not memoized.
 
         ``read_only``: files of the checkout (relative) the run is shown read-only, as submitted (the
         pristine copy's), so code that rewrote them in the suite's own run cannot rewrite them again
         (red team 4, F8c: a package whose import rewrites a test's assertion). Needs bubblewrap.
+        ``as_copied``: more files shown read-only, as ``cwd`` holds them (a copy the grader rewrote).
 
         ``noconftest`` runs without the submission's hooks: ``--noconftest``, its configuration's ``addopts``
         overridden (no ``-p`` plugin of its own); ``unskip`` makes the guard strip skip/skipif/xfail marks;
@@ -668,6 +679,7 @@ class Context:
             if unskip:
                 env["PYTEST_RUN_SKIPPED"] = "1"
             shown = {str(cwd / rel): self.repo / rel for rel in read_only if (self.repo / rel).is_file()}
+            shown.update({str(cwd / rel): cwd / rel for rel in as_copied})
             run, audit = self.run(
                 command,
                 cwd=cwd,

@@ -12,7 +12,7 @@ from pathlib import Path, PurePosixPath
 
 from grader import pysource, walk
 from grader._toml import tomllib
-from grader.pytest_config import addopts_text, ini_sections
+from grader.pytest_config import addopts_text, ini_sections, is_test_module
 from grader.safeio import read_bytes
 
 __all__ = [
@@ -566,7 +566,7 @@ def tests_the_run_changed(pristine: Path, after: Path) -> list[str]:
     a test file the run replaced with a link or a FIFO counts as changed.
     """
     changed = []
-    for path in walk.files(pristine, include=_is_test_file, skip=walk.SKIPPED):
+    for path in walk.files(pristine, include=is_test_module, skip=walk.SKIPPED):
         rel = path.relative_to(pristine)
         try:
             before = read_bytes(path, cap=_MAKEFILE_CAP, root=pristine)
@@ -586,10 +586,6 @@ def whole_suite_because(narrowed: WholeSuite | None, why: str, plain: WholeSuite
         base = plain or WholeSuite("", [], {})
         return WholeSuite(why, [*_DEFAULT_COLLECTION, *base.args], base.env)
     return WholeSuite("; ".join(x for x in (narrowed.why, why) if x), narrowed.args, narrowed.env)
-
-
-def _is_test_file(name: str) -> bool:
-    return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
 
 
 def _narrowing(
@@ -652,7 +648,7 @@ def _narrowing(
     named = [repo / p.split("::", 1)[0] for p in paths]
     if any("::" in p or not (repo / p).is_dir() for p in paths):
         return WholeSuite(f"{place}: `{line}` names test files or ids", kept, env), plain
-    for path in walk.files(repo, include=_is_test_file, hidden=False, max_files=5000):
+    for path in walk.files(repo, include=is_test_module, hidden=False, max_files=5000):
         if not any(path.is_relative_to(folder) for folder in named):
             rel = path.relative_to(repo).as_posix()
             why = f"{place}: `{line}` leaves out {rel} (and any test outside {', '.join(paths)})"

@@ -15,7 +15,7 @@ from pathlib import Path
 from grader._toml import tomllib
 from grader.safeio import read_bytes
 
-__all__ = ["addopts_text", "ini_sections"]
+__all__ = ["addopts_text", "ini_sections", "is_test_module"]
 
 _CAP = 2_000_000
 # (file, its pytest section) in pytest's own order of preference
@@ -90,3 +90,8 @@ def _text(repo: Path, name: str) -> str | None:
         return read_bytes(repo / name, cap=_CAP, root=repo).decode("utf-8", "replace")
     except OSError:
         return None
+
+
+def is_test_module(name: str) -> bool:
+    """Whether pytest's default ``python_files`` (``test_*.py *_test.py``) collects a file of this name."""
+    return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))

@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader import pysource, walk
+from grader import pysource, unshadow, walk
 from grader._toml import tomllib
-from grader.pytest_config import addopts_text, ini_sections
+from grader.pytest_config import addopts_text, ini_sections, is_test_module
 from grader.safeio import UnsafeFile, read_bytes
 
 __all__ = [
@@ -128,6 +128,8 @@ class Hook:
 class TamperScan:
     hooks: list[Hook] = field(default_factory=list)
     files_scanned: int = 0
+    # Test modules (relative paths) hiding a test before collection that the whole-suite run can bring back
+    shadowed: list[str] = field(default_factory=list)
 
     @property
     def outcome_hooks(self) -> list[Hook]:
@@ -464,30 +466,15 @@ def _collection_rules(rel: str, tree: ast.AST, conftest: bool) -> Iterator[Hook]
                 yield Hook("collection", f"{rel}:{node.lineno}", f"{name} {_HIDES_WHY}")
             elif name == "__test__" and isinstance(node.value, ast.Constant) and node.value.value is False:
                 yield Hook("collection", f"{rel}:{node.lineno}", f"__test__ = False {_HIDES_WHY}")
-    base = rel.rsplit("/", 1)[-1]
-    if base.endswith(".py") and (base.startswith("test_") or base.endswith("_test.py")):
-        yield from _shadowed_tests(rel, tree)
 
 
-def _shadowed_tests(rel: str, tree: ast.AST) -> Iterator[Hook]:
-    """Red team 20, F1: a test deleted (``del test_x``) or given a second definition under its name in the
-    same module or class is gone before pytest collects: no rerun can bring it back. Listed, with where the
-    test was defined."""
-    scopes = [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef))]
-    for scope in scopes:
-        defined: dict[str, int] = {}
-        for node in getattr(scope, "body", []):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
-                if node.name in defined:
-                    why = f"redefines {node.name} (defined at line {defined[node.name]}) {_HIDES_WHY}"
-                    yield Hook("collection", f"{rel}:{node.lineno}", why)
-                defined[node.name] = node.lineno
-            elif isinstance(node, (ast.Delete, ast.Assign)):
-                verb = "del" if isinstance(node, ast.Delete) else "reassigns"
-                for target in node.targets:
-                    if isinstance(target, ast.Name) and target.id in defined:
-                        why = f"{verb} {target.id} (defined at line {defined[target.id]}) {_HIDES_WHY}"
-                        yield Hook("collection", f"{rel}:{node.lineno}", why)
+def _shadowed_tests(rel: str, found: list[unshadow.Shadow]) -> Iterator[Hook]:
+    """Red team 20, F1: a test deleted (``del test_x``), rebound, or given a second definition under its name
+    in the same module or class is gone before pytest collects. Listed, with where the test was defined;
+    the whole-suite run brings it back (grader/unshadow.py), a wrapper's rebinding excepted."""
+    for shadow in found:
+        why = f"{shadow.kind} {shadow.name} (defined at line {shadow.defined}) {_HIDES_WHY}"
+        yield Hook("collection", f"{rel}:{shadow.line}", why)
 
 
 def _grader_references(rel: str, text: str) -> Iterator[Hook]:
@@ -578,6 +565,11 @@ def scan(repo: Path) -> TamperScan:
             add(hook)
         for hook in _collection_rules(rel, tree, path.name == "conftest.py"):
             add(hook)
+        if is_test_module(path.name) and (hiding := unshadow.shadows(tree)):
+            for hook in _shadowed_tests(rel, hiding):
+                add(hook)
+            if any(not s.wraps for s in hiding):
+                result.shadowed.append(rel)
     for path in unreadable:
         # Python may import what the grader cannot parse (nesting the interpreter compiles but ast.parse
         # cannot build): a hook hidden there must not pass as "no hook", so it counts as one.

@@ -449,3 +449,75 @@ def test_a_test_recipe_redefined_in_an_included_file_is_caught(make_submission, 
     assert facts["hidden_failures"] == 3, facts
     row = _row(report)
     assert row["score"] <= 1 and "include tests/suite.mk" in row["evidence"], row
+
+
+# Red team 20, F1: a failing test deleted, rebound or redefined under its name before pytest collects it.
+HIDDEN = """
+import pytest
+
+
+def test_deleted():
+    assert False, "deleted"
+
+
+del test_deleted
+
+
+def test_redefined():
+    assert False, "first definition"
+
+
+def test_redefined():
+    assert True
+
+
+class TestRebound:
+    def test_rebound(self):
+        assert False, "rebound"
+
+    test_rebound = None
+
+
+def test_wrapped():
+    assert True
+
+
+test_wrapped = pytest.mark.slow(test_wrapped)
+"""
+
+
+@pytest.mark.slow
+def test_tests_deleted_or_redefined_before_collection_are_run_and_count(make_submission, grade_cache) -> None:
+    files = {
+        "tests/test_good.py": GOOD,
+        "tests/test_hidden.py": HIDDEN,
+        "Makefile": "test:\n\tpython -m pytest -q\n",
+    }
+    report = _grade(make_submission(files), grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["passed"] == 4 and facts["failed"] == 0, facts  # pytest saw neither hidden test
+    assert facts["hidden_failures"] == 3, facts
+    row = _row(report)
+    assert row["score"] <= 1, row
+    assert "delete or redefine tests" in row["evidence"] and "tests/test_hidden.py:" in row["evidence"], row
+
+
+@pytest.mark.slow
+def test_a_wrapped_or_distinct_test_is_no_hidden_test(make_submission, grade_cache) -> None:
+    """The control: a rebinding that wraps the test, and a helper deleted, leave the suite as it ran."""
+    wrapped = "import pytest\n\n\ndef test_w():\n    assert True\n\n\ntest_w = pytest.mark.slow(test_w)\n"
+    helper = (
+        "def helper():\n    return 1\n\n\nVALUE = helper()\ndel helper\n\n\ndef test_v():\n    assert VALUE\n"
+    )
+    files = {
+        "tests/test_good.py": GOOD,
+        "tests/test_wrapped.py": wrapped,
+        "tests/test_helper.py": helper,
+        "Makefile": "test:\n\tpython -m pytest -q\n",
+    }
+    report = _grade(make_submission(files), grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["passed"] == 4 and facts["failed"] == 0 and facts["hidden_failures"] == 0, facts
+    assert "delete or redefine" not in _row(report)["evidence"]
