@@ -893,3 +893,88 @@ def test_boundary_a_subprocess_that_is_not_a_network_program_is_no_client(tmp_pa
                           "    subprocess.run('make test', shell=True)\n",
     })  # fmt: skip
     assert boundary(folder_context(repo)).facts["client_modules"] == 0
+
+
+# Red team 19, F3: clients the rule list did not name (each kept the row at 3 where `httpx.Client` cost 1).
+_UNNAMED_CLIENTS = {
+    "httpx.HTTPTransport": "import httpx\n\ndef go():\n    t = httpx.HTTPTransport()\n"
+    "    return t.handle_request(httpx.Request('POST', 'https://api.openai.com/v1/x'))\n",
+    "httpcore.request": "import httpcore\n\ndef go():\n    return httpcore.request('POST', 'https://h/x')\n",
+    "urllib3.PoolManager": "import urllib3\n\ndef go():\n"
+    "    return urllib3.PoolManager().request('GET', 'u')\n",
+    "xmlrpc.client.ServerProxy": "import xmlrpc.client\n\ndef go():\n"
+    "    return xmlrpc.client.ServerProxy('https://h/RPC2').ping()\n",
+    "ftplib.FTP": "import ftplib\n\ndef go():\n    return ftplib.FTP('ftp.example.com')\n",
+    "multiprocessing.connection.Client": "from multiprocessing.connection import Client\n\ndef go():\n"
+    "    return Client(('h', 443))\n",
+    "loop.create_connection()": "import asyncio\n\nasync def go():\n    loop = asyncio.get_running_loop()\n"
+    "    return await loop.create_connection(asyncio.Protocol, 'h', 443)\n",
+    "ctx.wrap_socket()": "import socket, ssl\n\ndef go():\n    ctx = ssl.create_default_context()\n"
+    "    return ctx.wrap_socket(socket.socket(), server_hostname='h')\n",
+    "requests.post": "import importlib\n\ndef go():\n"
+    "    return importlib.import_module('requests').post('https://h/x', json={})\n",
+}
+
+
+@pytest.mark.parametrize("call", sorted(_UNNAMED_CLIENTS))
+def test_boundary_counts_clients_under_httpx_and_in_the_standard_library(tmp_path, call):
+    repo = _package(tmp_path, {
+        "bot/__init__.py": "",
+        "bot/client.py": "import httpx\n\ndef make():\n    return httpx.Client()\n",
+        "bot/usage.py": _UNNAMED_CLIENTS[call],
+    })  # fmt: skip
+    result = boundary(folder_context(repo))
+    assert result.facts["client_modules"] == 2, result.details
+    assert any(d.startswith("bot/usage.py:") and f"({call})" in d for d in result.details), result.details
+
+
+def test_boundary_a_replay_layer_owns_the_transport_it_wraps_whatever_its_name(tmp_path):
+    """The control: independent submissions call their replay layer tapes.py or recorder.py; building the
+    live httpx transport there (record mode) or in the cassette module is no second client, nor is a
+    server's TLS."""
+    layer = (
+        "import httpx\n\nclass Replay(httpx.BaseTransport):\n    def __init__(self):\n"
+        "        self.live = httpx.HTTPTransport()\n\n    def handle_request(self, request):\n"
+        "        return self.live.handle_request(request)\n"
+    )
+    repo = _package(tmp_path, {
+        "bot/__init__.py": "",
+        "bot/client.py": "import httpx\nfrom .recorder import Replay\n\ndef make():\n"
+                         "    return httpx.Client(transport=Replay())\n",
+        "bot/recorder.py": layer,
+        "bot/cassette.py": "import httpx\n\nLIVE = httpx.AsyncHTTPTransport()\n",
+        "bot/serve.py": "import socket, ssl\n\ndef listen(ctx, s):\n"
+                        "    return ctx.wrap_socket(s, server_side=True)\n",
+    })  # fmt: skip
+    result = boundary(folder_context(repo))
+    assert result.facts["client_module_list"] == ["bot/client.py:5"], result.details
+
+
+@pytest.mark.parametrize("line", ["from .client import CassetteTransport", "from bot.shim import Tapes as T"])
+def test_boundary_sees_the_cassette_layer_taken_through_a_re_export(tmp_path, line):
+    """Red team 19, F4: `from .client import CassetteTransport`, the client module re-exporting it, kept the
+    agent's import of the cassette layer unseen; also through two re-exports under another name."""
+    repo = _package(tmp_path, {
+        "bot/__init__.py": "",
+        "bot/cassette.py": "class CassetteTransport: ...\n",
+        "bot/client.py": "import httpx\nfrom .cassette import CassetteTransport\n\ndef make():\n"
+                         "    return httpx.Client(transport=CassetteTransport())\n",
+        "bot/shim.py": "from .client import CassetteTransport as Tapes\n",
+        "bot/agent.py": f"{line}\nfrom .client import make\n\ndef triage(m):\n    return make()\n",
+    })  # fmt: skip
+    result = boundary(folder_context(repo))
+    # shim.py is a module of its own re-exporting the layer: agent logic importing it too.
+    assert result.facts["agent_imports_cassette"] == 2, result.details
+    assert {f.location for f in result.findings} == {"bot/agent.py:1", "bot/shim.py:1"}, result.details
+
+
+def test_boundary_an_agent_importing_other_names_of_the_client_module_is_fine(tmp_path):
+    repo = _package(tmp_path, {
+        "bot/__init__.py": "from .cassette import CassetteTransport\n",
+        "bot/cassette.py": "class CassetteTransport: ...\n",
+        "bot/client.py": "import httpx\nfrom .cassette import CassetteTransport\n\ndef make():\n"
+                         "    return httpx.Client(transport=CassetteTransport())\n",
+        "bot/agent.py": "from .client import make\nfrom bot import client\n\n"
+                        "def triage(m):\n    return make()\n",
+    })  # fmt: skip
+    assert boundary(folder_context(repo)).facts["agent_imports_cassette"] == 0

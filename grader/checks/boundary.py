@@ -2,12 +2,13 @@
 
 Static only (``ast``, no code run). The submission's code is every ``.py`` file outside tests, virtualenvs,
 docs and build folders (a test module may build clients and import the cassette layer freely).
-A client module calls a known client constructor or request function (httpx/httpx2 ``Client``,
-``AsyncClient`` and the module-level ``get``/``post``/``request``/``stream``, ``requests.Session`` and
-friends, ``openai.OpenAI``/``AsyncOpenAI``/``AzureOpenAI``, ``anthropic.Anthropic``/``AsyncAnthropic``,
-``urllib.request.urlopen``, ``aiohttp.ClientSession``, ``http.client`` connections, a client by hand:
-``socket.create_connection``, ``asyncio.open_connection``, ``ssl.wrap_socket``, or a subprocess starting
-``curl``/``wget``/``nc``…), with import aliases resolved.
+A client module calls what ``grader/rules/network_clients.toml`` lists: a client constructor or request
+function (httpx/httpx2, requests, aiohttp, httpcore, urllib3, the provider SDKs, the standard library's
+clients), a connection made by hand (``socket.create_connection``, ``asyncio.open_connection``, a
+``create_connection`` or ``wrap_socket`` method on any object), a subprocess starting ``curl``/``wget``/
+``nc``…, or an httpx transport, except in a module that defines a transport of its own or a cassette
+module (a replay layer owns the live transport it wraps in record mode, whatever it is named); import
+aliases resolved, and a method on ``importlib.import_module("x")`` read as ``x``'s.
 A cassette module is named ``*cassette*`` or imports ``vcr``. An import is a statement or a call to
 ``importlib.import_module``/``__import__`` whose name the source spells out: a literal, ``__package__`` or
 ``__name__`` in an f-string or a ``+``, a relative name with its ``package`` argument; of a name the source
@@ -15,17 +16,20 @@ does not spell out whole (``f"{base}.cassette"``), the literal end counts. Entry
 ``cli.py``, ``demo.py``, ``record.py``, ``serve.py``) wire the layers together and turn a cassette miss
 into exit code 2 (or HTTP 422 for a replay server), so they may import it, and so may an ``__init__.py``
 that defines no function or class (a package's re-exports). Agent logic is every other module that is not
-a client module, and it must not import a cassette module.
+a client module, and it must not import a cassette module, nor a name another module re-exports from one
+(``from .client import CassetteTransport``).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader import pysource, walk
+from grader._toml import tomllib
 from grader.checks import CheckResult, Finding, register
 from grader.safeio import read_bytes
 
@@ -34,44 +38,30 @@ if TYPE_CHECKING:
 
 __all__ = ["boundary"]
 
-_CLIENT_CALLS = {
-    *(f"{lib}.{name}" for lib in ("httpx", "httpx2") for name in ("Client", "AsyncClient")),
-    *(f"{lib}.{verb}" for lib in ("httpx", "httpx2", "requests") for verb in ("get", "post", "request")),
-    "httpx.stream",
-    "httpx2.stream",
-    "requests.Session",
-    "requests.session",
-    "requests.put",
-    "requests.delete",
-    "openai.OpenAI",
-    "openai.AsyncOpenAI",
-    "openai.AzureOpenAI",
-    "openai.AsyncAzureOpenAI",
-    "anthropic.Anthropic",
-    "anthropic.AsyncAnthropic",
-    "urllib.request.urlopen",
-    "aiohttp.ClientSession",
-    "http.client.HTTPSConnection",
-    "http.client.HTTPConnection",
-    # A client by hand is a client too (red team 6, H7: a second transport over a raw socket, asyncio's
-    # streams or a `curl` child kept the row at 3 where urllib's cost it a point).
-    "socket.create_connection",
-    "asyncio.open_connection",
-    "ssl.wrap_socket",
-}
-# Starting a program that speaks HTTP (or any TCP) for the module is building a client out of process.
-_RUN_CALLS = {
-    "subprocess.run",
-    "subprocess.Popen",
-    "subprocess.call",
-    "subprocess.check_call",
-    "subprocess.check_output",
-    "os.system",
-    "os.popen",
-    "asyncio.create_subprocess_exec",
-    "asyncio.create_subprocess_shell",
-}
-_NETWORK_PROGRAMS = {"curl", "wget", "http", "https", "nc", "ncat", "telnet"}
+_RULES = Path(__file__).resolve().parent.parent / "rules" / "network_clients.toml"
+
+
+@dataclass(frozen=True)
+class _ClientRules:
+    calls: frozenset[str]
+    methods: frozenset[str]
+    transports: frozenset[str]
+    run_calls: frozenset[str]
+    programs: frozenset[str]
+
+
+@functools.cache
+def _client_rules(path: Path = _RULES) -> _ClientRules:
+    """What builds a network client (``grader/rules/network_clients.toml``): lists of names per kind."""
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    keys = ("calls", "methods", "transports", "run_calls", "programs")
+    if data.get("version") != 1 or not all(
+        isinstance(data.get(k), list) and all(isinstance(v, str) for v in data[k]) for k in keys
+    ):
+        raise ValueError(f"{path}: expected 'version = 1' and lists of names: {', '.join(keys)}")
+    return _ClientRules(*(frozenset(data[k]) for k in keys))
+
+
 # Entry points wire the layers (the CLI turns a miss into exit 2; `make demo` and `make record` pick the
 # mode; a replay server such as the template's serve.py turns it into HTTP 422): they may import the cassette
 # layer. So may an __init__.py with no logic of its own (re-exports).
@@ -85,6 +75,11 @@ class _Module:
     path: str  # repo-relative
     name: str  # dotted module name, best effort ("pkg.agent")
     clients: list[tuple[str, int]] = field(default_factory=list)  # (call, line)
+    transports: list[tuple[str, int]] = field(default_factory=list)  # (call, line): clients unless a cassette
+    bound: dict[str, str] = field(default_factory=dict)  # name an import binds -> the absolute name it binds
+    # Defines a transport of its own (a class with `handle_request`): a replay layer, whatever its name,
+    # which owns the live transport it wraps
+    wraps_transport: bool = False
     imports: list[tuple[str, int]] = field(default_factory=list)  # (absolute dotted name, line)
     uses_vcr: bool = False
     defines: bool = False  # has a function or class of its own (a re-exporting __init__.py has none)
@@ -103,8 +98,12 @@ def boundary(ctx: Context) -> CheckResult:
     """
     repo = Path(ctx.repo)
     modules, unparsable = _scan(repo)
-    clients = [m for m in modules if m.clients]
     cassettes = {m.name for m in modules if _is_cassette(m)}
+    for module in modules:
+        if module.name not in cassettes and module.transports and not module.wraps_transport:
+            module.clients = sorted(module.clients + module.transports, key=lambda c: c[1])
+    clients = [m for m in modules if m.clients]
+    cassettes |= _reexports(modules, cassettes)
     findings: list[Finding] = []
     details = [f"{m.path}:{m.clients[0][1]} builds a client ({m.clients[0][0]})" for m in clients]
 
@@ -140,6 +139,26 @@ def boundary(ctx: Context) -> CheckResult:
         "the cassette layer"
     )
     return CheckResult(facts=facts, findings=findings, details=details)
+
+
+def _reexports(modules: list[_Module], cassettes: set[str]) -> set[str]:
+    """Names under which other modules re-export the cassette layer (red team 19, F4: an agent taking the
+    cassette class as ``from .client import CassetteTransport`` imports the cassette layer all the same):
+    ``pkg.client.CassetteTransport`` when ``pkg.client`` bound that name from a cassette module, through
+    any chain of such re-exports."""
+    found: set[str] = set()
+    for _ in range(len(modules) + 1):  # each pass follows one more link of a chain
+        known = cassettes | found
+        more = {
+            f"{m.name}.{bound}"
+            for m in modules
+            for bound, full in m.bound.items()
+            if full != m.name and _imports_cassette(full, known) and f"{m.name}.{bound}" not in known
+        }
+        if not more:
+            break
+        found |= more
+    return found
 
 
 def _scan(repo: Path) -> tuple[list[_Module], list[tuple[str, str]]]:
@@ -196,20 +215,64 @@ def _analyse(rel: str, name: str, tree: ast.AST) -> _Module:
                 module.imports.append((base, node.lineno))
                 aliases[alias.asname or alias.name] = full
     module.imports += _dynamic_imports(tree, aliases, package, name)
+    module.bound = aliases
+    module.wraps_transport = any(
+        isinstance(node, ast.ClassDef)
+        and any(
+            isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and f.name in ("handle_request", "handle_async_request")
+            for f in node.body
+        )
+        for node in ast.walk(tree)
+    )
     module.uses_vcr = any(n.split(".")[0] in ("vcr", "pytest_recording") for n, _ in module.imports)
+    rules = _client_rules()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            dotted = _dotted(node.func)
-            if dotted is None:
-                continue
-            head, _, rest = dotted.partition(".")
-            resolved = aliases.get(head, head) + (f".{rest}" if rest else "")
-            if resolved in _CLIENT_CALLS:
-                module.clients.append((resolved, node.lineno))
-            elif resolved in _RUN_CALLS and (program := _network_program(node)) is not None:
-                module.clients.append((f"{resolved} of {program}", node.lineno))
+        if not isinstance(node, ast.Call):
+            continue
+        resolved = _resolved_call(node.func, aliases, package, name)
+        if resolved is None:
+            continue
+        method = resolved.rpartition(".")[2]
+        if resolved in rules.calls:
+            module.clients.append((resolved, node.lineno))
+        elif resolved in rules.transports:
+            module.transports.append((resolved, node.lineno))
+        elif resolved in rules.run_calls and (program := _network_program(node, rules)) is not None:
+            module.clients.append((f"{resolved} of {program}", node.lineno))
+        elif isinstance(node.func, ast.Attribute) and method in rules.methods and not _server_side(node):
+            module.clients.append((f"{resolved}()", node.lineno))
     module.clients.sort(key=lambda c: c[1])
     return module
+
+
+def _resolved_call(func: ast.AST, aliases: dict[str, str], package: str, name: str) -> str | None:
+    """The dotted name a call's function resolves to through the module's import aliases. A method called on
+    ``importlib.import_module("x")`` is ``x.method`` (red team 19, F3); on any other unnamed object
+    ``?.method``."""
+    dotted = _dotted(func)
+    if dotted is not None:
+        head, _, rest = dotted.partition(".")
+        return aliases.get(head, head) + (f".{rest}" if rest else "")
+    if not isinstance(func, ast.Attribute):
+        return None
+    inner = func.value
+    if isinstance(inner, ast.Call) and inner.args:
+        callee = _dotted(inner.func)
+        if callee is not None:
+            head, _, rest = callee.partition(".")
+            if aliases.get(head, head) + (f".{rest}" if rest else "") in _IMPORT_CALLS:
+                target, whole = _spelled(inner.args[0], package, name)
+                if whole and not target.startswith("."):
+                    return f"{target}.{func.attr}"
+    return f"?.{func.attr}"
+
+
+def _server_side(call: ast.Call) -> bool:
+    return any(
+        k.arg == "server_side" and not (isinstance(k.value, ast.Constant) and not k.value.value)
+        for k in call.keywords
+    )
 
 
 # Functions importing a module named by a string (red team 5, G8: `import_module(f"{__package__}.cassette")`).
@@ -266,7 +329,7 @@ def _spelled(node: ast.AST, package: str, name: str) -> tuple[str, bool]:
     return "{}", False
 
 
-def _network_program(call: ast.Call) -> str | None:
+def _network_program(call: ast.Call, rules: _ClientRules) -> str | None:
     """The program a subprocess call starts, when it is one that talks to the network (`curl`, `wget`…):
     the first item of a literal argument list, or the first word of a command line whose start is literal."""
     if not call.args:
@@ -282,7 +345,7 @@ def _network_program(call: ast.Call) -> str | None:
         return None
     words = first.value.split()
     program = Path(words[0]).name if words else ""
-    return program if program in _NETWORK_PROGRAMS else None
+    return program if program in rules.programs else None
 
 
 def _absolute(module: str | None, level: int, package: str) -> str:
