@@ -397,6 +397,46 @@ def test_a_layer_inventing_answers_for_inputs_it_lists_is_not_loud(tmp_path: Pat
     assert report["facts"]["loud-miss"]["miss_answers_served"] == 1
 
 
+def _insert_pending_checked_first(repo: Path) -> None:
+    """As `_insert_pending`, but the layer asks whether the tape exists before it reads one, and answers a
+    listed message without trying to open a missing tape."""
+    _insert_pending(repo)
+    layer = repo / "support_triage_agent" / "cassette.py"
+    source = layer.read_text(encoding="utf-8")
+    head = "    def replay(self, exchange: Exchange) -> Reply:\n"
+    assert source.count(head) == 1
+    checked = (
+        head
+        + '        if not os.path.exists(f"{self.source}/{exchange.key}.json"):\n'
+        + "            made_up = _pending_reply(exchange)\n"
+        + "            if made_up is not None:\n"
+        + "                return made_up\n"
+    )
+    layer.write_text(source.replace(head, checked), encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_a_layer_that_checks_for_the_tape_before_inventing_is_not_loud_either(
+    tmp_path: Path, grade_cache: Path
+) -> None:
+    """`os.path.exists` raises no audit event: the grader's hook announces a stat of a missing path as a
+    read that failed, so the test is a suspect all the same."""
+    repo = sample_copy(tmp_path / "checked")
+    commit(repo, "take-home submission")
+    with (repo / "data" / "tickets.jsonl").open("a", encoding="utf-8") as tickets:
+        tickets.write(json.dumps(NEW_TICKET) + "\n")
+    _insert_pending_checked_first(repo)
+    assert "import os\n" in (repo / "support_triage_agent" / "cassette.py").read_text(encoding="utf-8")
+    commit(repo, "a ticket queued for the next recording")
+
+    report = _grade(repo, grade_cache)
+
+    assert report["facts"]["replay"]["failed"] == 0  # the suite passes on the made-up answer
+    facts = report["facts"]["loud-miss"]
+    assert facts["unrecorded_suspects"] == 1 and facts["unrecorded_answered"] == 1, facts
+    assert _row(report, "loud-miss")["score"] == 1
+
+
 @pytest.mark.slow
 def test_the_same_ticket_without_the_list_fails_loudly_and_is_no_such_finding(
     tmp_path: Path, grade_cache: Path

@@ -97,6 +97,35 @@ def test_hook_logs_network_attempts_and_reads_under_root(audited_venv, tmp_path)
     assert sum(1 for x in lines if x.get("path") == "cassettes/triage.json") == 1
 
 
+_EXISTS_SCRIPT = textwrap.dedent(
+    """\
+    import os, pathlib, shutil
+    assert not os.path.exists("cassettes/missing.json")
+    assert not pathlib.Path("cassettes/other.json").is_file()
+    assert os.path.exists("cassettes/triage.json")
+    os.makedirs("scratch/sub")
+    shutil.rmtree("scratch")  # still the fd-based rmtree: the wrapped stat supports dir_fd
+    print(os.stat in os.supports_dir_fd, shutil.rmtree.avoids_symlink_attacks)
+    """
+)
+
+
+def test_a_stat_of_a_missing_path_under_root_is_a_failed_read(audited_venv, tmp_path):
+    """A layer that asks `Path.exists()` before it opens a tape tried the tape (no audit event for a stat)."""
+    repo = _repo(tmp_path)
+    (repo / "pkg" / "check.py").write_text(_EXISTS_SCRIPT)
+    log = tmp_path / "audit.jsonl"
+    env = {**os.environ, "PY_AUDIT_LOG": str(log), "PY_AUDIT_ROOT": str(repo)}
+    done = subprocess.run(
+        [_py(audited_venv), "pkg/check.py"], cwd=repo, env=env, check=True, capture_output=True, text=True
+    )
+    assert done.stdout.split() == ["True", "True"], done.stdout
+    result = audit.read_audit_log(log)
+    assert {"cassettes/missing.json", "cassettes/other.json"} <= result.opened, result.opened
+    assert result.opened_at["cassettes/missing.json"] == {"pkg/check.py:2"}
+    assert "cassettes/triage.json" not in result.opened  # a stat that found the file is no read
+
+
 def test_blocked_connect_inside_the_sandbox_is_still_recorded(audited_venv, tmp_path):
     repo = _repo(tmp_path)
     (repo / "pkg" / "client.py").write_text(_SCRIPT)

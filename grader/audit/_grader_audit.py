@@ -2,8 +2,9 @@
 
 Inert unless ``PY_AUDIT_LOG`` is set. Then it appends one JSON line per network attempt (inet socket
 created, connect, sendto, getaddrinfo, and pytest-socket refusals, which ``_grader_pytest`` announces as the
-``grader.socket_refused`` event) and per file under ``PY_AUDIT_ROOT`` opened for reading, with the test
-running then (the guard announces each as the ``grader.test`` event).
+``grader.socket_refused`` event) and per file under ``PY_AUDIT_ROOT`` opened for reading (or asked for with
+a stat when it does not exist), with the test running then (the guard announces each as the ``grader.test``
+event).
 It must stay cheap: every ``open`` in a test suite passes through it, so events are filtered by name first
 and each path is logged once per process.
 """
@@ -109,6 +110,40 @@ def _install(log_path, root):
             state.busy = False
 
     sys.addaudithook(hook)
+    _announce_missing_stats()
+
+
+_SUPPORTS = ("supports_dir_fd", "supports_fd", "supports_follow_symlinks", "supports_effective_ids")
+
+
+def _announce_missing_stats():
+    """A stat of a path that does not exist is announced as a read that failed (the ``open`` event a read
+    raises before it fails): a replay layer that asks ``Path.exists()`` before it opens a tape tried that
+    tape all the same (the grader's unrecorded-input probe, and the guard's send watch, look for such tries).
+    CPython raises no audit event for a stat; ``os.stat`` and ``os.lstat`` are what ``os.path.exists``,
+    ``Path.exists``/``is_file`` and their kin call."""
+    for name in ("stat", "lstat"):
+        original = getattr(os, name)
+
+        def announced(path, *args, _original=original, **kwargs):
+            try:
+                return _original(path, *args, **kwargs)
+            except FileNotFoundError:
+                if isinstance(path, (str, bytes)) or hasattr(path, "__fspath__"):
+                    try:
+                        sys.audit("open", os.fspath(path), "r", 0)
+                    except Exception:  # noqa: S110 - auditing must never break the audited program
+                        pass
+                raise
+
+        announced.__name__ = announced.__qualname__ = name
+        announced.__doc__ = original.__doc__
+        # shutil.rmtree and others test `os.stat in os.supports_dir_fd`: the wrapper supports what it wraps.
+        for supports in _SUPPORTS:
+            table = getattr(os, supports, None)
+            if isinstance(table, set) and original in table:
+                table.add(announced)
+        setattr(os, name, announced)
 
 
 if os.environ.get("PY_AUDIT_LOG"):
