@@ -181,8 +181,11 @@ def _ask_the_agent(ctx: Context, weak: dict[str, list[Perturbed]], probe: Answer
             held.setdefault(item.message, set()).add(item.now)
         answers: dict[str, str] = {}
         for message in tickets:
+            # Asked from the module of a test that read the ticket: its fixtures are in force too.
+            readers = (t for t, items in weak.items() if any(i.message == message for i in items))
+            beside = next((t for t in readers if t != _UNSURE), "")
             try:
-                run, code = ask(ctx, copy, command, message, {"CASSETTE_MODE": "replay"}, LABEL)
+                run, code = ask(ctx, copy, command, message, {"CASSETTE_MODE": "replay"}, LABEL, beside)
             except NotAssessable:
                 return
             answer = next((a for a in printed_objects(run.stdout) if isinstance(a.get("intent"), str)), None)

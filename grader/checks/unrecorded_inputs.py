@@ -195,7 +195,7 @@ def unrecorded_inputs(
     copy = ctx.scratch_copy(LABEL)
     for test, where, message in asked:
         try:
-            run, _ = ask(ctx, copy, command, message, env, LABEL)
+            run, _ = ask(ctx, copy, command, message, env, LABEL, beside=test)
         except NotAssessable:
             break
         found.asked += 1
