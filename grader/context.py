@@ -649,6 +649,10 @@ class Context:
             *(["--noconftest", "-o", "addopts="] if noconftest else []),
             "--disable-socket",
             "--allow-unix-socket",
+            # Python's own tracebacks: pytest's long ones (source and locals of every frame) cost a probe run
+            # whose tests all fail (tapes withheld, messages re-worded) three times the suite's own run. The
+            # same in every run, so none looks like a probe; the suite's command line can still ask for more.
+            "--tb=native",
             f"--junitxml={junit}",
             # Keep .pytest_cache out of the checkout: the secret and hygiene scans read the tree afterwards.
             "-o",

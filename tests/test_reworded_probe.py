@@ -376,9 +376,16 @@ def test_answers_invented_only_when_the_tape_folder_is_whole_are_caught(
     assert row["score"] <= 1, row
     assert 0 < facts["reworded_in_place_answered"] <= facts["reworded_in_place_compared"]
     assert facts["loud"] is False
-    assert made_up and all("every tape in place" in f["message"] for f in made_up)
-    assert all(f["location"].startswith("tests/test_triage.py:") for f in made_up), made_up
-    assert "every tape in place" in row["evidence"]
+    reworded = [f for f in made_up if "re-worded" in f["message"]]
+    assert reworded and all("every tape in place" in f["message"] for f in reworded), made_up
+    assert all(f["location"].startswith("tests/test_triage.py:") for f in reworded), made_up
+    assert "no tape holds" in row["evidence"], row["evidence"]
+    assert any("every tape in place" in d for d in row["details"]), row["details"]
+    # It asks `Path.exists()` of the tape it lacks: the unrecorded-input probe sees those tests as well,
+    # and its findings name the unrecorded tickets' lines in the data file.
+    others = [f for f in made_up if f not in reworded]
+    assert facts["unrecorded_answered"] == len(others) > 0, facts
+    assert all(f["location"].startswith("data/tickets.jsonl:") for f in others), others
 
 
 def test_a_pass_with_the_tapes_in_place_counts_only_where_the_request_changed() -> None:
