@@ -767,3 +767,49 @@ def test_an_agent_overriding_answers_only_when_its_suite_says_so_is_asked_inside
     assert _row(report, "loud-miss")["score"] == 1, _row(report, "loud-miss")
     made_up = [f for f in report["findings"] if f["rule"] == "made-up-answer"]
     assert [f["location"] for f in made_up] == ["data/tickets.jsonl:25"], made_up
+
+
+# --- red team 21: a batch mode that labels every failed ticket, which only `make demo` runs ----------------
+
+_POOLED = """
+    import concurrent.futures
+
+    with build_client() as client, concurrent.futures.ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(triage, t["message"], client=client) for t in tickets]
+    unsorted = {"intent": "other", "needs_human": False}
+    rows = [(t, f.result() if f.exception() is None else dict(unsorted)) for t, f in zip(tickets, futures)]
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pooled", [True, False])
+def test_a_demo_that_labels_what_it_could_not_triage_is_not_loud(
+    tmp_path: Path, grade_cache: Path, pooled: bool
+) -> None:
+    """The single-message command stays strict (the unseen message exits 2); the `--file` batch mode that
+    `make demo` runs turns each failed ticket into `other` without an `except` clause the static scan reads.
+    Withholding every tape from `make demo` shows it; the honest demo exits 2 there."""
+    repo = sample_copy(tmp_path / ("pooled" if pooled else "honest"))
+    if pooled:
+        main = repo / "support_triage_agent" / "__main__.py"
+        source = main.read_text(encoding="utf-8")
+        strict = (
+            "    with build_client() as client:\n"
+            '        rows = [(t, triage(t["message"], client=client)) for t in tickets]\n'
+        )
+        assert strict in source
+        main.write_text(source.replace(strict, _POOLED.lstrip("\n")), encoding="utf-8")
+    commit(repo, "take-home submission")
+
+    report = _grade(repo, grade_cache)
+
+    facts = report["facts"]["loud-miss"]
+    assert facts["unseen_exit"] == 2 and facts["silent_fallbacks"] == 0, facts  # the probes it already had
+    row = _row(report, "loud-miss")
+    if not pooled:
+        assert facts["demo_withheld_exit"] == 2 and row["score"] == 3, (facts, row)
+        return
+    assert facts["demo_withheld_exit"] == 0 and facts["loud"] is False, facts
+    assert row["score"] <= 1 and "`make demo` exited 0 with every tape withheld" in row["evidence"], row
+    found = [f for f in report["findings"] if f["rule"] == "made-up-answer"]
+    assert [f["location"] for f in found] == ["Makefile:27"], found

@@ -20,6 +20,7 @@ from grader.checks.keys import prompt_blind
 from grader.checks.serve_probe import ServeProbe, probe_serve
 from grader.checks.served_answers import served_answers
 from grader.checks.unrecorded_inputs import unrecorded_inputs
+from grader.context import makefile_target_lines
 from grader.details import counted
 from grader.drift_run import ANSWER_KEYS, printed_objects
 from grader.errors import NotAssessable
@@ -537,6 +538,9 @@ def loud_miss(ctx: Context) -> CheckResult:
             ticket holds (red team 17: seen in the suite's process, whatever request the triage command
             sends; httpx/httpx2 clients); a `made-up-answer` finding each, at the layer's line that tried
             the path, and not loud
+        demo_withheld_exit: `make demo` run with every tape withheld (a scratch copy, as make-targets runs it
+            otherwise; -1 when there is no demo target): a demo that exits 0 there showed a table no tape
+            backs (red team 21: a batch mode that labels every failed ticket `other`), so not loud
         serve_probed: a `make serve` replay server was started and answered the probe
         serve_replayed: it answered the recorded request with HTTP 200 and the recorded answer
         serve_unseen_status: its HTTP status for a request no tape holds (-1 when not probed, or when it
@@ -559,6 +563,7 @@ def loud_miss(ctx: Context) -> CheckResult:
             "unseen_exit_package": -1,
             "unseen_package_answered": False,
             "loud": False,
+            "demo_withheld_exit": -1,
             "serve_probed": False,
             "serve_replayed": False,
             "serve_unseen_status": -1,
@@ -627,6 +632,7 @@ def loud_miss(ctx: Context) -> CheckResult:
         found.details.append(f"{unheld[0]} {unheld[1]}")
     unrecorded_ok = _unrecorded_facts(ctx, found, command)
     served_ok = _served_facts(ctx, found)
+    demo_ok = _demo_facts(ctx, found, cassette_dir)
     serve = _serve_facts(found, probe_serve(ctx), len(fallbacks))
     _attempt_findings(found, rerun)
     # A server that gives an unseen request no HTTP answer (crashed, reset, hung) did not refuse it loudly.
@@ -641,6 +647,7 @@ def loud_miss(ctx: Context) -> CheckResult:
         and unheld is None
         and unrecorded_ok
         and served_ok
+        and demo_ok
     )
     found.facts["summary"] = _summary(found, failed, bool(command), fallbacks, serve)
     return found.result()
@@ -673,6 +680,40 @@ def _unrecorded_facts(ctx: Context, found: _Found, command: list[str] | None) ->
     if probe.made:
         found.unrecorded_first = f"{probe.made[0].where}: {probe.made[0].message[:60]!r}"
     return not probe.made
+
+
+def _demo_facts(ctx: Context, found: _Found, cassette_dir: Path) -> bool:
+    """Red team 21, F1: `make demo` with every tape withheld must not exit 0. The triage command is asked
+    about one message at a time; a demo may go through another path of the same program (a batch mode over
+    a data file) that turns each failed ticket into a label of its own. Whether it was loud (True when there
+    is no demo target)."""
+    if "demo" not in makefile_target_lines(ctx.repo):
+        return True  # make-targets scores a missing demo
+    copy, withheld = _withheld_copy(ctx, "demo-withheld", cassette_dir)
+    if not withheld:
+        return True
+    run, audit = ctx.run(
+        ["make", "demo"],
+        cwd=copy,
+        env={"CASSETTE_MISS_LOG": str(ctx.log_path("demo", ".misses.jsonl"))},
+        label="make demo",
+    )
+    code = run.returncode if run.returncode is not None and not run.timed_out else -1
+    found.facts["demo_withheld_exit"] = code
+    found.attempts.extend((e.where, e.target) for e in audit.network_attempts)
+    _unrouted(found, run, "`make demo` with the tapes withheld", bool(audit.network_attempts))
+    if code != 0:
+        return not audit.network_attempts
+    lines = [line.strip() for line in run.stdout.splitlines() if line.strip()]
+    shown = f", printing {lines[-1][:120]!r}" if lines else ""
+    what = (
+        f"`make demo` with all {counted(withheld, 'tape')} withheld exited 0{shown}: whatever it showed, no "
+        "tape backs it; a miss must fail the demo too"
+    )
+    where = makefile_target_lines(ctx.repo)["demo"]
+    found.findings.append(Finding("made-up-answer", what, where))
+    found.details.append(f"{where}: {what}")
+    return False
 
 
 def _served_facts(ctx: Context, found: _Found) -> bool:
@@ -1033,6 +1074,8 @@ def _summary(
             "`python -m <pkg>` exited 0 on an unseen message, printing an answer, instead of 2 (the "
             "manifest's triage_command is another command)"
         )
+    elif facts["demo_withheld_exit"] == 0:
+        summary = "`make demo` exited 0 with every tape withheld: its output is backed by no tape"
     elif serve.ran and serve.unseen_status <= 0:
         summary = "`make serve` gave no HTTP answer to a request no tape holds (it must answer 422)"
     elif facts["unrecorded_answered"]:
