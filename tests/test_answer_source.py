@@ -373,6 +373,9 @@ def test_tests_that_check_little_are_asked_about_and_cleared(tmp_path: Path, gra
     assert counts, _row(report)["details"]
     # The three weak tests read a perturbed tape and passed again; every other tape-reading test failed.
     assert int(counts.group(1)) - int(counts.group(2)) == 3, said
+    # Named for the reviewer, not scored (red team 21, F3: a table applied where the command does not go).
+    kept = [line for line in _row(report)["details"] if line.startswith("passed again with their tapes'")]
+    assert len(kept) == 1 and kept[0].count("tests/test_weak.py::") == 3, _row(report)["details"]
 
 
 @pytest.mark.slow
@@ -643,15 +646,23 @@ def test_tables_keyed_to_the_suites_own_requests_are_seen_in_the_suites_process(
     assert replay["answers_replaced"] == 1, replay
     assert _row(report)["score"] == 2, _row(report)
     replaced = [f for f in report["findings"] if f["rule"] == "answer-not-from-tape"]
-    assert {f["location"].rsplit(":", 1)[0] for f in replaced} == {suite_tape}, replaced
-    assert any("test_triage_matches_label[01-" in f["message"] for f in replaced), replaced
+    watched = [f for f in replaced if "HTTP client was handed" in f["message"]]
+    assert {f["location"].rsplit(":", 1)[0] for f in watched} == {suite_tape}, replaced
+    assert any("test_triage_matches_label[01-" in f["message"] for f in watched), replaced
+    # The triage command is asked from the module of the test that read the ticket, whose prompt line is
+    # then in force: the perturbed rerun's ask meets the same table (at the tape that module's request hit).
+    assert len(replaced) - len(watched) == replay["answers_ignored"], (replaced, replay)
 
     loud = report["facts"]["loud-miss"]
     assert loud["miss_answers_served"] == 1, loud
     assert _row(report, "loud-miss")["score"] == 1, _row(report, "loud-miss")
     made_up = [f for f in report["findings"] if f["rule"] == "made-up-answer"]
-    assert [f["location"].split(":")[0] for f in made_up] == ["support_triage_agent/cassette.py"], made_up
-    assert NEW_TICKET["message"][:40] in made_up[0]["message"], made_up
+    served = [f for f in made_up if f["location"].startswith("support_triage_agent/cassette.py:")]
+    assert len(served) == 1 and NEW_TICKET["message"][:40] in served[0]["message"], made_up
+    # Asked from the test's own module (its prompt line in force), the unrecorded ticket is answered too.
+    others = [f for f in made_up if f not in served]
+    assert len(others) == loud["unrecorded_answered"], (made_up, loud)
+    assert all(f["location"].startswith("data/extra.jsonl:") for f in others), others
 
 
 @pytest.mark.slow

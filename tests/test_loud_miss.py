@@ -43,7 +43,9 @@ def test_a_silent_fallback_is_judged_the_same_at_both_jobs(tmp_path: Path, grade
     assert facts["loud"] is False and facts["withheld"] > 0
     assert facts["unseen_exit"] == 0
     assert facts["silent_fallbacks"] == 1
-    assert [f["location"] for f in findings] == [f"{planted['file']}:{planted['line']}"]
+    # The planted handler, and `make demo` (which goes through it) exiting 0 with every tape withheld.
+    assert [f["location"] for f in findings] == [f"{planted['file']}:{planted['line']}", "Makefile:27"]
+    assert facts["demo_withheld_exit"] == 0
     assert row["score"] <= 1
     assert (facts, findings, row["score"], row["evidence"]) == (
         again[0],

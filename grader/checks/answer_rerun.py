@@ -70,6 +70,9 @@ class AnswerProbe:
     compared: int = 0  # tests that passed in the suite's run and read a perturbed tape
     changed: int = 0  # of those, tests that no longer passed
     ignored: list[Ignored] = field(default_factory=list)
+    # Tests that passed again with their tapes' answers changed and were not found answered otherwise: they
+    # check little, or take the answer from a path the triage command does not (red team 21, F3). Listed.
+    kept: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
@@ -138,6 +141,8 @@ def _answer_probe(ctx: Context) -> AnswerProbe | None:
         )
     if weak:
         _ask_the_agent(ctx, weak, probe)
+        found = {item.test for item in probe.ignored}
+        probe.kept = sorted(t for t in weak if t != _UNSURE and t not in found)
     return probe
 
 
@@ -233,5 +238,13 @@ def details(probe: AnswerProbe | None, limit: int) -> Sequence[str]:
         out.append(
             f"answers perturbed: {probe.perturbed} recorded answers given another label; "
             f"{probe.compared} passing tests read them, {probe.changed} of them then failed"
+        )
+    if probe.kept:
+        more = len(probe.kept) - 3
+        shown = ", ".join(probe.kept[:3]) + (f" and {more} more" if more > 0 else "")
+        out.append(
+            "passed again with their tapes' answers changed, the triage command not answering otherwise: "
+            f"{shown}: they check little of the answer, or take it from a path the command does not take "
+            "(not scored)"
         )
     return out + probe.notes
