@@ -33,35 +33,16 @@ __all__ = ["ask", "exit_code", "in_suite_argv", "is_module_command"]
 
 _OFFSET = 100  # the test file's exit status is the command's plus this
 
-_TEST_FILE = """\
-import os
-import runpy
-import sys
-
-
-def test_ticket():
-    sys.argv = [{module!r}, {message!r}]
-    code = 0
-    try:
-        runpy.run_module({module!r}, run_name="__main__", alter_sys=True)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit({offset} + (code if 0 <= code < {offset} else 1))
-"""
-
 
 def is_module_command(command: list[str]) -> bool:
     """``command`` is ``python -m <pkg>``: the only form that can be run from inside the suite."""
     return len(command) == 3 and command[1] == "-m" and command[0].startswith("python")
 
 
-# The same test, appended to one of the suite's own test modules (``beside``): module-level fixtures,
-# autouse ones included, and whatever that module sets up are in force for it too.
-_APPENDED = """
+# The test: a file of its own, or appended to one of the suite's own test modules (``beside``), where that
+# module's fixtures, autouse ones included, and whatever it sets up are in force for it too. Its imports are
+# local, so appending it binds no name the module uses.
+_TEST = """
 
 
 def {name}():
@@ -95,22 +76,17 @@ def in_suite_argv(copy: Path, command: list[str], message: str, beside: str = ""
     if not is_module_command(command):
         return None
     module = _module_of(copy, beside)
+    base = beside.split("::")[-1].split("[", 1)[0] if module is not None else ""
+    name = f"{base if base.isidentifier() else 'test_ticket'}_{secrets.token_hex(4)}"
+    code = _TEST.format(name=name, module=command[2], message=message, offset=_OFFSET)
     if module is not None:
-        base = beside.split("::")[-1].split("[", 1)[0]
-        name = (
-            f"{base}_{secrets.token_hex(4)}" if base.isidentifier() else f"test_ticket_{secrets.token_hex(4)}"
-        )
-        code = _APPENDED.format(name=name, module=command[2], message=message, offset=_OFFSET)
         with module.open("ab") as out:
             out.write(code.encode("utf-8"))
         folder = module.parent
     else:
         tests = copy / "tests"
         folder = tests if tests.is_dir() and not tests.is_symlink() else copy
-        name = f"test_ticket_{secrets.token_hex(4)}"
-        (folder / f"{name}.py").write_text(
-            _TEST_FILE.format(module=command[2], message=message, offset=_OFFSET), encoding="utf-8"
-        )
+        (folder / f"{name}.py").write_text(code.lstrip("\n"), encoding="utf-8")
     # The whole folder is collected, so the suite's test modules are imported as in its own run (a switch
     # one of them sets at import is in force); only the added test runs.
     where = folder.relative_to(copy).as_posix() or "."
@@ -118,8 +94,8 @@ def in_suite_argv(copy: Path, command: list[str], message: str, beside: str = ""
 
 
 def _module_of(copy: Path, nodeid: str) -> Path | None:
-    """The test module a node id names, inside ``copy``, when it is a regular ``.py`` file (no link) of a
-    sane size that ends with a newline-terminated, parseable module; else None."""
+    """The test module a node id names, inside ``copy``, when it is a regular ``.py`` file of the copy (no
+    link on the way), under the cap, that parses; else None."""
     rel = nodeid.split("::", 1)[0]
     if not rel.endswith(".py") or rel.startswith("/") or ".." in Path(rel).parts:
         return None
