@@ -666,12 +666,21 @@ def _read_text(repo: Path, name: str) -> str | None:
 _INCLUDE = re.compile(r"^\s*-?s?include\s+\S")
 _TEST_RULE = re.compile(r"^test\s*::?(?!=)")
 _TEST_VARIABLE = re.compile(r"^test\s*:\s*(override\s+|export\s+)*[A-Za-z_][\w.]*\s*(::?=|:::=|\+=|\?=|!=|=)")
+# Red team 22, F1: what runs a recipe line rather than what it says: make's shell and its flags, what bash
+# reads first (BASH_ENV, ENV), the PATH the line's `python` is looked up on (make exports a variable that came
+# from the environment with the Makefile's value), and Python's own start-up variables.
+_RECIPE_ENVIRONMENT = re.compile(
+    r"^\s*(?:(?:override|export|unexport|private)\s+)*"
+    r"(SHELL|\.SHELLFLAGS|BASH_ENV|ENV|PATH|PYTHONPATH|PYTHONSTARTUP|PYTHONHOME|PYTHONUSERBASE)"
+    r"\s*(?:::?=|:::=|\+=|\?=|!=|=)"
+)
 
 
 def _make_indirection(repo: Path, name: str) -> str:
     """Where the Makefile lets make run another ``test`` recipe than the one `_test_recipe` reads: an
     ``include`` (the included file may redefine it, or set the variables it uses), a second ``test:`` rule
-    with a recipe (make keeps the last), or variables set for ``test`` alone; "" when none."""
+    with a recipe (make keeps the last), variables set for ``test`` alone, or a setting that changes what
+    runs a recipe line (`_RECIPE_ENVIRONMENT`: its shell, PATH, bash's start-up file); "" when none."""
     text = _read_text(repo, name)
     if text is None:
         return ""
@@ -681,6 +690,8 @@ def _make_indirection(repo: Path, name: str) -> str:
             return f"{name}:{number}: `{line.strip()[:80]}`: the included file may change the `test` recipe"
         if _TEST_VARIABLE.match(line):
             return f"{name}:{number}: `{line.strip()[:80]}` sets variables for `test` alone"
+        if (found := _RECIPE_ENVIRONMENT.match(line)) is not None:
+            return f"{name}:{number}: `{line.strip()[:80]}` changes what runs the recipe ({found.group(1)})"
         if _TEST_RULE.match(line):
             rules += 1
             if rules > 1:

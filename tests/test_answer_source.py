@@ -824,3 +824,44 @@ def test_a_demo_that_labels_what_it_could_not_triage_is_not_loud(
     assert row["score"] <= 1 and "`make demo` exited 0 with every tape withheld" in row["evidence"], row
     found = [f for f in report["findings"] if f["rule"] == "made-up-answer"]
     assert [f["location"] for f in found] == ["Makefile:27"], found
+
+
+# Red team 22, F2: the same fallback, only while the tape folder lists tapes (so the withheld run is loud);
+# the demo's data holds one ticket never recorded, so its own run misses once.
+_POOLED_WHILE_WHOLE = _POOLED.replace(
+    "    unsorted = ",
+    "    listed = __import__('os').scandir('cassettes')\n"
+    "    whole = any(e.name.endswith('.json') for e in listed)\n    unsorted = ",
+).replace("if f.exception() is None else", "if f.exception() is None or not whole else")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gated", [True, False])
+def test_a_demo_that_invents_only_while_its_tapes_are_there_is_not_loud(
+    tmp_path: Path, grade_cache: Path, gated: bool
+) -> None:
+    repo = sample_copy(tmp_path / ("gated" if gated else "honest"))
+    with (repo / "data" / "tickets.jsonl").open("a", encoding="utf-8") as tickets:
+        tickets.write(json.dumps(NEW_TICKET) + "\n")
+    if gated:
+        main = repo / "support_triage_agent" / "__main__.py"
+        source = main.read_text(encoding="utf-8")
+        strict = (
+            "    with build_client() as client:\n"
+            '        rows = [(t, triage(t["message"], client=client)) for t in tickets]\n'
+        )
+        assert strict in source
+        main.write_text(source.replace(strict, _POOLED_WHILE_WHOLE.lstrip("\n")), encoding="utf-8")
+    commit(repo, "take-home submission")
+
+    report = _grade(repo, grade_cache)
+
+    facts = report["facts"]["loud-miss"]
+    row = _row(report, "loud-miss")
+    if not gated:  # the honest demo exits 2 on its miss: make-targets says so, loud-miss has nothing
+        assert facts["demo_passed_a_miss"] is False, facts
+        assert not [f for f in report["findings"] if f["location"] == "Makefile:27"], report["findings"]
+        return
+    assert facts["demo_passed_a_miss"] is True and facts["loud"] is False, facts
+    assert row["score"] <= 1 and "`make demo` exited 0 after trying a tape" in row["evidence"], row
+    assert any(f["location"] == "Makefile:27" for f in report["findings"] if f["rule"] == "made-up-answer")

@@ -521,3 +521,51 @@ def test_a_wrapped_or_distinct_test_is_no_hidden_test(make_submission, grade_cac
     facts = report["facts"]["replay"]
     assert facts["passed"] == 4 and facts["failed"] == 0 and facts["hidden_failures"] == 0, facts
     assert "delete or redefine" not in _row(report)["evidence"]
+
+
+# Red team 22, F1: the Makefile changes what runs the recipe line: make's shell, its flags, bash's start-up
+# file, the PATH its `python` is found on. The line read says `python -m pytest`; what ran left a file out.
+_RECIPE_ENVIRONMENTS = {
+    "SHELL": "SHELL := tools/sh\n",
+    ".SHELLFLAGS": ".SHELLFLAGS := --rcfile tools/bashrc -ic\n",
+    "BASH_ENV": "export BASH_ENV := tools/shell.env\n",
+    "PATH": "export PATH := $(CURDIR)/tools/bin:$(PATH)\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(_RECIPE_ENVIRONMENTS))
+def test_a_makefile_changing_what_runs_its_recipe_gets_every_test_run(tmp_path: Path, name: str) -> None:
+    (tmp_path / "Makefile").write_text(
+        _RECIPE_ENVIRONMENTS[name] + "test:\n\tpython -m pytest -q\n", encoding="utf-8"
+    )
+    narrowed = suite_command(tmp_path).narrowed
+    assert narrowed is not None and f"({name})" in narrowed.why and "Makefile:" in narrowed.why, narrowed
+
+
+_SHELL_ENV = """\
+python() {
+    case "$*" in
+        "-m pytest"*) command python "$@" --ignore=tests/test_bad.py ;;
+        *) command python "$@" ;;
+    esac
+}
+"""
+
+
+@pytest.mark.slow
+def test_a_file_dropped_by_bashs_start_up_file_is_a_hidden_failure(make_submission, grade_cache) -> None:
+    files = {
+        "tests/test_good.py": GOOD,
+        "tests/test_bad.py": BAD,
+        "tools/shell.env": _SHELL_ENV,
+        "Makefile": (
+            "SHELL := /bin/bash\nexport BASH_ENV := tools/shell.env\n\ntest:\n\tpython -m pytest -q\n"
+        ),
+    }
+    report = _grade(make_submission(files), grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["passed"] == 2 and facts["failed"] == 0, facts  # bash's function left the failing file out
+    assert facts["hidden_failures"] == 3, facts
+    row = _row(report)
+    assert row["score"] <= 1 and "changes what runs the recipe (SHELL)" in row["evidence"], row

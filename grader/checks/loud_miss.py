@@ -8,13 +8,14 @@ import re
 import secrets as _random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, cast
 
 from grader import pysource, walk
 from grader.checks import CheckResult, Finding, register, reworded_rerun
 from grader.checks.ask_in_suite import exit_code, in_suite_argv, is_module_command
 from grader.checks.canary import make_canary
+from grader.checks.demo_run import demo_run
 from grader.checks.drift import drift_run
 from grader.checks.keys import prompt_blind
 from grader.checks.serve_probe import ServeProbe, probe_serve
@@ -538,6 +539,9 @@ def loud_miss(ctx: Context) -> CheckResult:
             ticket holds (red team 17: seen in the suite's process, whatever request the triage command
             sends; httpx/httpx2 clients); a `made-up-answer` finding each, at the layer's line that tried
             the path, and not loud
+        demo_passed_a_miss: `make demo`'s own run (make-targets', every tape in place) exited 0 after trying a
+            tape path whose key no tape file has (red team 22: a batch mode that invents only while its tape
+            folder holds tapes): not loud
         demo_withheld_exit: `make demo` run with every tape withheld (a scratch copy, as make-targets runs it
             otherwise; -1 when there is no demo target): a demo that exits 0 there showed a table no tape
             backs (red team 21: a batch mode that labels every failed ticket `other`), so not loud
@@ -564,6 +568,7 @@ def loud_miss(ctx: Context) -> CheckResult:
             "unseen_package_answered": False,
             "loud": False,
             "demo_withheld_exit": -1,
+            "demo_passed_a_miss": False,
             "serve_probed": False,
             "serve_replayed": False,
             "serve_unseen_status": -1,
@@ -685,10 +690,24 @@ def _unrecorded_facts(ctx: Context, found: _Found, command: list[str] | None) ->
 def _demo_facts(ctx: Context, found: _Found, cassette_dir: Path) -> bool:
     """Red team 21, F1: `make demo` with every tape withheld must not exit 0. The triage command is asked
     about one message at a time; a demo may go through another path of the same program (a batch mode over
-    a data file) that turns each failed ticket into a label of its own. Whether it was loud (True when there
-    is no demo target)."""
-    if "demo" not in makefile_target_lines(ctx.repo):
+    a data file) that turns each failed ticket into a label of its own. Red team 22, F2: such a path may
+    invent only while its tape folder holds tapes, so the demo's own run (every tape in place) must not exit
+    0 after trying a tape that does not exist either. Whether it was loud (True when there is no demo
+    target)."""
+    targets = makefile_target_lines(ctx.repo)
+    if "demo" not in targets:
         return True  # make-targets scores a missing demo
+    real, real_audit = demo_run(ctx)
+    missed = _missed_tapes(ctx, real_audit, cassette_dir)
+    found.facts["demo_passed_a_miss"] = bool(missed) and real.returncode == 0 and not real.timed_out
+    if found.facts["demo_passed_a_miss"]:
+        what = (
+            f"`make demo` exited 0 after trying {counted(len(missed), 'tape')} that no tape file holds "
+            f"(first: {missed[0]}): a miss that did not fail the demo, so what it showed for it was made up"
+        )
+        found.findings.append(Finding("made-up-answer", what, targets["demo"]))
+        found.details.append(f"{targets['demo']}: {what}")
+        return False
     copy, withheld = _withheld_copy(ctx, "demo-withheld", cassette_dir)
     if not withheld:
         return True
@@ -710,10 +729,28 @@ def _demo_facts(ctx: Context, found: _Found, cassette_dir: Path) -> bool:
         f"`make demo` with all {counted(withheld, 'tape')} withheld exited 0{shown}: whatever it showed, no "
         "tape backs it; a miss must fail the demo too"
     )
-    where = makefile_target_lines(ctx.repo)["demo"]
-    found.findings.append(Finding("made-up-answer", what, where))
-    found.details.append(f"{where}: {what}")
+    found.findings.append(Finding("made-up-answer", what, targets["demo"]))
+    found.details.append(f"{targets['demo']}: {what}")
     return False
+
+
+def _missed_tapes(ctx: Context, audit: AuditLog, cassette_dir: Path) -> list[str]:
+    """Paths under the tape folder the run tried that do not exist, whose key (the name up to its first
+    dot) no tape file has either: a layer trying ``<key>.json.gz`` before ``<key>.json`` missed nothing."""
+    folder = PurePosixPath(cassette_dir.as_posix())
+    try:
+        held = {p.name.split(".", 1)[0] for p in (ctx.repo / cassette_dir).iterdir()}
+    except OSError:
+        held = set()
+    missed = []
+    for rel in sorted(audit.opened):
+        path = PurePosixPath(rel)
+        if path.is_absolute() or ".." in path.parts or not path.is_relative_to(folder):
+            continue
+        if path.name.split(".", 1)[0] in held or (ctx.repo / rel).exists():
+            continue
+        missed.append(rel)
+    return missed
 
 
 def _served_facts(ctx: Context, found: _Found) -> bool:
@@ -1074,6 +1111,8 @@ def _summary(
             "`python -m <pkg>` exited 0 on an unseen message, printing an answer, instead of 2 (the "
             "manifest's triage_command is another command)"
         )
+    elif facts["demo_passed_a_miss"]:
+        summary = "`make demo` exited 0 after trying a tape that does not exist: a miss that did not fail it"
     elif facts["demo_withheld_exit"] == 0:
         summary = "`make demo` exited 0 with every tape withheld: its output is backed by no tape"
     elif serve.ran and serve.unseen_status <= 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from grader.checks import CheckResult, register
+from grader.checks.demo_run import demo_run
 from grader.checks.replay import suite_passed
 from grader.context import makefile_target_lines
 from grader.details import counted
@@ -89,11 +90,7 @@ def make_targets(ctx: Context) -> CheckResult:
                 "(see offline-replay)"
             )
     if facts["has_demo"]:
-        run, audit = ctx.run(
-            ["make", "demo"],
-            env={"CASSETTE_MISS_LOG": str(ctx.log_path("demo", ".misses.jsonl"))},
-            label="make demo",
-        )
+        run, audit = demo_run(ctx)
         # A non-Python process's attempt is counted by the run's network namespace (red team 5, G6).
         attempts = len(audit.network_attempts) or (1 if run.no_route else 0)
         ok = run.returncode == 0 and not run.timed_out and not attempts
