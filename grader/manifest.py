@@ -671,9 +671,15 @@ _TEST_VARIABLE = re.compile(r"^test\s*:\s*(override\s+|export\s+)*[A-Za-z_][\w.]
 # from the environment with the Makefile's value), and Python's own start-up variables.
 _RECIPE_ENVIRONMENT = re.compile(
     r"^\s*(?:(?:override|export|unexport|private)\s+)*"
-    r"(SHELL|\.SHELLFLAGS|BASH_ENV|ENV|PATH|PYTHONPATH|PYTHONSTARTUP|PYTHONHOME|PYTHONUSERBASE)"
+    r"(SHELL|\.SHELLFLAGS|BASH_ENV|ENV|PATH|PYTHONPATH|PYTHONSTARTUP|PYTHONHOME|PYTHONUSERBASE"
+    # make's own flags (GNU make 4.3 obeys `-n` and `-i` set there: the recipe is not run, or its failure
+    # ignored; sub-makes get the rest), the makefiles a sub-make reads first, and the recipe-line prefix,
+    # which makes the lines read here not the ones make runs.
+    r"|MAKEFLAGS|GNUMAKEFLAGS|MFLAGS|MAKEFILES|\.RECIPEPREFIX)"
     r"\s*(?:::?=|:::=|\+=|\?=|!=|=)"
 )
+# `$(eval ...)` defines rules and variables from text made at parse time, which no line read here shows.
+_EVAL = re.compile(r"[$][({]\s*eval\s")
 
 
 def _make_indirection(repo: Path, name: str) -> str:
@@ -692,6 +698,8 @@ def _make_indirection(repo: Path, name: str) -> str:
             return f"{name}:{number}: `{line.strip()[:80]}` sets variables for `test` alone"
         if (found := _RECIPE_ENVIRONMENT.match(line)) is not None:
             return f"{name}:{number}: `{line.strip()[:80]}` changes what runs the recipe ({found.group(1)})"
+        if _EVAL.search(line):
+            return f"{name}:{number}: `{line.strip()[:80]}`: `eval` may define the `test` recipe"
         if _TEST_RULE.match(line):
             rules += 1
             if rules > 1:

@@ -530,6 +530,10 @@ _RECIPE_ENVIRONMENTS = {
     ".SHELLFLAGS": ".SHELLFLAGS := --rcfile tools/bashrc -ic\n",
     "BASH_ENV": "export BASH_ENV := tools/shell.env\n",
     "PATH": "export PATH := $(CURDIR)/tools/bin:$(PATH)\n",
+    # make's own flags: GNU make obeys `-i` (or `-n`) set there for the recipe read here.
+    "MAKEFLAGS": "MAKEFLAGS += -i\n",
+    "MAKEFILES": "export MAKEFILES := tools/rules.mk\n",
+    ".RECIPEPREFIX": ".RECIPEPREFIX := >\n",
 }
 
 
@@ -540,6 +544,29 @@ def test_a_makefile_changing_what_runs_its_recipe_gets_every_test_run(tmp_path: 
     )
     narrowed = suite_command(tmp_path).narrowed
     assert narrowed is not None and f"({name})" in narrowed.why and "Makefile:" in narrowed.why, narrowed
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "$(eval test: ; python -m pytest -q --ignore=tests/test_bad.py)\n",
+        "RULE = test: ; python -m pytest -q\n${eval ${RULE}}\n",
+    ],
+)
+def test_a_makefile_defining_rules_with_eval_gets_every_test_run(tmp_path: Path, line: str) -> None:
+    (tmp_path / "Makefile").write_text("test:\n\tpython -m pytest -q\n\n" + line, encoding="utf-8")
+    narrowed = suite_command(tmp_path).narrowed
+    assert narrowed is not None and "`eval`" in narrowed.why and "Makefile:" in narrowed.why, narrowed
+
+
+def test_a_plain_makefile_runs_its_own_recipe_as_read(tmp_path: Path) -> None:
+    """The control: variables of its own, a PATH read but not set, an `export` of another name."""
+    (tmp_path / "Makefile").write_text(
+        "PYTHON ?= python\nexport CASSETTE_MODE = replay\nEVALUATE = yes\n\n"
+        "test:\n\t$(PYTHON) -m pytest -q  # $(PATH)\n",
+        encoding="utf-8",
+    )
+    assert suite_command(tmp_path).narrowed is None
 
 
 _SHELL_ENV = """\
