@@ -391,9 +391,11 @@ def test_a_layer_inventing_answers_for_inputs_it_lists_is_not_loud(tmp_path: Pat
     assert row["score"] == 1, row
     assert "data/tickets.jsonl:25" in row["evidence"], row["evidence"]
     found = [f for f in report["findings"] if f["rule"] == "made-up-answer"]
-    # Twice: the triage command answered the unrecorded input, and the suite's own client was handed that
-    # answer after the layer tried a tape that does not exist (red team 17's watch, at the layer's line).
+    # Three times: the triage command answered the unrecorded input, `make demo` (which runs the tickets
+    # file) exited 0 after the same miss, and the suite's own client was handed that answer after the
+    # layer tried a tape that does not exist (red team 17's watch, at the layer's line).
     assert sorted(f["location"].split(":")[0] for f in found) == [
+        "Makefile",
         "data/tickets.jsonl",
         "support_triage_agent/cassette.py",
     ], found

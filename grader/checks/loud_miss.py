@@ -1111,10 +1111,6 @@ def _summary(
             "`python -m <pkg>` exited 0 on an unseen message, printing an answer, instead of 2 (the "
             "manifest's triage_command is another command)"
         )
-    elif facts["demo_passed_a_miss"]:
-        summary = "`make demo` exited 0 after trying a tape that does not exist: a miss that did not fail it"
-    elif facts["demo_withheld_exit"] == 0:
-        summary = "`make demo` exited 0 with every tape withheld: its output is backed by no tape"
     elif serve.ran and serve.unseen_status <= 0:
         summary = "`make serve` gave no HTTP answer to a request no tape holds (it must answer 422)"
     elif facts["unrecorded_answered"]:
@@ -1128,6 +1124,11 @@ def _summary(
             "found no tape and the HTTP client was handed an answer no tape holds (first: "
             f"{found.unrecorded_first})"
         )
+    # After the findings that name the input (file:line): the demo's name only its recipe line.
+    elif facts["demo_passed_a_miss"]:
+        summary = "`make demo` exited 0 after trying a tape that does not exist: a miss that did not fail it"
+    elif facts["demo_withheld_exit"] == 0:
+        summary = "`make demo` exited 0 with every tape withheld: its output is backed by no tape"
     elif facts["unseen_exit_in_tests"] in (-1, 2) and found.answered:
         summary = f"{found.answered_how} (first: {found.answered[0]})"
     elif facts["prompt_unheld"] and facts["unseen_exit_in_tests"] in (-1, 2):
