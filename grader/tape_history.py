@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from grader import gitsafe
+from grader.perturb import answer_objects
 from grader.tapes import DISCOVERY_DIRS, MAX_PARSE_BYTES, TAPE_SUFFIXES, Interaction, Tape, _parse
 
 __all__ = ["TapeEdit", "TapeHistory", "tape_edits"]
@@ -65,6 +66,9 @@ class TapeEdit:
     ref: str = ""
     # The request fields that changed with it when the commit re-keyed the set (red team 6, H8), else "".
     rekeyed: str = ""
+    # Whether the answer objects it holds (label, flag: grader/perturb.py) changed, not only an id or a
+    # timestamp; True when neither version's answer could be read.
+    answer_changed: bool = True
 
     @property
     def location(self) -> str:
@@ -486,15 +490,18 @@ def _compare(pair: _Pair, old_data: bytes, new_data: bytes) -> _Change:
             continue  # an interaction added: a recording, not an edit
         if _response(olds[sig][index]) != _response(inter):
             rerecorded = True
-            out.append(_edit(pair, new, inter))
+            out.append(_edit(pair, new, inter, before=olds[sig][index]))
     change = _Change(edits=out, rerecorded=rerecorded)
     if not any(olds.get(sig) for sig in seen):  # no interaction kept its request: paired by position
         return _rekey(pair, old, new, change)
     return change
 
 
-def _edit(pair: _Pair, new: Tape, inter: Interaction, rekeyed: str = "") -> TapeEdit:
-    """The finding for ``inter``'s answer, changed in ``pair``'s later commit (``new``: that version)."""
+def _edit(
+    pair: _Pair, new: Tape, inter: Interaction, rekeyed: str = "", *, before: Interaction | None = None
+) -> TapeEdit:
+    """The finding for ``inter``'s answer, changed in ``pair``'s later commit (``new``: that version;
+    ``before``: the interaction as it was)."""
     return TapeEdit(
         path=pair.path,
         line=_response_line(new, inter),
@@ -503,7 +510,14 @@ def _edit(pair: _Pair, new: Tape, inter: Interaction, rekeyed: str = "") -> Tape
         request=f"{inter.method or '?'} {inter.path or inter.url or '?'}",
         ref=pair.ref,
         rekeyed=rekeyed,
+        answer_changed=before is None or _answers_differ(before, inter),
     )
+
+
+def _answers_differ(before: Interaction, after: Interaction) -> bool:
+    was = [answer for _, answer in answer_objects(before.response_body)]
+    now = [answer for _, answer in answer_objects(after.response_body)]
+    return was != now or not (was or now)
 
 
 def _rekey(pair: _Pair, old: Tape, new: Tape, change: _Change) -> _Change:
@@ -517,7 +531,8 @@ def _rekey(pair: _Pair, old: Tape, new: Tape, change: _Change) -> _Change:
         if _response(before) == _response(after):
             change.rekeyed.add(delta)
             continue
-        change.rekey_edits.append((_edit(pair, new, after, rekeyed=", ".join(delta) or "none"), delta))
+        edit = _edit(pair, new, after, rekeyed=", ".join(delta) or "none", before=before)
+        change.rekey_edits.append((edit, delta))
     change.rerecorded = bool(change.rekey_edits)  # every answer kept: a re-key, not a re-recording
     return change
 

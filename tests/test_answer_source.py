@@ -821,6 +821,10 @@ def test_a_demo_that_labels_what_it_could_not_triage_is_not_loud(
     row = _row(report, "loud-miss")
     if not pooled:
         assert facts["demo_withheld_exit"] == 2 and row["score"] == 3, (facts, row)
+        # Its demo shows what the tapes say: every answer line changed with them (24 tickets, 24 lines).
+        assert report["facts"]["replay"]["demo_answers_kept"] == 0
+        details = _row(report)["details"]
+        assert "`make demo`: all 24 answer lines changed with the tapes' answers" in details, details
         return
     assert facts["demo_withheld_exit"] == 0 and facts["loud"] is False, facts
     assert row["score"] <= 1 and "`make demo` exited 0 with every tape withheld" in row["evidence"], row
@@ -867,3 +871,92 @@ def test_a_demo_that_invents_only_while_its_tapes_are_there_is_not_loud(
     assert facts["demo_passed_a_miss"] is True and facts["loud"] is False, facts
     assert row["score"] <= 1 and "`make demo` exited 0 after trying a tape" in row["evidence"], row
     assert any(f["location"] == "Makefile:27" for f in report["findings"] if f["rule"] == "made-up-answer")
+
+
+# Red team 21, F3 and red team 22, F2b: the demo's batch path shows answers of its own while every
+# single-message ask reads the tape honestly: a corrections table applied after the agent returned (to the
+# one ticket the model got wrong), or a saved table printed after opening every tape, no agent called.
+_STRICT_BATCH = (
+    "    with build_client() as client:\n"
+    '        rows = [(t, triage(t["message"], client=client)) for t in tickets]\n'
+)
+_CORRECTED = _STRICT_BATCH + (
+    "    fixes = {tickets[0]['message']: {'intent': tickets[0]['intent'], 'needs_human': False}}\n"
+    "    rows = [(t, fixes.get(t['message'], r)) for t, r in rows]\n"
+)
+_CANNED = (
+    "    for tape in sorted(Path('cassettes').glob('*.json')):\n"
+    "        tape.read_bytes()  # opened, so they look used\n"
+    "    rows = [(t, {'intent': t['intent'], 'needs_human': t['needs_human']}) for t in tickets]\n"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batch", ["corrected", "canned"])
+def test_a_demo_showing_answers_its_tapes_do_not_hold_loses_the_full_replay_score(
+    tmp_path: Path, grade_cache: Path, batch: str
+) -> None:
+    repo = sample_copy(tmp_path / batch)
+    main = repo / "support_triage_agent" / "__main__.py"
+    source = main.read_text(encoding="utf-8")
+    assert _STRICT_BATCH in source
+    main.write_text(source.replace(_STRICT_BATCH, _CORRECTED if batch == "corrected" else _CANNED), "utf-8")
+    commit(repo, "take-home submission")
+
+    report = _grade(repo, grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["failed"] == 0 and facts["answers_ignored"] == 0, facts  # the single-message path is honest
+    assert facts["demo_answers_kept"] == (1 if batch == "corrected" else 24), facts
+    row = _row(report)
+    assert row["score"] == 2 and "`make demo` (Makefile:27) printed" in row["evidence"], row
+    found = [f for f in report["findings"] if f["rule"] == "answer-not-from-tape"]
+    assert [f["location"] for f in found] == ["Makefile:27"], found
+
+
+def _relabel_tickets(dest: Path, count: int, *, edit_tapes: bool) -> Path:
+    """The sample, then its first ``count`` tickets' expected labels changed to `shipping`, which their
+    tapes do not hold (their tests fail: the honest twin); ``edit_tapes``: a later commit then edits those
+    tapes' recorded answers to `shipping` by hand, request and key untouched."""
+    repo = commit(sample_copy(dest), "take-home submission")
+    tickets = repo / "data" / "tickets.jsonl"
+    lines = tickets.read_text(encoding="utf-8").splitlines()
+    messages = []
+    for n in range(count):
+        ticket = json.loads(lines[n])
+        assert ticket["intent"] == "refund"
+        ticket["intent"] = "shipping"
+        lines[n] = json.dumps(ticket)
+        messages.append(ticket["message"])
+    tickets.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    commit(repo, "tickets relabelled after review")
+    if edit_tapes:
+        for tape in load_tapes(repo, Path("cassettes")):
+            if any(i.request_body["messages"][-1]["content"] in messages for i in tape.interactions):
+                path = repo / tape.path
+                text = path.read_text(encoding="utf-8")
+                assert text.count('\\"intent\\": \\"refund\\"') == 1, tape.path
+                fixed = text.replace('\\"intent\\": \\"refund\\"', '\\"intent\\": \\"shipping\\"')
+                path.write_text(fixed, encoding="utf-8")
+        commit(repo, "fix tapes")
+    return repo
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("count", [1, 3])
+def test_hand_edited_tapes_never_score_above_the_recording_whose_tests_fail(
+    tmp_path: Path, grade_cache: Path, count: int
+) -> None:
+    """Red team 23, F1: the edit was found and capped offline-replay at 2, but the honest twin with three
+    failing tests scored 1 there, and make-targets said "test passed" on the edited tapes."""
+    twin = _grade(_relabel_tickets(tmp_path / "twin", count, edit_tapes=False), grade_cache)
+    edited = _grade(_relabel_tickets(tmp_path / "edited", count, edit_tapes=True), grade_cache)
+
+    assert twin["facts"]["replay"]["failed"] >= count, twin["facts"]["replay"]
+    facts = edited["facts"]["replay"]
+    assert facts["failed"] == 0 and facts["tape_edits"] == count, facts
+    assert facts["unbacked_passes"] >= count, facts
+    for row_id in ("offline-replay", "make-targets"):
+        assert _row(edited, row_id)["score"] <= _row(twin, row_id)["score"], row_id
+    assert edited["total"]["points"] <= twin["total"]["points"], (edited["total"], twin["total"])
+    assert "passed on answers no recording gave" in " ".join(_row(edited, "make-targets")["details"])

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from grader.checks import CheckResult, register
 from grader.checks.demo_run import demo_run
 from grader.checks.replay import suite_passed
+from grader.checks.unbacked import unbacked_passes
 from grader.context import makefile_target_lines
 from grader.details import counted
 from grader.tapes import tapes_of
@@ -32,7 +33,8 @@ def make_targets(ctx: Context) -> CheckResult:
         has_test: the Makefile has a `test` target
         has_demo: the Makefile has a `demo` target
         test_passed: `make test` was the replay command and it passed by the grader's verdict: exit 0 in
-            time, every test it ran passed, nothing forged, no hidden failure (not merely exit 0)
+            time, every test it ran passed, nothing forged, no hidden failure, no pass on an answer no
+            recording gave (offline-replay's unbacked_passes) (not merely exit 0)
         demo_passed: `make demo` exited 0 offline with no connection attempt
         demo_read_tapes: that `make demo` run opened at least one of the submission's tapes for reading: a
             file the tape reader parses as a recording (grader/tapes.py: any format, one tape per file or a
@@ -71,7 +73,10 @@ def make_targets(ctx: Context) -> CheckResult:
     if facts["has_test"]:
         rr = ctx.replay_run()
         # The grader's verdict, not the exit status: a forged or hiding run that exits 0 did not pass.
-        ok = rr.command == ["make", "test"] and suite_passed(rr)
+        # Red team 23, F1: a pass on a hand-edited tape (or another answer no recording gave) is the
+        # failure it would have been, as offline-replay counts it.
+        unbacked = unbacked_passes(ctx)
+        ok = rr.command == ["make", "test"] and suite_passed(rr) and not unbacked
         facts["test_passed"] = ok
         if rr.command != ["make", "test"]:
             # Its recipe makes an environment over the network (`uv run pytest`): not run offline as is.
@@ -79,6 +84,11 @@ def make_targets(ctx: Context) -> CheckResult:
             details.append(f"{targets['test']} test: {rr.how}")
         else:
             parts.append("test passed" if ok else "test failed")
+            if unbacked and suite_passed(rr):
+                details.append(
+                    f"{targets['test']} test: {counted(len(unbacked), 'test')} passed on answers no "
+                    f"recording gave (first: {unbacked[0]}; see offline-replay): not a pass"
+                )
             verdict = "passed" if ok else "did not pass"
             details.append(
                 f"{targets['test']} test: ran as `make test`, offline with no credentials; {verdict} by the "

@@ -9,12 +9,14 @@ from typing import TYPE_CHECKING
 
 from grader.audit import Results
 from grader.checks import CheckResult, Finding, answer_rerun, register
+from grader.checks.demo_answers import DemoAnswers, demo_answers
 from grader.checks.loud_miss import made_up_passes
 from grader.checks.served_answers import Served, served_answers
+from grader.checks.unbacked import edit_history, unbacked_passes
 from grader.context import ReplayRun
 from grader.details import counted
 from grader.tamper import GuardLog, Hook
-from grader.tape_history import TapeEdit, tape_edits
+from grader.tape_history import TapeEdit
 from grader.tapes import tapes_of
 
 if TYPE_CHECKING:
@@ -51,6 +53,8 @@ def _zero_facts() -> dict[str, object]:
         "answers_ignored": 0,
         "answers_skipped": False,
         "answers_replaced": 0,
+        "demo_answers_kept": 0,
+        "unbacked_passes": 0,
         "summary": "",
     }
 
@@ -114,10 +118,18 @@ def replay(ctx: Context) -> CheckResult:
             HTTP client was handed an answer (label, yes/no value) none of them holds: answers from a table of
             the layer's own, seen in the suite's process whatever request the triage command sends (red
             team 17; httpx/httpx2 clients, responses not streamed)
+        demo_answers_kept: answer lines of `make demo`'s output (a label field with its value, or a ticket's
+            text and a label) printed the same, at the same place, when the demo ran again offline with
+            every tape's answer given another label: answers shown from somewhere other than the tapes (a
+            corrections table in a batch path, a saved table: red teams 21 and 22)
+        unbacked_passes: tests that passed on an answer no recording gave, by the probes above (on an
+            edited tape, a re-worded request, an answer the agent or the client took from elsewhere; a tape
+            read outside any test stands for one): each counts as the failure it would have been (red team
+            23, F1: a hand-edited tape must not score above the honest recording whose tests fail)
         summary: e.g. "24 passed, 0 failed, 0 errors, 0 connection attempts (make test, 1.2 s)"
     """
     facts = _zero_facts()
-    history = tape_edits(ctx.repo, ctx.manifest.cassette_dir)
+    history = edit_history(ctx)
     edits = history.edits
     facts.update(tape_edits=len(edits), first_tape_edit=edits[0].location if edits else "")
     facts["tapes"] = sum(t.format != "invalid" for t in tapes_of(ctx))
@@ -181,6 +193,10 @@ def replay(ctx: Context) -> CheckResult:
     served = served_answers(ctx)
     replaced = served.replaced if served is not None else []
     facts["answers_replaced"] = len(replaced)
+    demo = demo_answers(ctx)
+    kept = demo.kept if demo is not None else []
+    facts["demo_answers_kept"] = len(kept)
+    facts["unbacked_passes"] = len(unbacked_passes(ctx))
     facts["summary"] = (
         _summary(ctx, rr, facts)
         + evidence.summary()
@@ -188,6 +204,7 @@ def replay(ctx: Context) -> CheckResult:
         + _made_up_summary(made_up)
         + answer_rerun.summary(answers)
         + _replaced_summary(replaced)
+        + _demo_summary(demo)
         + ("; the perturbed-answer rerun was not run (see the notes)" if skipped else "")
         + no_tapes
     )
@@ -200,6 +217,7 @@ def replay(ctx: Context) -> CheckResult:
     ]
     details += answer_rerun.details(answers, _MAX_DETAILS)
     details += [f"not from its tape: {x.where}: {_replaced_message(x)}" for x in replaced[:_MAX_DETAILS]]
+    details += _demo_details(demo)
     details += [f"connection attempt at {where}: {what}" for where, what in attempts[:_MAX_DETAILS]]
     details += [f"failed: {line}" for line in results.first_failures]
     if broken:
@@ -217,6 +235,12 @@ def replay(ctx: Context) -> CheckResult:
         for item in (answers.ignored if answers is not None else [])
     ]
     findings += [Finding("answer-not-from-tape", _replaced_message(item), item.where) for item in replaced]
+    if demo is not None and kept:
+        what = (
+            f"`make demo` printed {_counted_lines(kept)} unchanged with every tape's answer changed "
+            f"(first: {kept[0][:120]!r})"
+        )
+        findings.append(Finding("answer-not-from-tape", what, demo.where))
     findings += [Finding(rule=f"tamper-{h.kind}", message=h.why, location=h.location) for h in evidence.hooks]
     return CheckResult(facts=facts, findings=[*edit_findings, *install, *findings], details=details)
 
@@ -237,6 +261,30 @@ def _replaced_summary(replaced: list[Served]) -> str:
         f"; {counted(len(replaced), 'request')} handed an answer its tape does not hold (first: "
         f"{first.where}: {first.test or 'outside any test'} got {first.sent}, the tape holds {first.held})"
     )
+
+
+def _counted_lines(lines: list[str]) -> str:
+    return counted(len(lines), "answer line")
+
+
+def _demo_summary(demo: DemoAnswers | None) -> str:
+    if demo is None or not demo.kept:
+        return ""
+    return (
+        f"; `make demo` ({demo.where}) printed {_counted_lines(demo.kept)} of {demo.compared} the same with "
+        f"every tape's answer changed: not read from the tapes (first: {demo.kept[0][:120]!r})"
+    )
+
+
+def _demo_details(demo: DemoAnswers | None) -> list[str]:
+    if demo is None:
+        return []
+    out = [
+        f"{demo.where}: `make demo` answer line kept with the tapes changed: {x[:160]!r}" for x in demo.kept
+    ]
+    if demo.compared and not demo.kept:
+        out.append(f"`make demo`: all {demo.compared} answer lines changed with the tapes' answers")
+    return out[:_MAX_DETAILS] + ([demo.note] if demo.note else [])
 
 
 def _how_run(ctx: Context, rr: ReplayRun) -> list[str]:
