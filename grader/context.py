@@ -96,6 +96,9 @@ class ReplayRun:
     # the same in a clean interpreter, pytest called directly (no Makefile): when the guard still saw the
     # test functions replaced without conftest files (a plugin the Makefile's command line names)
     hookless: ReplayRun | None = None
+    # conftest files and plugins kept for their fixtures, every hook implementation of theirs taken away
+    # once a test's fixtures are set up: when tests that passed errored without conftest files (red team 23)
+    unhooked: ReplayRun | None = None
     unskipped: ReplayRun | None = None  # rerun with skip/xfail marks stripped, when tests were skipped
     # rerun in a clean interpreter (python -I, from a scratch copy), when start-up files were found
     clean: ReplayRun | None = None
@@ -552,6 +555,9 @@ class Context:
             if again is not None and again.wrapped:
                 copy = self.scratch_copy("replay-hookless")
                 rr.hookless = self.run_suite(copy, label="replay-hookless", noconftest=True, clean=True)
+            if _errored_without_conftest(rr):
+                copy = self.scratch_copy("replay-unhooked")
+                rr.unhooked = self.run_suite(copy, label="replay-unhooked", unhooked=True)
         guard = rr.guard
         if guard is not None and (guard.skipped or guard.notrun or guard.count("xfailed")):
             copy = self.scratch_copy("replay-unskipped")
@@ -605,6 +611,7 @@ class Context:
         *,
         label: str = "suite",
         noconftest: bool = False,
+        unhooked: bool = False,
         unskip: bool = False,
         clean: bool = False,
         primary: bool = False,
@@ -620,7 +627,9 @@ class Context:
         ``as_copied``: more files shown read-only, as ``cwd`` holds them (a copy the grader rewrote).
 
         ``noconftest`` runs without the submission's hooks: ``--noconftest``, its configuration's ``addopts``
-        overridden (no ``-p`` plugin of its own); ``unskip`` makes the guard strip skip/skipif/xfail marks;
+        overridden (no ``-p`` plugin of its own); ``unhooked`` keeps them for their fixtures and has the
+        guard unregister every plugin holding a hook of the submission's once a test's fixtures are set up;
+        ``unskip`` makes the guard strip skip/skipif/xfail marks;
         ``clean`` runs pytest itself (not `make test`) in ``python -I -B`` through the grader's launcher,
         so no start-up file, ``PYTHON*`` variable or Makefile of the submission's runs before the guard.
         ``whole`` runs pytest that way over every test the repository holds (the command's own options and
@@ -682,6 +691,8 @@ class Context:
             env["PYTEST_REPORT_NONCE"] = nonce
             if unskip:
                 env["PYTEST_RUN_SKIPPED"] = "1"
+            if unhooked:
+                env["PYTEST_RUN_UNHOOKED"] = "1"
             shown = {str(cwd / rel): self.repo / rel for rel in read_only if (self.repo / rel).is_file()}
             shown.update({str(cwd / rel): cwd / rel for rel in as_copied})
             run, audit = self.run(
@@ -930,6 +941,15 @@ def _usage(folder: Path) -> tuple[int, int]:
 def makefile_targets(repo: Path) -> set[str]:
     """Explicit target names of the repo's Makefile, read statically (no make run)."""
     return set(makefile_target_lines(repo))
+
+
+def _errored_without_conftest(rr: ReplayRun) -> bool:
+    """Whether a test that passed in the suite's run errored in the rerun without conftest files: it needs a
+    conftest fixture, so that rerun said nothing about it (red team 23, F3)."""
+    if rr.guard is None or rr.noconftest is None or rr.noconftest.guard is None:
+        return False
+    again = rr.noconftest.guard.outcomes
+    return any(o == "passed" and again.get(t) == "error" for t, o in rr.guard.outcomes.items())
 
 
 def makefile_target_lines(repo: Path) -> dict[str, str]:

@@ -269,7 +269,44 @@ def test_setup(request):
     request.config.pluginmanager.register(_Quiet(), "quiet-output")
 """
 
+# Red team 23, F3: the same implementation in a conftest file whose fixture the failing tests take: without
+# conftest files they error (no evidence), so they are rerun with the fixtures kept and the hooks taken away.
+FIXTURE_TESTS = """
+import pytest
+
+
+@pytest.mark.parametrize("i", range(4))
+def test_must_hold(i, labelled):
+    assert labelled[i] == "shipping", "real failure"
+
+
+def test_fine(labelled):
+    assert labelled
+"""
+FIXTURE = """
+
+@pytest.fixture
+def labelled():
+    return ["refund"] * 4
+"""
+# The control: a conftest fixture and a pytest_pyfunc_call that calls the test without swallowing anything.
+HONEST_PYFUNC = """
+import pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    names = pyfuncitem._fixtureinfo.argnames
+    pyfuncitem.obj(**{name: pyfuncitem.funcargs[name] for name in names})
+    return True
+"""
+
 CASES = {
+    "conftest-fixture-pyfunc-call": (
+        {"tests/conftest.py": PYFUNC_SWALLOW + FIXTURE, "tests/test_strict.py": FIXTURE_TESTS},
+        None,
+        "their fixtures kept, their hooks taken away before the call",
+    ),
     "conftest-itemcollected": ({"tests/conftest.py": ITEMCOLLECTED}, None, "failed without them"),
     "ini-plugin-modifyitems": ({"softplug.py": MODIFYITEMS}, PYPROJECT_WITH_PLUGIN, "failed without them"),
     "makefile-plugin-runtest": (
@@ -319,7 +356,7 @@ def test_a_suite_wrapping_its_tests_to_swallow_failures_is_forged(
     case: str, make_submission, grade_cache
 ) -> None:
     files, pyproject, why = CASES[case]
-    repo = make_submission({"tests/test_strict.py": TESTS, **files}, pyproject=pyproject)
+    repo = make_submission({"tests/test_strict.py": TESTS} | files, pyproject=pyproject)
 
     report = _grade(repo, grade_cache)
 
@@ -376,3 +413,16 @@ def test_a_hook_that_wraps_without_swallowing_is_not_forged(make_submission, gra
     assert "FORGED" not in row["evidence"], row
     # The wrapping is still shown to the reviewer.
     assert any("wrapped" in line and "conftest.py" in line for line in row.get("details", [])), row
+
+
+def test_a_conftest_fixture_and_a_call_hook_that_swallows_nothing_is_not_forged(
+    make_submission, grade_cache
+) -> None:
+    green = FIXTURE_TESTS.replace('== "shipping"', '== "refund"')
+    repo = make_submission({"tests/test_green.py": green, "tests/conftest.py": HONEST_PYFUNC + FIXTURE})
+
+    report = _grade(repo, grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert facts["forged"] is False and facts["passed"] == 5 and facts["failed"] == 0, facts
+    assert "FORGED" not in _replay_row(report)["evidence"]

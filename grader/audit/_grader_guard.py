@@ -22,6 +22,9 @@ _UNSKIP = os.environ.pop("PYTEST_RUN_SKIPPED", None) == "1"
 # The whole-suite rerun: every test collected runs, whatever a plugin or hook deselected (red team 5, G5).
 _RUN_ALL = os.environ.pop("PYTEST_RUN_ALL", None) == "1"
 _NONCE = os.environ.pop("PYTEST_REPORT_NONCE", "")
+# The rerun that keeps the submission's conftest files and plugins for their fixtures but takes every hook
+# implementation of theirs away once a test's fixtures are set up (red team 23, F3).
+_UNHOOK = os.environ.pop("PYTEST_RUN_UNHOOKED", None) == "1"
 _ACTIVE = _FD is not None and _FD.isdigit() and not os.environ.get("PYTEST_XDIST_WORKER")
 _STATE = {"deselected": 0, "depth": 0, "narrowed": ""}
 _SEEN = set()
@@ -470,6 +473,36 @@ def pytest_runtest_setup(item):
         _watch_sends(item.nodeid)
 
 
+# Red team 23, F3: a test that takes a conftest fixture errors in the rerun without conftest files, which is
+# no evidence; its `pytest_pyfunc_call` swallowing the assertion went unseen. In the unhooked rerun the
+# fixtures are set up with every hook in force (an autouse fixture may register more), then every plugin
+# holding a hook implementation of the submission's code is unregistered before pytest calls the test. The
+# fixture definitions stay: pytest parsed them when the plugin was registered.
+@pytest.hookimpl(wrapper=True, tryfirst=True, specname="pytest_runtest_setup")
+def pytest_runtest_setup_unhook(item):
+    try:
+        return (yield)
+    finally:
+        if _UNHOOK:
+            _unhook(item.config)
+
+
+_HERE = os.path.dirname(os.path.realpath(__file__)) + os.sep
+
+
+def _unhook(config):
+    manager = config.pluginmanager
+    for plugin in list(manager.get_plugins()):
+        try:
+            callers = manager.get_hookcallers(plugin) or []
+            impls = [i for c in callers for i in c.get_hookimpls() if i.plugin is plugin]
+        except Exception:  # noqa: S112 - a plugin pluggy cannot describe: left as it is
+            continue
+        codes = [_code_of(getattr(i, "function", None)) for i in impls]
+        if any(_own(c) and not os.path.realpath(c[0]).startswith(_HERE) for c in codes if c):
+            _unregister(config, plugin)
+
+
 # The innermost wrapper around pytest's own call of the test (trylast: every other wrapper of this hook,
 # however and whenever it was registered, runs outside this one). What the test raised is recorded here,
 # before any outer wrapper can swallow it: `call.excinfo`, which makereport reads, is built only after all
@@ -577,7 +610,7 @@ def _check_wrapped(item):
         code = _code_of(getattr(impl, "function", None))
         if _own(code):
             found.append(("pytest_pyfunc_call hook", code))
-            if _without_hooks(item.config):
+            if _without_hooks(item.config) or _UNHOOK:
                 # The rerun without the submission's hooks: one a test registered itself (red team 9) is
                 # registered again by the same test, so it is taken away here, before pytest asks it.
                 _unregister(item.config, getattr(impl, "plugin", None))

@@ -426,15 +426,19 @@ def _tamper_evidence(rr: ReplayRun, results: Results) -> _Evidence:
             ev.forged.append(f"pytest's session reported exit status 0 with {red} {noun} recorded")
     if guard is not None:
         ev.wrapped = list(guard.wrapped)
-    for rerun, how in ((rr.noconftest, ""), (rr.hookless, ", nor the Makefile, in a clean interpreter")):
+    without = "no conftest files, no plugins of its configuration"
+    for rerun, how in (
+        (rr.noconftest, without),
+        (rr.hookless, f"{without}, nor the Makefile, in a clean interpreter"),
+        (rr.unhooked, "their fixtures kept, their hooks taken away before the call"),
+    ):
         if guard is None or rerun is None or rerun.guard is None:
             continue
         # Only "failed": a test that needs a conftest fixture errors without it, honestly.
         again = rerun.guard.outcomes
         for nodeid, outcome in guard.outcomes.items():
             if outcome in ("passed", "skipped", "xfailed") and again.get(nodeid) == "failed":
-                line = f"{nodeid}: {outcome} with the suite's hooks, failed without them (no conftest files, "
-                line += f"no plugins of its configuration{how})"
+                line = f"{nodeid}: {outcome} with the suite's hooks, failed without them ({how})"
                 if line not in ev.forged and not any(x.startswith(f"{nodeid}: ") for x in ev.forged):
                     ev.forged.append(line)
     if guard is not None and rr.clean is not None and rr.clean.guard is not None:
@@ -452,6 +456,7 @@ def _tamper_evidence(rr: ReplayRun, results: Results) -> _Evidence:
     reruns = (
         (rr.noconftest, "without the submission's hooks"),
         (rr.hookless, "without its hooks, in a clean interpreter"),
+        (rr.unhooked, "without its hooks (its fixtures kept)"),
         (rr.clean, "in a clean interpreter"),
     )
     for rerun, how in reruns if not rr.run.timed_out else ():
