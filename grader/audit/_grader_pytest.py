@@ -7,6 +7,7 @@ rather than parsing the suite's console output, which the submission controls.
 
 import json
 import os
+import re
 import sys
 
 # Copied next to this file wherever it goes (audit.install_into, tamper.write_guard).
@@ -34,6 +35,9 @@ def _inside(path):
     return None if rel.startswith("..") or os.path.isabs(rel) else rel
 
 
+_NATIVE_FRAME = re.compile(r'^\s*File "([^"\n]+)", line (\d+)', re.M)
+
+
 def _crash_location(report):
     """The innermost frame inside the submission: a failure raised in a dependency or the standard library
     is shown where the submission's code called into it."""
@@ -43,6 +47,11 @@ def _crash_location(report):
         rel = _inside(loc.path) if loc is not None and getattr(loc, "path", None) else None
         if rel is not None:
             return f"{rel}:{loc.lineno}"
+        # `--tb=native`, which every suite run is given: one entry of Python's own traceback text.
+        for path, lineno in reversed(_NATIVE_FRAME.findall("".join(getattr(entry, "lines", None) or ()))):
+            rel = _inside(path)
+            if rel is not None:
+                return f"{rel}:{lineno}"
     crash = getattr(report.longrepr, "reprcrash", None)
     if crash is None or not getattr(crash, "path", None):
         return None
