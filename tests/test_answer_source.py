@@ -341,6 +341,11 @@ def test_a_layer_answering_from_its_own_table_loses_the_full_replay_score(
     # was handed an answer the tape it opened does not hold).
     assert facts["answers_replaced"] == 1, facts
     found = [f for f in report["findings"] if f["rule"] == "answer-not-from-tape"]
+    # And a third time by `make demo`, whose batch path goes through the same layer: its line for that
+    # ticket stayed the same with every tape's answer changed (the demo comparison, at the demo rule).
+    demo = [f for f in found if f["location"] == "Makefile:27"]
+    found = [f for f in found if f not in demo]
+    assert len(demo) == 1 and facts["demo_answers_kept"] == 1, demo
     assert len(found) == 2 and {f["location"].rsplit(":", 1)[0] for f in found} == {tape}, found
 
 
@@ -518,7 +523,8 @@ def test_a_table_behind_tapes_read_at_import_is_caught(tmp_path: Path, grade_cac
     assert row["score"] == 2, row
     assert "read outside it" in row["evidence"], row["evidence"]
     found = [f for f in report["findings"] if f["rule"] == "answer-not-from-tape"]
-    assert [f["location"].rsplit(":", 1)[0] for f in found] == [tape], found
+    # The table answers `make demo` too: its line for that ticket is kept, found at the demo rule.
+    assert [f["location"].rsplit(":", 1)[0] for f in found] == [tape, "Makefile"], found
 
 
 @pytest.mark.slow
