@@ -122,10 +122,11 @@ def replay(ctx: Context) -> CheckResult:
             text and a label) printed the same, at the same place, when the demo ran again offline with
             every tape's answer given another label: answers shown from somewhere other than the tapes (a
             corrections table in a batch path, a saved table: red teams 21 and 22)
-        unbacked_passes: tests that passed on an answer no recording gave, by the probes above (on an
-            edited tape, a re-worded request, an answer the agent or the client took from elsewhere; a tape
-            read outside any test stands for one): each counts as the failure it would have been (red team
-            23, F1: a hand-edited tape must not score above the honest recording whose tests fail)
+        unbacked_passes: answers no recording gave that the suite passed on, by the probes above: each
+            hand-edited tape (its answer changed) a passing test read, each tape the agent answered
+            otherwise, each tape whose answer the client was handed changed, each test that passed on a
+            re-worded request; each counts as the failure it would have been, once (red team 23, F1: a
+            hand-edited tape must not score above the honest recording whose tests fail)
         summary: e.g. "24 passed, 0 failed, 0 errors, 0 connection attempts (make test, 1.2 s)"
     """
     facts = _zero_facts()

@@ -32,8 +32,11 @@ def edit_history(ctx: Context) -> TapeHistory:
 
 
 def unbacked_passes(ctx: Context) -> list[str]:
-    """The tests (one name each; a tape read outside any test stands for one) that passed on an answer no
-    recording gave, as the replay check's probes found them."""
+    """What passed on an answer no recording gave, one entry per answer (a test of the honest recording
+    that checks it fails once; tests that check little of it would pass either way, so they are not
+    counted apiece): each edited tape a passing test read (or no one test was seen to read), each tape the
+    agent answered otherwise, each request the client was handed another answer for, each test that passed
+    on a re-worded request."""
     return ctx.memo("unbacked passes", lambda: _unbacked(ctx))
 
 
@@ -48,18 +51,18 @@ def _unbacked(ctx: Context) -> list[str]:
             rr = None
         outcomes = rr.guard.outcomes if rr is not None and rr.guard is not None else {}
         opened = rr.audit.opened_by if rr is not None else {}
-        for test, paths in opened.items():
-            if test and edited & set(paths) and outcomes.get(test) in _PASSED:
-                found[test] = None
-        # An edited tape no one test was seen to read (read at import, or not at all) stands for one pass.
-        for path in sorted(edited - {p for t, ps in opened.items() if t for p in ps}):
-            found[f"a test reading {path}"] = None
+        named = {path for test, paths in opened.items() if test for path in paths}
+        for path in sorted(edited):
+            readers = [t for t, paths in opened.items() if t and path in paths]
+            # An edited tape no one test was seen to read (read at import, or not at all) counts too.
+            if path not in named or any(outcomes.get(t) in _PASSED for t in readers):
+                found[path] = None
     for item in made_up_passes(ctx):
         found[item.test] = None
     probe = answer_rerun.answer_probe(ctx)
     for ignored in probe.ignored if probe is not None else []:
-        found[answer_rerun.who(ignored)] = None
+        found[ignored.tape.rsplit(":", 1)[0]] = None
     served = served_answers(ctx)
     for replaced in served.replaced if served is not None else []:
-        found[replaced.test or "a request made outside any test"] = None
+        found[replaced.where.rsplit(":", 1)[0]] = None
     return list(found)
