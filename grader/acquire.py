@@ -11,10 +11,12 @@ the other pipeline steps).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import tarfile
@@ -131,15 +133,27 @@ def _git(
     timeout: float = CLONE_TIMEOUT,
     extra_env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        gitsafe.argv(*args, protocols=_PROTOCOLS),
+    argv = gitsafe.argv(*args, protocols=_PROTOCOLS)
+    # A session of its own: on a timeout every process git started (`git-upload-pack` under a shell, for a
+    # local clone) is killed with it; red team 24, F4: one blocked on a FIFO outlived the grade as root.
+    with subprocess.Popen(
+        argv,
         cwd=cwd,
         env=gitsafe.env(home, extra_env),
-        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
-        check=False,
-    )
+        start_new_session=True,
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def _clone_error(source: str, stderr: str, code: int) -> BadInput:
@@ -160,9 +174,40 @@ def _clone_error(source: str, stderr: str, code: int) -> BadInput:
     return BadInput(f"cannot clone {redact(source)}: {redact(why)} (git exit {code})")
 
 
+# Files of a local repository git reads while serving a clone. Red team 24: a FIFO there blocked the clone
+# (F4); alternates made git serve another repository's objects as the submission's (F3).
+_READ_BY_GIT = ("HEAD", "config", "packed-refs", "shallow", "commondir", "info/grafts")
+_BORROWING = ("objects/info/alternates", "objects/info/http-alternates", "commondir")
+
+
+def _check_local_git(path: Path, source: str) -> None:
+    """Refuse a local repository git could not serve as itself: a file it reads that is not a regular one,
+    or objects borrowed from another repository."""
+    gitdir = path / ".git" if (path / ".git").is_dir() else path
+    for rel in (*_READ_BY_GIT, *_BORROWING):
+        try:
+            info = os.lstat(gitdir / rel)
+        except OSError:
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            raise BadInput(
+                f"{redact(source)}: .git/{rel} is not a regular file (a FIFO, a link or a device): git would "
+                "block on it or read another file; grade a fresh clone of the repository"
+            )
+        if rel in _BORROWING and info.st_size:
+            raise BadInput(
+                f"{redact(source)}: .git/{rel} points git at another repository's objects, which would be "
+                "graded as this one's; grade a clone made with `git clone --no-local`"
+            )
+
+
 def _clone(url: str, ref: str | None, root: Path, source: str) -> Path:
     repo = root / "repo"
     home = root / ".git-home"
+    if url.lower().startswith("file://"):
+        _check_local_git(Path(url[len("file://") :]), source)
+    elif not (_URL.match(url) or _SCP.match(url)):
+        _check_local_git(Path(url), source)
     try:
         done = _git(
             # --no-local: a local source goes through the pack protocol, like a remote one: no shared inodes

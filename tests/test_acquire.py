@@ -490,3 +490,61 @@ def test_notes_the_stash_and_other_refs_come_with_the_submission(source_repo, tm
     found = scan_history(ws.repo)
     assert len(found) == 3, [f.location for f in found]
     assert not any(key in repr(found) for key in keys)
+
+
+# Red team 24, F3: a repository whose objects/info/alternates names another repository on the grading
+# machine was graded as that repository's commit (local path, or a 16 KB zip of a `.git` with no objects).
+def _borrowing_repo(tmp_path: Path, lender: Path) -> Path:
+    borrower = tmp_path / "borrower"
+    borrower.mkdir()
+    git("init", "-q", "-b", "main", cwd=borrower)
+    (borrower / ".git" / "objects" / "info" / "alternates").write_text(f"{lender / '.git' / 'objects'}\n")
+    head = git("rev-parse", "main", cwd=lender).strip()
+    (borrower / ".git" / "refs" / "heads" / "main").write_text(head + "\n")
+    assert git("log", "--oneline", cwd=borrower).strip()  # git itself reads the lender's commits here
+    return borrower
+
+
+def test_a_repository_borrowing_another_ones_objects_is_refused(source_repo, tmp_path):
+    borrower = _borrowing_repo(tmp_path, source_repo)
+    with pytest.raises(BadInput, match=r"objects/info/alternates points git at another repository"):
+        acquire(str(borrower), tmp_path / "ws")
+    archive = tmp_path / "borrower.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("README.md", "my take-home\n")
+        for path in sorted(borrower.rglob("*")):
+            if path.is_file():
+                zf.write(path, path.relative_to(borrower).as_posix())
+    with pytest.raises(BadInput, match=r"objects/info/alternates"):
+        acquire(str(archive), tmp_path / "ws-zip")
+
+
+@pytest.mark.parametrize("name", ["config", "objects/info/alternates"])
+def test_a_fifo_where_git_reads_is_refused_at_once_and_nothing_is_left_running(source_repo, tmp_path, name):
+    """Red team 24, F4: a FIFO at .git/config blocked the clone for 300 s, then `sh` and `git-upload-pack`
+    outlived the grade as root."""
+    fifo = source_repo / ".git" / name
+    fifo.unlink(missing_ok=True)
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    with pytest.raises(BadInput, match=r"is not a regular file"):
+        acquire(str(source_repo), tmp_path / "ws")
+    assert time.monotonic() - started < 60
+    left = subprocess.run(["pgrep", "-f", f"upload-pack.*{source_repo}"], capture_output=True, text=True)
+    assert left.stdout == "", left.stdout
+
+
+def test_a_git_command_that_times_out_takes_every_process_it_started_with_it(tmp_path):
+    """The whole process group goes at the timeout: a git child blocked on a FIFO outlived the grade."""
+    from grader.acquire import _git
+
+    marker = f"git-child-stall-{os.getpid()}"
+    stall = tmp_path / f"{marker}.sh"  # the shell's command line names it: pgrep finds a survivor
+    stall.write_text("#!/bin/sh\nsleep 600 &\nwait\n")
+    stall.chmod(0o755)
+    (tmp_path / "home").mkdir()
+    with pytest.raises(subprocess.TimeoutExpired):
+        _git(["-c", f"alias.stall=!{stall}", "stall"], cwd=tmp_path, home=tmp_path / "home", timeout=2)
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+    assert left.stdout == "", left.stdout
