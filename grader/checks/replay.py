@@ -124,8 +124,9 @@ def replay(ctx: Context) -> CheckResult:
             corrections table in a batch path, a saved table: red teams 21 and 22)
         unbacked_passes: answers no recording gave that the suite passed on, by the probes above: each
             hand-edited tape (its answer changed) a passing test read, each tape the agent answered
-            otherwise, each tape whose answer the client was handed changed, each test that passed on a
-            re-worded request; each counts as the failure it would have been, once (red team 23, F1: a
+            otherwise, each tape whose answer the client was handed changed (not made_up_passes: those
+            passes were a probe's, not the suite's); each counts as the failure it would have been, once
+            (red team 23, F1: a
             hand-edited tape must not score above the honest recording whose tests fail)
         summary: e.g. "24 passed, 0 failed, 0 errors, 0 connection attempts (make test, 1.2 s)"
     """

@@ -3,8 +3,8 @@ suite's verdict.
 
 Red team 23, F1: an edited tape capped offline-replay at 2, but the honest twin whose three tests fail on
 the real recording scored 1 there, and make-targets still said "test passed" on the edited tape. So a pass
-the grader has found unbacked (on a tape edited by hand in a later commit, on a re-worded request no tape
-holds, on an answer the agent took from elsewhere or the client was handed from a table) counts as the
+the grader has found unbacked in the suite's own run (on a tape edited by hand in a later commit, on an
+answer the agent took from elsewhere or the client was handed from a table) counts as the
 failure it would have been: the same score as the twin, never above it.
 """
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from grader.checks import answer_rerun
-from grader.checks.loud_miss import made_up_passes
 from grader.checks.served_answers import served_answers
 from grader.errors import NotAssessable
 from grader.tape_history import TapeHistory, tape_edits
@@ -35,8 +34,9 @@ def unbacked_passes(ctx: Context) -> list[str]:
     """What passed on an answer no recording gave, one entry per answer (a test of the honest recording
     that checks it fails once; tests that check little of it would pass either way, so they are not
     counted apiece): each edited tape a passing test read (or no one test was seen to read), each tape the
-    agent answered otherwise, each request the client was handed another answer for, each test that passed
-    on a re-worded request."""
+    agent answered otherwise, each request the client was handed another answer for. Passes on re-worded
+    requests (made_up_passes) are not: they happened in a probe's run, not the suite's, and show what the
+    layer can do, which the row's cap at 2 already says."""
     return ctx.memo("unbacked passes", lambda: _unbacked(ctx))
 
 
@@ -57,8 +57,6 @@ def _unbacked(ctx: Context) -> list[str]:
             # An edited tape no one test was seen to read (read at import, or not at all) counts too.
             if path not in named or any(outcomes.get(t) in _PASSED for t in readers):
                 found[path] = None
-    for item in made_up_passes(ctx):
-        found[item.test] = None
     probe = answer_rerun.answer_probe(ctx)
     for ignored in probe.ignored if probe is not None else []:
         found[ignored.tape.rsplit(":", 1)[0]] = None
