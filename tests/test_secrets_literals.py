@@ -128,8 +128,8 @@ def test_each_rule_has_anchors_and_every_true_sample_match_holds_one(rule: Rule)
 
 def test_a_rules_anchors_are_its_prefixes_only_when_each_holds_a_keyword() -> None:
     by_id = {r.id: r for r in RULES}
-    # hf_ + a letter: sharper than the keyword, which every one of them holds.
-    assert len(by_id["huggingface-access-token"].anchors) == 52
+    # hf_ + a letter or digit: sharper than the keyword, which every one of them holds.
+    assert len(by_id["huggingface-access-token"].anchors) == 62  # hf_ and a letter or digit
     # sk-... prefixes do not hold T3BlbkFJ, the rarer keyword: the keyword gates.
     assert by_id["openai-legacy-key"].anchors == {b"T3BlbkFJ"}
     # Lowercase literals for a rule that runs on lowercased text.
