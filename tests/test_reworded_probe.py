@@ -383,7 +383,9 @@ def test_answers_invented_only_when_the_tape_folder_is_whole_are_caught(
     assert any("every tape in place" in d for d in row["details"]), row["details"]
     # It asks `Path.exists()` of the tape it lacks: the unrecorded-input probe sees those tests as well,
     # and its findings name the unrecorded tickets' lines in the data file.
-    others = [f for f in made_up if f not in reworded]
+    # `make demo`, which runs the tickets file, also exits 0 after those misses: a finding at its rule.
+    demo = [f for f in made_up if f["location"].startswith("Makefile:")]
+    others = [f for f in made_up if f not in reworded and f not in demo]
     assert facts["unrecorded_answered"] == len(others) > 0, facts
     assert all(f["location"].startswith("data/tickets.jsonl:") for f in others), others
 
@@ -491,7 +493,9 @@ def test_a_tape_served_for_another_system_prompt_is_caught(
     assert any("passed with its recorded system prompt re-worded" in d for d in replay["details"]), replay
     assert 0 < facts["prompt_in_place_answered"] <= facts["prompt_in_place_compared"]
     assert facts["loud"] is False and row["score"] <= 1, row
-    assert made_up and all("system prompt re-worded and every tape in place" in f["message"] for f in made_up)
+    # `make demo` may also exit 0 after a miss of the same layer: a finding at its rule, not the prompt's.
+    prompt = [f for f in made_up if not f["location"].startswith("Makefile:")]
+    assert prompt and all("system prompt re-worded and every tape in place" in f["message"] for f in prompt)
     assert "recorded system prompts re-worded" in row["evidence"]
 
 

@@ -1124,11 +1124,6 @@ def _summary(
             "found no tape and the HTTP client was handed an answer no tape holds (first: "
             f"{found.unrecorded_first})"
         )
-    # After the findings that name the input (file:line): the demo's name only its recipe line.
-    elif facts["demo_passed_a_miss"]:
-        summary = "`make demo` exited 0 after trying a tape that does not exist: a miss that did not fail it"
-    elif facts["demo_withheld_exit"] == 0:
-        summary = "`make demo` exited 0 with every tape withheld: its output is backed by no tape"
     elif facts["unseen_exit_in_tests"] in (-1, 2) and found.answered:
         summary = f"{found.answered_how} (first: {found.answered[0]})"
     elif facts["prompt_unheld"] and facts["unseen_exit_in_tests"] in (-1, 2):
@@ -1136,6 +1131,11 @@ def _summary(
             "the system prompt the agent sends is in neither its key nor its tapes: a changed prompt is "
             "answered from the old tapes without a miss"
         )
+    # After the findings that name the input (file:line): the demo's name only its recipe line.
+    elif facts["demo_passed_a_miss"]:
+        summary = "`make demo` exited 0 after trying a tape that does not exist: a miss that did not fail it"
+    elif facts["demo_withheld_exit"] == 0:
+        summary = "`make demo` exited 0 with every tape withheld: its output is backed by no tape"
     else:
         summary = f"an unseen message exited {facts['unseen_exit_in_tests']} inside a test instead of 2"
     if fallbacks:
