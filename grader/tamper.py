@@ -26,8 +26,10 @@ import ast
 import configparser
 import errno
 import json
+import os
 import re
 import shutil
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +37,8 @@ from typing import Any
 
 from grader import pysource, unshadow, walk
 from grader._toml import tomllib
+from grader.audit._grader_startup import LATER as _LATER_STDLIB
+from grader.audit._grader_startup import standard_spec
 from grader.pytest_config import addopts_text, ini_sections, is_test_module
 from grader.safeio import UnsafeFile, read_bytes
 
@@ -101,6 +105,18 @@ _SHADOWABLE = frozenset(
     | {"sitecustomize", "usercustomize"}
 )
 _SHADOW_WHY = "which is imported before the grader's guard when its folder is on the path"
+# Red team 24, F2: standard-library modules pytest imports once its `pythonpath` put the tree first, and those
+# this platform lacks (tried while pytest is imported). The grader's start-up code keeps both to the standard
+# library (grader/audit/_grader_startup.py); listed, because without the grader they run in every session.
+_STDLIB_WHY = (
+    "stands in for the standard library's {name}, which pytest imports in every session once the tree is "
+    "first on the path: without the grader it runs before any conftest (the grader loads the real one)"
+)
+_ABSENT_WHY = (
+    "is named like {name}, a standard-library module this platform lacks that Python tries while importing "
+    "pytest: without the grader it runs before any plugin (the grader keeps the name missing)"
+)
+_COMPILED = re.compile(r"^([A-Za-z_]\w*)(?:\.[\w-]+)?\.(?:pyc|so|pyd)$")
 _CONFIG_FILES = (
     "pyproject.toml",
     "pytest.ini",
@@ -167,6 +183,36 @@ def _shadowed(repo: Path, path: Path) -> str | None:
         if path.name == "__init__.py" and path.parent.parent == base and path.parent.name in _SHADOWABLE:
             return path.parent.name
     return None
+
+
+def _stdlib_stand_in(name: str) -> bool:
+    """A standard-library name pytest imports late, or one this platform lacks (``nt``, ``msvcrt``)."""
+    if name not in sys.stdlib_module_names or name in sys.builtin_module_names:
+        return False
+    return name in _LATER_STDLIB or standard_spec(name) is None
+
+
+def _stdlib_shadows(repo: Path) -> Iterator[Hook]:
+    """Top-level modules (source, compiled, packages; at the root or in src/) named ``_stdlib_stand_in``."""
+    for base in (repo, repo / "src"):
+        if base.is_symlink():
+            continue
+        try:
+            entries = sorted(os.scandir(base), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                name, rel = entry.name, f"{entry.name}/__init__.py"
+                if not os.path.lexists(os.path.join(entry.path, "__init__.py")):
+                    continue  # a namespace portion: the standard library's module is found first
+            elif match := _COMPILED.match(entry.name) or re.match(r"^([A-Za-z_]\w*)\.py$", entry.name):
+                name, rel = match.group(1), entry.name
+            else:
+                continue
+            if _stdlib_stand_in(name):
+                why = _STDLIB_WHY if name in _LATER_STDLIB else _ABSENT_WHY
+                yield Hook("startup", f"{_rel(repo, base / rel)}:1", why.format(name=name))
 
 
 def _rel(repo: Path, path: Path) -> str:
@@ -576,6 +622,8 @@ def scan(repo: Path) -> TamperScan:
         if path.name == "conftest.py" or path in plugins or path.name in _STARTUP_MODULES:
             add(Hook("unreadable", f"{_rel(repo, path)}:1", _UNREADABLE_WHY))
     for hook in _config_rules(repo):
+        add(hook)
+    for hook in _stdlib_shadows(repo):
         add(hook)
     return result
 

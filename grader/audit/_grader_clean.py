@@ -2,16 +2,21 @@
 
 ``-I`` ignores every ``PYTHON*`` variable and keeps the working folder and this script's folder off the
 start-up path, so nothing from the submission's tree (``sitecustomize.py``, ``usercustomize.py``, modules
-shadowing pytest's) is imported before pytest and the guard plugin; the tree joins ``sys.path`` at the end.
+shadowing pytest's) is imported before pytest and the guard plugin. The grader's start-up module, beside this
+file, is then run by hand: it appends the tree to ``sys.path`` and keeps the standard library's names to the
+standard library (its docstring says which).
 """
 
+import importlib.util
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the guard plugin's folder
-for _path in os.environ.get("PY_SOURCE_PATH", "").split(os.pathsep):
-    if _path and _path not in sys.path:
-        sys.path.append(_path)
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _HERE)  # the guard plugin's folder
+_spec = importlib.util.spec_from_file_location("_grader_startup", os.path.join(_HERE, "sitecustomize.py"))
+if _spec is None or _spec.loader is None:
+    raise SystemExit("the grader's start-up module is missing beside the clean launcher")
+_spec.loader.exec_module(importlib.util.module_from_spec(_spec))
 
 import pytest  # noqa: E402 - after the path is set
 
