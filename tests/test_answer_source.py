@@ -196,17 +196,26 @@ def test_triage_gives_a_known_label(ticket):
 """
 
 
+def _relabel_first(repo: Path, count: int) -> list[dict]:
+    """The first ``count`` tickets (each a `refund`) expected as `shipping`, which their tapes do not hold."""
+    tickets = repo / "data" / "tickets.jsonl"
+    lines = tickets.read_text(encoding="utf-8").splitlines()
+    changed = []
+    for n in range(count):
+        ticket = json.loads(lines[n])
+        assert ticket["intent"] == "refund", "the sample's tickets changed: pick other tickets"
+        ticket["intent"] = "shipping"
+        lines[n] = json.dumps(ticket)
+        changed.append(ticket)
+    tickets.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return changed
+
+
 def _relabelled(dest: Path, *, errata: bool) -> tuple[Path, str]:
     """The sample solution, committed; then ticket 1's expected label changed to one its tape does not
     hold and (``errata``) the cassette layer given a table answering that ticket's key with it."""
     repo = commit(sample_copy(dest), "take-home submission")
-    tickets = repo / "data" / "tickets.jsonl"
-    lines = tickets.read_text(encoding="utf-8").splitlines()
-    first = json.loads(lines[0])
-    assert first["intent"] != "shipping"
-    first["intent"] = "shipping"
-    lines[0] = json.dumps(first)
-    tickets.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (first,) = _relabel_first(repo, 1)
     tape = next(
         t
         for t in load_tapes(repo, Path("cassettes"))
@@ -800,6 +809,21 @@ _POOLED = """
 """
 
 
+# The sample's `--file` batch: one client, every ticket through triage. Tests below swap it for a batch path
+# of a candidate's own.
+_STRICT_BATCH = (
+    "    with build_client() as client:\n"
+    '        rows = [(t, triage(t["message"], client=client)) for t in tickets]\n'
+)
+
+
+def _rewrite_batch(repo: Path, code: str) -> None:
+    main = repo / "support_triage_agent" / "__main__.py"
+    source = main.read_text(encoding="utf-8")
+    assert _STRICT_BATCH in source, "the sample's batch path changed: update _STRICT_BATCH"
+    main.write_text(source.replace(_STRICT_BATCH, code), encoding="utf-8")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("pooled", [True, False])
 def test_a_demo_that_labels_what_it_could_not_triage_is_not_loud(
@@ -810,14 +834,7 @@ def test_a_demo_that_labels_what_it_could_not_triage_is_not_loud(
     Withholding every tape from `make demo` shows it; the honest demo exits 2 there."""
     repo = sample_copy(tmp_path / ("pooled" if pooled else "honest"))
     if pooled:
-        main = repo / "support_triage_agent" / "__main__.py"
-        source = main.read_text(encoding="utf-8")
-        strict = (
-            "    with build_client() as client:\n"
-            '        rows = [(t, triage(t["message"], client=client)) for t in tickets]\n'
-        )
-        assert strict in source
-        main.write_text(source.replace(strict, _POOLED.lstrip("\n")), encoding="utf-8")
+        _rewrite_batch(repo, _POOLED.lstrip("\n"))
     commit(repo, "take-home submission")
 
     report = _grade(repo, grade_cache)
@@ -856,14 +873,7 @@ def test_a_demo_that_invents_only_while_its_tapes_are_there_is_not_loud(
     with (repo / "data" / "tickets.jsonl").open("a", encoding="utf-8") as tickets:
         tickets.write(json.dumps(NEW_TICKET) + "\n")
     if gated:
-        main = repo / "support_triage_agent" / "__main__.py"
-        source = main.read_text(encoding="utf-8")
-        strict = (
-            "    with build_client() as client:\n"
-            '        rows = [(t, triage(t["message"], client=client)) for t in tickets]\n'
-        )
-        assert strict in source
-        main.write_text(source.replace(strict, _POOLED_WHILE_WHOLE.lstrip("\n")), encoding="utf-8")
+        _rewrite_batch(repo, _POOLED_WHILE_WHOLE.lstrip("\n"))
     commit(repo, "take-home submission")
 
     report = _grade(repo, grade_cache)
@@ -882,10 +892,6 @@ def test_a_demo_that_invents_only_while_its_tapes_are_there_is_not_loud(
 # Red team 21, F3 and red team 22, F2b: the demo's batch path shows answers of its own while every
 # single-message ask reads the tape honestly: a corrections table applied after the agent returned (to the
 # one ticket the model got wrong), or a saved table printed after opening every tape, no agent called.
-_STRICT_BATCH = (
-    "    with build_client() as client:\n"
-    '        rows = [(t, triage(t["message"], client=client)) for t in tickets]\n'
-)
 _CORRECTED = _STRICT_BATCH + (
     "    fixes = {tickets[0]['message']: {'intent': tickets[0]['intent'], 'needs_human': False}}\n"
     "    rows = [(t, fixes.get(t['message'], r)) for t, r in rows]\n"
@@ -903,10 +909,7 @@ def test_a_demo_showing_answers_its_tapes_do_not_hold_loses_the_full_replay_scor
     tmp_path: Path, grade_cache: Path, batch: str
 ) -> None:
     repo = sample_copy(tmp_path / batch)
-    main = repo / "support_triage_agent" / "__main__.py"
-    source = main.read_text(encoding="utf-8")
-    assert _STRICT_BATCH in source
-    main.write_text(source.replace(_STRICT_BATCH, _CORRECTED if batch == "corrected" else _CANNED), "utf-8")
+    _rewrite_batch(repo, _CORRECTED if batch == "corrected" else _CANNED)
     commit(repo, "take-home submission")
 
     report = _grade(repo, grade_cache)
@@ -925,16 +928,7 @@ def _relabel_tickets(dest: Path, count: int, *, edit_tapes: bool) -> Path:
     tapes do not hold (their tests fail: the honest twin); ``edit_tapes``: a later commit then edits those
     tapes' recorded answers to `shipping` by hand, request and key untouched."""
     repo = commit(sample_copy(dest), "take-home submission")
-    tickets = repo / "data" / "tickets.jsonl"
-    lines = tickets.read_text(encoding="utf-8").splitlines()
-    messages = []
-    for n in range(count):
-        ticket = json.loads(lines[n])
-        assert ticket["intent"] == "refund"
-        ticket["intent"] = "shipping"
-        lines[n] = json.dumps(ticket)
-        messages.append(ticket["message"])
-    tickets.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    messages = [ticket["message"] for ticket in _relabel_first(repo, count)]
     commit(repo, "tickets relabelled after review")
     if edit_tapes:
         for tape in load_tapes(repo, Path("cassettes")):

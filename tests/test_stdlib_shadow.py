@@ -59,7 +59,9 @@ def _tree(root: Path) -> Path:
     return root
 
 
-def _session(tree: Path, guard: Path | None, *, clean: bool, log: Path) -> tuple[str, set[str]]:
+def _session(
+    tree: Path, guard: Path, *, clean: bool, log: Path, tree_known: bool = True
+) -> tuple[str, set[str]]:
     """A session over ``tree`` set up as the grader sets up the suite's run; the stand-ins that ran."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -71,23 +73,23 @@ def _session(tree: Path, guard: Path | None, *, clean: bool, log: Path) -> tuple
     report = log.with_suffix(".guard")
     fd = os.open(report, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        if guard is not None:
-            plugins = ("pytest_socket", tamper.RESULTS_MODULE, tamper.GUARD_MODULE)
-            env |= {
-                "PYTHONPATH": str(guard),
-                "PYTHONSAFEPATH": "1",
-                "PYTHONNOUSERSITE": "1",
-                "PY_SOURCE_PATH": str(tree),
-                "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-                "PYTEST_REPORT_FD": str(fd),
-                "PYTEST_REPORT_NONCE": "nonce",
-                "PYTEST_ADDOPTS": " ".join(
-                    [*(a for p in plugins for a in ("-p", p)), "--disable-socket", "--tb=native"]
-                ),
-            }
-            if clean:
-                launcher = str(guard / tamper.CLEAN_LAUNCHER)
-                argv = [sys.executable, "-I", "-B", launcher, "-p", "no:cacheprovider"]
+        plugins = ("pytest_socket", tamper.RESULTS_MODULE, tamper.GUARD_MODULE)
+        env |= {
+            "PYTHONPATH": str(guard),
+            "PYTHONNOUSERSITE": "1",
+            # Unset, the finder cannot tell the tree's code from pytest's and stays idle; the tree then joins
+            # the path only through pytest's `pythonpath` option.
+            "PY_SOURCE_PATH": str(tree) if tree_known else "",
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+            "PYTEST_REPORT_FD": str(fd),
+            "PYTEST_REPORT_NONCE": "nonce",
+            "PYTEST_ADDOPTS": " ".join(
+                [*(a for p in plugins for a in ("-p", p)), "--disable-socket", "--tb=native"]
+            ),
+        }
+        if clean:
+            launcher = str(guard / tamper.CLEAN_LAUNCHER)
+            argv = [sys.executable, "-I", "-B", launcher, "-p", "no:cacheprovider"]
         done = subprocess.run(
             argv, cwd=tree, env=env, pass_fds=(fd,), capture_output=True, text=True, timeout=300, check=False
         )
@@ -103,11 +105,17 @@ def shadowed_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _tree(tmp_path_factory.mktemp("stand-ins") / "tree")
 
 
-def test_without_the_grader_the_stand_ins_run_in_every_session(shadowed_tree: Path, tmp_path: Path) -> None:
-    # The control: what the red team relied on, so the next test can fail.
-    out, ran = _session(shadowed_tree, None, clean=False, log=tmp_path / "ran.log")
+def test_the_scan_lists_the_stand_ins_a_session_imports_late(shadowed_tree: Path, tmp_path: Path) -> None:
+    """With the finder idle (no tree to tell apart), the stand-ins that run are those pytest, pytest-socket
+    and the guard import once pytest's `pythonpath` put the tree first: the tamper scan's LATER holds them."""
+    from grader.audit._grader_startup import LATER
+
+    guard = tmp_path / "guard"
+    tamper.write_guard(guard)
+    out, ran = _session(shadowed_tree, guard, clean=False, log=tmp_path / "ran.log", tree_known=False)
     assert "3 failed" in out, out
-    assert {"pdb", "getpass", "codeop"} <= ran, ran
+    assert {"pdb", "getpass", "codeop"} <= ran, ran  # what the red team relied on: the next test can fail
+    assert ran <= LATER, f"pytest imports more standard-library modules late: {sorted(ran - LATER)}"
 
 
 @pytest.mark.parametrize("clean", [False, True], ids=["suite-run", "clean-interpreter"])
@@ -123,21 +131,25 @@ def test_no_stand_in_for_the_standard_library_runs_in_a_graded_session(
     assert ran == set(), f"stand-ins ran: {sorted(ran)} (grader/audit/_grader_startup.py LATER)"
 
 
-def test_a_project_module_named_like_another_standard_library_module_still_imports(tmp_path: Path) -> None:
+def test_the_projects_own_imports_resolve_as_python_resolves_them(tmp_path: Path) -> None:
+    """The project's `secrets.py` is the project's; the standard library's own imports (pdb importing
+    `code`, subprocess and getpass trying Windows modules) never reach the tree's stand-ins."""
     guard = tmp_path / "guard"
     tamper.write_guard(guard)
     tree = tmp_path / "tree"
     tree.mkdir()
     (tree / "secrets.py").write_text("OURS = True\n", encoding="utf-8")
-    (tree / "pdb.py").write_text("raise SystemExit('the tree stood in for pdb')\n", encoding="utf-8")
-    (tree / "nt.py").write_text("raise SystemExit('the tree stood in for nt')\n", encoding="utf-8")
-    code = (
-        "import sys; sys.path.insert(0, '.')\n"  # what pytest's pythonpath option does
-        "import secrets, pathlib, subprocess, pdb, getpass\n"
-        "print(secrets.OURS, pdb.Pdb.__module__)\n"
+    for name in ("code", "codeop", "cmd", "nt", "msvcrt", "_winapi"):
+        (tree / f"{name}.py").write_text(f"raise SystemExit('stood in for {name}')\n", encoding="utf-8")
+    (tree / "main.py").write_text(
+        "import os, sys\n"
+        "sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # what pytest's pythonpath does\n"
+        "import secrets, pathlib, subprocess, getpass, pdb\n"
+        "print(secrets.OURS, pdb.Pdb.__module__)\n",
+        encoding="utf-8",
     )
     env = {**os.environ, "PYTHONPATH": str(guard), "PYTHONSAFEPATH": "1", "PY_SOURCE_PATH": str(tree)}
-    argv = [sys.executable, "-c", code]
+    argv = [sys.executable, "main.py"]
     done = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "pdb"]
