@@ -21,18 +21,30 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from grader.drift_run import last_user_message
 from grader.standin import load_rules
 from grader.tapes import Tape, _parse
 
-__all__ = ["AnswerSchema", "Perturbed", "answer_objects", "answer_schema", "perturb_copy", "strings_in"]
+__all__ = [
+    "REFUSAL",
+    "AnswerSchema",
+    "Perturbed",
+    "answer_objects",
+    "answer_schema",
+    "perturb_copy",
+    "refuse_copy",
+    "strings_in",
+]
 
+_T = TypeVar("_T")
 _MAX_DEPTH = 12
+# What a model that declines says instead of an answer: no label, no JSON (the drifted stand-in's refusal).
+REFUSAL = "I'm sorry, but I can't help with that request."
 _MAX_STRINGS = 2_000  # strings looked at per response body (an answer is near the top of any real one)
 
 
@@ -157,6 +169,16 @@ def _written_forms(text: str) -> list[str]:
     return list(dict.fromkeys(forms))
 
 
+def _replace_at(text: str, pos: int, stored: str, now: str) -> tuple[int, str, int] | None:
+    """``stored`` (a response string) replaced by ``now`` at its next written occurrence from ``pos``
+    (interactions are stored in order); (where it was, the new text, where to look next), or None."""
+    for old, new in zip(_written_forms(stored), _written_forms(now), strict=True):
+        at = text.find(old, pos)
+        if at >= 0:
+            return at, text[:at] + new + text[at + len(old) :], at + len(new)
+    return None
+
+
 def _requests(tape: Tape) -> list[tuple[Any, ...]]:
     return [(i.method, i.url, i.path, i.request_body) for i in tape.interactions]
 
@@ -174,15 +196,11 @@ def _perturb_one(tape: Tape, schema: AnswerSchema, shift: int) -> tuple[str, lis
             changed = _changed(stored, schema, now)
             if changed == stored:
                 continue
-            for old, new in zip(_written_forms(stored), _written_forms(changed), strict=True):
-                at = text.find(old, pos)
-                if at >= 0:
-                    where = f"{tape.path}:{text.count(chr(10), 0, at) + 1}"
-                    text = text[:at] + new + text[at + len(old) :]
-                    pos = at + len(new)
-                    message = last_user_message(inter.request_body)
-                    done.append(Perturbed(where, message, was, now))
-                    break
+            replaced = _replace_at(text, pos, stored, changed)
+            if replaced is not None:
+                at, text, pos = replaced
+                where = f"{tape.path}:{text.count(chr(10), 0, at) + 1}"
+                done.append(Perturbed(where, last_user_message(inter.request_body), was, now))
     if not done:
         return None
     again = _parse(tape.path, text)
@@ -203,18 +221,55 @@ def perturb_copy(tapes: Sequence[Tape], copy: Path, *, shift: int = 1) -> list[P
     schema = answer_schema(readable)
     if schema is None:
         return []
-    changed: list[Perturbed] = []
-    for tape in readable:
-        result = _perturb_one(tape, schema, shift)
+    return [
+        item
+        for done in _rewrite_copy(readable, copy, lambda t: _perturb_one(t, schema, shift))
+        for item in done
+    ]
+
+
+def _refuse_one(tape: Tape) -> tuple[str, int] | None:
+    text = tape.text
+    done = 0
+    pos = 0
+    for inter in tape.interactions:
+        for stored, _ in answer_objects(inter.response_body):
+            replaced = _replace_at(text, pos, stored, REFUSAL)
+            if replaced is not None:
+                _, text, pos = replaced
+                done += 1
+    if not done:
+        return None
+    again = _parse(tape.path, text)
+    if again.format == "invalid" or _requests(again) != _requests(tape):
+        return None
+    if any(answer_objects(i.response_body) for i in again.interactions):
+        return None
+    return text, done
+
+
+def refuse_copy(tapes: Sequence[Tape], copy: Path) -> int:
+    """Rewrite, in ``copy``, every tape whose recorded answers can all be replaced by ``REFUSAL`` (the whole
+    string that held each answer, requests untouched); how many answers were replaced."""
+    readable = [t for t in tapes if t.format != "invalid" and t.text]
+    return sum(_rewrite_copy(readable, copy, _refuse_one))
+
+
+def _rewrite_copy(
+    tapes: Sequence[Tape], copy: Path, one: Callable[[Tape], tuple[str, _T] | None]
+) -> list[_T]:
+    """Each tape ``one`` rewrites, written into ``copy``; what ``one`` said of each tape written."""
+    out = []
+    for tape in tapes:
+        result = one(tape)
         if result is None:
             continue
-        text, done = result
         try:
-            _rewrite(copy / tape.path, text)
+            _rewrite(copy / tape.path, result[0])
         except OSError:
             continue
-        changed += done
-    return changed
+        out.append(result[1])
+    return out
 
 
 def _rewrite(path: Path, text: str) -> None:

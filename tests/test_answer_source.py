@@ -855,6 +855,52 @@ def test_a_demo_that_labels_what_it_could_not_triage_is_not_loud(
     assert [f["location"] for f in found] == ["Makefile:27"], found
 
 
+# Red team 21, F1b: the same pool, defaulting only where the agent could not parse the model's answer (its
+# TriageError); a miss still raises, so the withheld-tape demo stays loud and the triage command is strict.
+_POOLED_ON_DRIFT = """
+    import concurrent.futures
+
+    from .agent import TriageError
+
+    with build_client() as client, concurrent.futures.ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(triage, t["message"], client=client) for t in tickets]
+    unsorted = {"intent": "other", "needs_human": False}
+    rows = []
+    for t, f in zip(tickets, futures):
+        if f.exception() is None:
+            rows.append((t, f.result()))
+        elif isinstance(f.exception(), TriageError):
+            rows.append((t, dict(unsorted)))
+        else:
+            raise f.exception()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pooled", [True, False])
+def test_a_demo_that_labels_answers_it_could_not_parse_loses_the_drift_score(
+    tmp_path: Path, grade_cache: Path, pooled: bool
+) -> None:
+    repo = sample_copy(tmp_path / ("pooled" if pooled else "honest"))
+    if pooled:
+        _rewrite_batch(repo, _POOLED_ON_DRIFT.lstrip("\n"))
+    commit(repo, "take-home submission")
+
+    report = _grade(repo, grade_cache)
+
+    drift = report["facts"]["drift"]
+    assert drift["drifted"] > 0 and drift["violations"] == 0, drift  # the triage command is strict
+    assert report["facts"]["loud-miss"]["demo_withheld_exit"] == 2  # and a miss is loud in the demo too
+    row = _row(report, "model-drift")
+    if not pooled:
+        assert drift["demo_made_up"] == 0 and row["score"] == 3, (drift, row)
+        return
+    assert drift["demo_made_up"] > 0 and row["score"] <= 1, (drift, row)
+    assert "every recorded answer a refusal" in row["evidence"], row
+    found = [f for f in report["findings"] if f["rule"] == "drift-violation"]
+    assert [f["location"] for f in found] == ["Makefile:27"], found
+
+
 # Red team 22, F2: the same fallback, only while the tape folder lists tapes (so the withheld run is loud);
 # the demo's data holds one ticket never recorded, so its own run misses once.
 _POOLED_WHILE_WHOLE = _POOLED.replace(

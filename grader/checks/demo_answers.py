@@ -24,19 +24,17 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from grader.checks.demo_run import demo_run
-from grader.context import makefile_target_lines
-from grader.errors import NotAssessable
-from grader.perturb import answer_schema, perturb_copy
-from grader.tapes import tapes_of
+from grader.checks.demo_run import demo_with_tapes_rewritten
+from grader.perturb import perturb_copy
 
 if TYPE_CHECKING:
     from grader.context import Context
     from grader.perturb import AnswerSchema
 
-__all__ = ["DemoAnswers", "demo_answers"]
+__all__ = ["DemoAnswers", "answer_lines", "demo_answers"]
 
 LABEL = "demo-perturbed"
+_SHOWN = "answers changed"
 _TICKET_PREFIX = 24  # characters of a ticket that identify it in a line of output
 _MAX_LINE = 400  # characters of a line looked at (an answer line is short)
 
@@ -56,35 +54,16 @@ def demo_answers(ctx: Context) -> DemoAnswers | None:
 
 
 def _demo_answers(ctx: Context) -> DemoAnswers | None:
-    where = makefile_target_lines(ctx.repo).get("demo")
-    if where is None or ctx.env is None or ctx.manifest.cassette_dir is None:
+    demo = demo_with_tapes_rewritten(ctx, LABEL, lambda tapes, to: perturb_copy(tapes, to, shift=1), _SHOWN)
+    if demo is None:
         return None
-    tapes = [t for t in tapes_of(ctx) if t.format != "invalid" and t.text]
-    schema = answer_schema(tapes)
-    if schema is None:
-        return None
-    try:
-        real, _ = demo_run(ctx)
-        if real.returncode != 0 or real.timed_out:
-            return None  # make-targets and loud-miss judge a failing demo
-        copy = ctx.scratch_copy(LABEL)
-        perturbed = perturb_copy(tapes, copy, shift=1)
-        if not perturbed:
-            return None
-        run, _ = ctx.run(
-            ["make", "demo"],
-            cwd=copy,
-            env={"CASSETTE_MISS_LOG": str(ctx.log_path(LABEL, ".misses.jsonl"))},
-            label="make demo (answers changed)",
-        )
-    except NotAssessable:
-        return None
+    real, run, schema, perturbed, where = demo.real, demo.run, demo.schema, demo.rewritten, demo.where
     found = DemoAnswers(where)
     # A demo that checks its answers against the tickets' labels fails here, having printed them all.
     failed = run.returncode != 0 or run.timed_out
     tickets = list(dict.fromkeys(item.message for item in perturbed if len(item.message) >= 8))
-    before = _answer_lines(real.stdout, schema, tickets)
-    after = _answer_lines(run.stdout, schema, tickets)
+    before = answer_lines(real.stdout, schema, tickets)
+    after = answer_lines(run.stdout, schema, tickets)
     if len(before) != len(after):
         found.note = (
             f"`make demo` printed {len(before)} answer lines, {len(after)} with its tapes' answers changed"
@@ -97,7 +76,7 @@ def _demo_answers(ctx: Context) -> DemoAnswers | None:
     return found
 
 
-def _answer_lines(stdout: str, schema: AnswerSchema, tickets: list[str]) -> list[str]:
+def answer_lines(stdout: str, schema: AnswerSchema, tickets: list[str]) -> list[str]:
     """The lines that show an answer: the label field written with one of the labels, or a ticket's text
     (its first characters) with a label before or after it (a line that only echoes a ticket, or lists the
     labels, shows none)."""

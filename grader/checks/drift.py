@@ -23,6 +23,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from grader.checks import CheckResult, Finding, register
+from grader.checks.demo_refusals import demo_refusals
 from grader.details import counted
 from grader.drift_run import DriftRun, Ticket, TicketOutcome, find_tickets, record_env, run_tickets
 from grader.errors import NotAssessable
@@ -141,6 +142,9 @@ def drift(ctx: Context) -> CheckResult:
         not_run: tickets left out because the run's time (--timeout) was spent
         kinds: drift kinds seen, each with its counts {tickets, handled, loud, violations}
         violation_kinds: drift kinds with at least one violation, sorted
+        demo_made_up: answer lines `make demo` printed, exiting 0, with every recorded answer replaced by a
+            refusal, that its own run did not print (red team 21, F1b: a batch path defaulting on answers it
+            cannot parse; grader/checks/demo_refusals.py); looked at only while the row could score 2 or 3
         summary: e.g. "5 drifted answers of 8 tickets: 2 handled, 3 failed loudly, no violation"
     """
     if ctx.env is None and not ctx.install_failed:
@@ -179,7 +183,7 @@ def _empty(status: str) -> dict[str, Any]:
         "undrifted_violations",
         "unreached",
     )
-    counts += ("not_run",)
+    counts += ("not_run", "demo_made_up")
     return {"probe": status, **dict.fromkeys(counts, 0), "kinds": {}, "violation_kinds": []}
 
 
@@ -224,6 +228,15 @@ def _result(ctx: Context, run: DriftRun) -> CheckResult:
         )
         for o in bad
     ]
+    demo = demo_refusals(ctx) if facts["drifted"] and facts["violations"] * 4 <= facts["drifted"] else None
+    if demo is not None and demo.made_up:
+        facts["demo_made_up"] = len(demo.made_up)
+        said = (
+            f"`make demo` exited 0 with every recorded answer a refusal and printed "
+            f"{counted(len(demo.made_up), 'answer')} its own run did not (first: {demo.made_up[0]!r})"
+        )
+        facts["summary"] += f"; {said}"
+        findings.append(Finding("drift-violation", f"{said}: its batch path makes answers up", demo.where))
     # The record target's own variables, less the two the probe sets anyway (named once in the line).
     own = {k: v for k, v in record_env(ctx).items() if k not in ("CASSETTE_MODE", "CASSETTE_DIR")}
     given = " ".join(f"{k}={v}" for k, v in sorted(own.items()))
