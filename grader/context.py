@@ -580,15 +580,22 @@ class Context:
             # Red team 15: the suite's own code changed what pytest collects (a conftest's configure hook).
             why = f"the suite's own code changed what pytest was asked to collect ({guard.narrowed})"
             narrowed = whole_suite_because(None, why, suite.plain)
-        if rr.scan.shadowed:
-            # Red team 20, F1: tests deleted or redefined before collection; the copy brings them back.
-            hiding = [h.location for h in rr.scan.hooks if h.location.split(":")[0] in rr.scan.shadowed]
-            where = ", ".join(hiding)
-            why = f"test modules delete or redefine tests before pytest collects them ({where[:200]})"
+        hidden = [*rr.scan.shadowed, *rr.scan.look_alike_files]
+        if hidden:
+            # Red team 20, F1 and 25, F3-F5: tests deleted, redefined or written so that pytest passes over
+            # them; the copy brings them back.
+            hiding = [h.location for h in rr.scan.hooks if h.location.split(":")[0] in hidden]
+            where = ", ".join(hiding)[:200]
+            why = f"test modules delete or redefine tests, or keep pytest from collecting them ({where})"
             narrowed = whole_suite_because(narrowed, why, suite.plain)
         if narrowed is not None and guard is not None:
             copy = self.scratch_copy("replay-whole")
             revived = [rel for rel in rr.scan.shadowed if unshadow.revive(copy, rel)]
+            # After `revive`: a look-alike file's own hidden tests come back under its ASCII name too.
+            for rel in rr.scan.look_alike_files:
+                renamed = unshadow.revive_file_name(copy, rel)
+                if renamed is not None:
+                    revived.append(renamed)
             rr.whole = self.run_suite(
                 copy, label="replay-whole", whole=narrowed, read_only=changed, as_copied=revived
             )

@@ -163,10 +163,10 @@ def _changed(text: str, schema: AnswerSchema, now: str) -> str:
 
 def _written_forms(text: str) -> list[str]:
     """How a response string may be written in a tape file: JSON-escaped (ASCII or not), and that again
-    inside a double-quoted YAML scalar."""
+    inside a double-quoted YAML scalar. Always four, in that order, so that two strings' forms pair up (a
+    non-ASCII answer has two JSON forms where its replacement may have one)."""
     forms = [json.dumps(text)[1:-1], json.dumps(text, ensure_ascii=False)[1:-1]]
-    forms += [form.replace("\\", "\\\\").replace('"', '\\"') for form in forms]
-    return list(dict.fromkeys(forms))
+    return forms + [form.replace("\\", "\\\\").replace('"', '\\"') for form in forms]
 
 
 def _replace_at(text: str, pos: int, stored: str, now: str) -> tuple[int, str, int] | None:

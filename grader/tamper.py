@@ -146,6 +146,9 @@ class TamperScan:
     files_scanned: int = 0
     # Test modules (relative paths) hiding a test before collection that the whole-suite run can bring back
     shadowed: list[str] = field(default_factory=list)
+    # Test modules named with look-alike letters (red team 25, F5): the whole-suite run copies them to their
+    # ASCII names
+    look_alike_files: list[str] = field(default_factory=list)
 
     @property
     def outcome_hooks(self) -> list[Hook]:
@@ -519,8 +522,7 @@ def _shadowed_tests(rel: str, found: list[unshadow.Shadow]) -> Iterator[Hook]:
     in the same module or class is gone before pytest collects. Listed, with where the test was defined;
     the whole-suite run brings it back (grader/unshadow.py), a wrapper's rebinding excepted."""
     for shadow in found:
-        why = f"{shadow.kind} {shadow.name} (defined at line {shadow.defined}) {_HIDES_WHY}"
-        yield Hook("collection", f"{rel}:{shadow.line}", why)
+        yield Hook("collection", f"{rel}:{shadow.line}", f"{shadow.describe()}; it {_HIDES_WHY}")
 
 
 def _grader_references(rel: str, text: str) -> Iterator[Hook]:
@@ -611,7 +613,12 @@ def scan(repo: Path) -> TamperScan:
             add(hook)
         for hook in _collection_rules(rel, tree, path.name == "conftest.py"):
             add(hook)
-        if is_test_module(path.name) and (hiding := unshadow.shadows(tree)):
+        spelled = unshadow.ascii_skeleton(path.name)
+        if spelled != path.name and is_test_module(spelled) and not is_test_module(path.name):
+            why = f"is named with look-alike letters for {spelled!r} and {_HIDES_WHY}"
+            add(Hook("collection", f"{rel}:1", why))
+            result.look_alike_files.append(rel)
+        if is_test_module(spelled) and (hiding := unshadow.shadows(tree)):
             for hook in _shadowed_tests(rel, hiding):
                 add(hook)
             if any(not s.wraps for s in hiding):

@@ -9,6 +9,13 @@ collected again (`revive`), and a failure there counts as a test the suite's own
 Only the plain statement forms at the top level of a module or class body are read: a rebinding whose value
 names the test (``test_x = mark(test_x)``, a wrapper) is listed but left alone, and dynamic forms
 (``globals().pop``, ``delattr``) are not seen (docs/security.md).
+
+Red team 25, F3–F5: tests pytest passes over by its own rules, with a warning at most: a ``Test*`` class that
+defines ``__init__`` or ``__new__`` or is made a dataclass (``init``, ``dataclass``), a ``test*`` function
+decorated as a fixture or a property that nothing in its module asks for by name (``fixture``,
+``property``), and a ``test*`` name spelled with look-alike letters (``tеst_x`` with a Cyrillic ``е``:
+``look-alike``). The copy gets the constructor renamed, the decorator made a no-op, the name spelled in
+ASCII; a test module whose file name is a look-alike is copied to its ASCII name (`revive_file_name`).
 """
 
 from __future__ import annotations
@@ -16,13 +23,14 @@ from __future__ import annotations
 import ast
 import io
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import pysource
 from .safeio import read_bytes
 
-__all__ = ["Shadow", "revive", "shadows"]
+__all__ = ["Shadow", "ascii_skeleton", "revive", "revive_file_name", "shadows"]
 
 _CAP = 2 * 1024 * 1024  # a test module larger than this is not rewritten
 
@@ -31,19 +39,118 @@ _CAP = 2 * 1024 * 1024  # a test module larger than this is not rewritten
 class Shadow:
     """One statement that hides a test defined earlier in the same scope."""
 
-    kind: str  # "del" | "reassigns" | "redefines"
+    # "del" | "reassigns" | "redefines"; never collected: "init" | "dataclass" | "fixture" | "property" |
+    # "look-alike"
+    kind: str
     name: str
     line: int  # the hiding statement's line
     defined: int  # the line of the definition it hides
-    wraps: bool = False  # a rebinding whose value names the test: listed, not undone
+    # a rebinding whose value names the test, a Test* class the module builds: listed, not undone
+    wraps: bool = False
     col: int = 0  # the hiding target's columns on `line` (del / reassigns)
     end_col: int = 0
+
+    def describe(self) -> str:
+        """What hides the test, for a reviewer (the tamper scan adds why it matters)."""
+        if self.kind == "init":
+            return f"class {self.name} defines a constructor (line {self.line}): pytest does not collect it"
+        if self.kind in ("dataclass", "fixture", "property"):
+            return f"{self.name} (line {self.defined}) is made a {self.kind} here: pytest does not collect it"
+        if self.kind == "look-alike":
+            return f"{self.name!r} is spelled with look-alike letters for {ascii_skeleton(self.name)!r}"
+        return f"{self.kind} {self.name} (defined at line {self.defined})"
+
+
+# Letters of other scripts drawn like Latin ones (Unicode's confusables, the ones a test name would use).
+_LOOK_ALIKE = str.maketrans(
+    "аеорсуххѕіјԁһӏԛԝТАВЕКМНОРСХЅІЈΑΒΕΖΗΙΚΜΝΟΡΤΥΧοντι",
+    "aeorcyxxsijdhlqwTABEKMHOPCXSIJABEZHIKMNOPTYXovti",
+)
+_DATACLASS_MAKERS = frozenset({"dataclass", "define", "frozen", "mutable", "attrs", "s"})
+_HIDING_DECORATORS = {"fixture": "fixture", "property": "property", "cached_property": "property"}
+
+
+def ascii_skeleton(name: str) -> str:
+    """``name`` with look-alike letters of other scripts, and accents, read as the Latin letters they show."""
+    folded = unicodedata.normalize("NFKD", name.translate(_LOOK_ALIKE))
+    return "".join(c for c in folded if not unicodedata.combining(c))
+
+
+def _decorator_name(node: ast.expr) -> str:
+    target = node.func if isinstance(node, ast.Call) else node
+    if isinstance(target, ast.Attribute):
+        return target.attr
+    return target.id if isinstance(target, ast.Name) else ""
+
+
+def _asked_for(tree: ast.AST, name: str, kind: str) -> bool:
+    """Whether the module uses ``name`` as what it was made: a fixture some test requests (a parameter,
+    ``usefixtures``, ``getfixturevalue``), a property read as an attribute, a class it builds or extends."""
+    for node in ast.walk(tree):
+        if kind == "fixture" and isinstance(node, ast.arg) and node.arg == name:
+            return True
+        if (
+            kind == "fixture"
+            and isinstance(node, ast.Call)
+            and _decorator_name(node.func)
+            in (
+                "usefixtures",
+                "getfixturevalue",
+            )
+        ):
+            if any(isinstance(a, ast.Constant) and a.value == name for a in node.args):
+                return True
+        if kind == "property" and isinstance(node, ast.Attribute) and node.attr == name:
+            return True
+        if kind == "class" and isinstance(node, ast.Name) and node.id == name:
+            return True  # built or extended: a helper named Test*, not a test class
+    return False
+
+
+def _has_tests(node: ast.ClassDef) -> bool:
+    return any(
+        isinstance(i, (ast.FunctionDef, ast.AsyncFunctionDef)) and i.name.startswith("test")
+        for i in node.body
+    )
+
+
+def _never_collected(tree: ast.AST) -> list[Shadow]:
+    found: list[Shadow] = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            prefix = "Test" if isinstance(node, ast.ClassDef) else "test"
+            if not node.name.isascii() and ascii_skeleton(node.name).startswith(prefix):
+                found.append(Shadow("look-alike", node.name, node.lineno, node.lineno))
+        if isinstance(node, ast.ClassDef) and node.name.startswith("Test") and _has_tests(node):
+            if any(_decorator_name(b) == "TestCase" for b in node.bases):
+                continue  # unittest collects its own classes, constructor or not
+            helper = _asked_for(tree, node.name, "class")  # listed, left alone
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name in ("__init__", "__new__"):
+                    found.append(Shadow("init", node.name, item.lineno, node.lineno, helper))
+            for deco in node.decorator_list:
+                if _decorator_name(deco) in _DATACLASS_MAKERS and deco.lineno == deco.end_lineno:
+                    shadow = Shadow("dataclass", node.name, deco.lineno, node.lineno, helper, *_cols(deco))
+                    found.append(shadow)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+            for deco in node.decorator_list:
+                kind = _HIDING_DECORATORS.get(_decorator_name(deco))
+                autouse = isinstance(deco, ast.Call) and any(k.arg == "autouse" for k in deco.keywords)
+                if kind is None or autouse or deco.lineno != deco.end_lineno:
+                    continue
+                if not _asked_for(tree, node.name, kind):
+                    found.append(Shadow(kind, node.name, deco.lineno, node.lineno, False, *_cols(deco)))
+    return found
+
+
+def _cols(node: ast.expr) -> tuple[int, int]:
+    return node.col_offset, node.end_col_offset or node.col_offset
 
 
 def shadows(tree: ast.AST) -> list[Shadow]:
     """Every statement of ``tree`` (a test module) hiding a ``test*`` function defined before it in the same
-    module or class body, in source order."""
-    found: list[Shadow] = []
+    module or class body, and every test pytest never collects (`_never_collected`), in source order."""
+    found: list[Shadow] = _never_collected(tree)
     scopes = [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef))]
     for scope in scopes:
         defined: dict[str, int] = {}
@@ -104,7 +211,26 @@ def revive(copy: Path, rel: str) -> list[Shadow]:
     undone: list[Shadow] = []
     found = shadows(tree)
     for shadow in found:
-        if shadow.kind == "redefines":
+        if shadow.wraps and shadow.kind in ("init", "dataclass"):
+            continue  # a helper class the module builds: listed, not undone
+        if shadow.kind in ("init", "look-alike"):
+            source = lines[shadow.line - 1] if shadow.line <= len(lines) else ""
+            name = "__init__|__new__" if shadow.kind == "init" else re.escape(shadow.name)
+            match = re.search(rf"\b(?:def|class)\s+({name})\b", source)
+            if match is None:
+                continue
+            new = (
+                f"_constructor_hidden_L{shadow.line}"
+                if shadow.kind == "init"
+                else f"{ascii_skeleton(shadow.name)}__look_alike_L{shadow.line}"
+            )
+            edits.append((shadow.line, match.start(1), match.end(1), new))
+        elif shadow.kind in ("dataclass", "fixture", "property"):
+            raw = lines[shadow.line - 1].encode("utf-8")
+            start = len(raw[: shadow.col].decode("utf-8"))
+            end = len(raw[: shadow.end_col].decode("utf-8"))
+            edits.append((shadow.line, start, end, "(lambda _decorated: _decorated)"))
+        elif shadow.kind == "redefines":
             if any(
                 w.wraps and w.name == shadow.name and shadow.defined < w.line < shadow.line for w in found
             ):
@@ -134,3 +260,18 @@ def revive(copy: Path, rel: str) -> list[Shadow]:
     path.unlink()
     path.write_text("".join(lines), encoding="utf-8")
     return undone
+
+
+def revive_file_name(copy: Path, rel: str) -> str | None:
+    """Copy ``copy/rel`` (a test module whose file name has look-alike letters) to its ASCII name beside it,
+    so pytest collects it; the new relative path, or None when that name is taken or the file is unsafe."""
+    path = copy / rel
+    target = path.with_name(ascii_skeleton(path.name))
+    if target == path or target.exists() or target.is_symlink():
+        return None
+    try:
+        data = read_bytes(path, cap=_CAP, root=copy)
+    except OSError:
+        return None
+    target.write_bytes(data)
+    return target.relative_to(copy).as_posix()

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.perturb import answer_objects, perturb_copy
+from grader.perturb import REFUSAL, answer_objects, perturb_copy, refuse_copy
 from grader.tapes import load_tapes
 from tests.adversarial.builders import commit, sample_copy
 from tests.helpers.bake import record_with_standin
@@ -71,6 +71,23 @@ def test_each_answer_gets_another_label_and_the_request_stays(tmp_path: Path) ->
     assert changed[0].now != "refund"
     assert changed[0].tape.startswith("cassettes/a.json:")
     assert (source / "cassettes/a.json").read_text(encoding="utf-8") == json.dumps(tape, indent=2)
+
+
+@pytest.mark.parametrize("ensure_ascii", [True, False])
+def test_refused_tapes_hold_no_answer_and_the_same_requests(tmp_path: Path, ensure_ascii: bool) -> None:
+    # An answer with a non-ASCII reason, written escaped or as UTF-8 (the independent corpus had one).
+    content = '{"intent": "refund", "needs_human": false, "reason": "Rückerstattung für Bestellung 7"}'
+    tape = _kit_tape("Where is my refund for order 7?", content)
+    text = json.dumps(tape, indent=2, ensure_ascii=ensure_ascii)
+    source, copy = _two_copies(tmp_path, {"cassettes/a.json": text})
+
+    assert refuse_copy(load_tapes(source, Path("cassettes")), copy) == 1
+
+    after = json.loads((copy / "cassettes/a.json").read_text(encoding="utf-8"))
+    assert after["request"] == tape["request"]
+    assert after["response"]["body"]["choices"][0]["message"]["content"] == REFUSAL
+    assert not answer_objects(after["response"]["body"])
+    assert (source / "cassettes/a.json").read_text(encoding="utf-8") == text
 
 
 def test_equal_answers_in_one_file_are_each_changed_once_at_their_own_line(tmp_path: Path) -> None:

@@ -87,3 +87,138 @@ def test_shadows_lists_in_source_order() -> None:
     found = unshadow.shadows(ast.parse(SOURCE))
     assert [s.line for s in found] == sorted(s.line for s in found)
     assert any(s.wraps and s.name == "test_e" for s in found)
+
+
+# Red team 25, F3-F5: tests pytest passes over by its own rules. Each hidden test fails; the honest forms
+# beside them (a helper class named Test*, parametrize records in a Test* dataclass, a fixture named test_*
+# that a test asks for, a property read) must keep working once the copy is revived.
+NEVER_COLLECTED = """\
+import dataclasses
+from dataclasses import dataclass
+
+import pytest
+
+
+class TestLabels:
+    def __init__(self, cases=None):  # 8: "usable from a notebook"
+        self.cases = cases
+
+    def test_label(self):
+        assert False, "hidden by __init__"
+
+
+@dataclasses.dataclass  # 15
+class TestRouting:
+    label: str = "billing"
+
+    def test_route(self):
+        assert self.label == "account", "hidden by a dataclass"
+
+
+@pytest.fixture  # 23
+def test_invoice_is_an_account_matter():
+    assert False, "hidden as a fixture"
+
+
+class TestProps:
+    @property  # 29
+    def test_shape(self):
+        assert False, "hidden as a property"
+
+
+def t\u0435st_look_alike():  # 34
+    assert False, "hidden by a Cyrillic e"
+
+
+class TestServer:  # a helper the tests build
+    def __init__(self, port):
+        self.port = port
+
+    def test_port(self):
+        return self.port
+
+
+@dataclass
+class TestCase:  # parametrize records
+    message: str
+    label: str
+
+    def test_record(self):
+        return self.label
+
+
+@pytest.fixture
+def test_data():
+    return {"label": "billing"}
+
+
+class Reader:
+    @property
+    def test_value(self):
+        return 3
+
+
+@pytest.mark.parametrize("case", [TestCase("refund me", "refund")])
+def test_honest(case, test_data):
+    assert TestServer(8080).port == 8080 and Reader().test_value == 3
+    assert case.label == "refund" and test_data["label"] == "billing"
+"""
+
+
+def _pytest(folder: Path) -> str:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore", "-rA", "."],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return done.stdout
+
+
+def test_tests_pytest_passes_over_are_listed_and_collected_in_the_copy(tmp_path: Path) -> None:
+    module = tmp_path / "test_hidden.py"
+    module.write_text(NEVER_COLLECTED, encoding="utf-8")
+    before = _pytest(tmp_path)
+    assert "1 passed" in before and "failed" not in before, before  # the suite's own run: all green
+
+    listed = unshadow.shadows(ast.parse(NEVER_COLLECTED))
+    assert {(s.kind, s.line, s.wraps) for s in listed} == {
+        ("init", 8, False),
+        ("dataclass", 15, False),
+        ("fixture", 23, False),
+        ("property", 29, False),
+        ("look-alike", 34, False),
+        ("init", 39, True),  # TestServer and TestCase: built by a test, listed and left alone
+        ("dataclass", 46, True),
+    }, listed
+    undone = unshadow.revive(tmp_path, "test_hidden.py")
+
+    assert module.read_text(encoding="utf-8").count("\n") == NEVER_COLLECTED.count("\n")
+    assert {s.kind for s in undone} == {"init", "dataclass", "fixture", "property", "look-alike"}
+    after = _pytest(tmp_path)
+    for name in ("test_label", "test_route", "test_invoice_is_an_account_matter", "test_shape"):
+        assert "FAILED test_hidden.py::" in after and f"::{name}" in after, (name, after)
+    assert "test_look_alike__look_alike_L34" in after, after
+    assert "5 failed" in after and "PASSED test_hidden.py::test_honest" in after, after
+
+
+def test_a_test_module_named_with_look_alike_letters_is_copied_to_its_ascii_name(tmp_path: Path) -> None:
+    from grader import tamper
+
+    (tmp_path / "tests").mkdir()
+    hidden = tmp_path / "tests" / "t\u0435st_escalation.py"
+    hidden.write_text("def test_account():\n    assert False\n", encoding="utf-8")
+    assert "no tests ran" in _pytest(tmp_path)
+
+    scan = tamper.scan(tmp_path)
+    assert scan.look_alike_files == ["tests/t\u0435st_escalation.py"]
+    assert any(h.kind == "collection" and "'test_escalation.py'" in h.why for h in scan.hooks), scan.hooks
+
+    assert unshadow.revive_file_name(tmp_path, "tests/t\u0435st_escalation.py") == "tests/test_escalation.py"
+    assert "1 failed" in _pytest(tmp_path)
+    assert hidden.exists()  # the original stays as it was
