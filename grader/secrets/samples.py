@@ -24,6 +24,7 @@ ALPHABETS = {
     "upper32": "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567",
     "b64url": "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_",
     "b64": "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
+    "bech32": "QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L",  # age keys, upper case
 }
 _SLOT = re.compile(r"\{\{(?:(" + "|".join(ALPHABETS) + r"):(\d{1,3})|(github_crc32))\}\}")
 
