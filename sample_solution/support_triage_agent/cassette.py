@@ -38,6 +38,7 @@ import atexit
 import hashlib
 import json
 import os
+import re
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -436,6 +437,10 @@ def _read_file(path: str) -> bytes:
 # How ``record`` lays a tape out (``indent=2``): a top-level key is a line starting with exactly two spaces.
 _TOP_LEVEL_RESPONSE = b'\n  "response": '
 _DECODER = json.JSONDecoder()
+# What follows the top-level response in that layout (sorted keys): only the version, then the tape's end. A
+# "response" key nested deeper, laid out to look top-level (JSON ignores indentation), is followed by more
+# closing braces: that tape is parsed whole, so replay serves what every JSON reader of the tape sees.
+_TAPE_END = re.compile(r',\n  "version": [0-9]+\n\}\n?')
 
 
 def _stored_response(raw: bytes) -> dict[str, Any]:
@@ -448,8 +453,10 @@ def _stored_response(raw: bytes) -> dict[str, Any]:
     if start != -1:
         try:
             # Only the response is decoded from UTF-8 too: the request before it is never read.
-            response, _ = _DECODER.raw_decode(raw[start + len(_TOP_LEVEL_RESPONSE) :].decode("utf-8"))
-            return response
+            text = raw[start + len(_TOP_LEVEL_RESPONSE) :].decode("utf-8")
+            response, end = _DECODER.raw_decode(text)
+            if _TAPE_END.fullmatch(text, end):
+                return response
         except ValueError:
             pass
     return json.loads(raw.decode("utf-8"))["response"]
@@ -477,11 +484,14 @@ def _stored_json_reply(raw: bytes) -> Reply | None:
     if end == -1 or raw[start : start + 1] not in (b"{", b"["):
         return None
     try:
-        rest, _ = _DECODER.raw_decode("{" + raw[end + 2 :].decode("utf-8"))
+        tail = "{" + raw[end + 2 :].decode("utf-8")
+        rest, used = _DECODER.raw_decode(tail)
     except ValueError:
         return None
     status, headers = rest.get("status"), rest.get("headers")
     if set(rest) != {"headers", "status"} or not isinstance(status, int) or not isinstance(headers, dict):
+        return None
+    if not _TAPE_END.fullmatch(tail, used):
         return None
     return Reply(status, headers, content=raw[start:end].replace(_BODY_INDENT, b"\n"))
 
