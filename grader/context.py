@@ -106,6 +106,9 @@ class ReplayRun:
     # (it names test files or ids, or ignores some: grader.manifest.WholeSuite)
     whole: ReplayRun | None = None
     left_out_because: str = ""  # why the whole suite was run (WholeSuite.why), for the evidence
+    # paths the whole-suite copy renamed so pytest collects them (its path -> the submission's), so that the
+    # evidence names the file the reviewer opens
+    renamed: dict[str, str] = field(default_factory=dict)
     # test files the suite's own run deleted or rewrote (red team 4, F8): their tests count from `whole`
     changed_tests: list[str] = field(default_factory=list)
     log_mismatch: str = ""  # the submission-writable result log disagrees with the guard
@@ -580,7 +583,7 @@ class Context:
             # Red team 15: the suite's own code changed what pytest collects (a conftest's configure hook).
             why = f"the suite's own code changed what pytest was asked to collect ({guard.narrowed})"
             narrowed = whole_suite_because(None, why, suite.plain)
-        hidden = [*rr.scan.shadowed, *rr.scan.look_alike_files]
+        hidden = [*rr.scan.shadowed, *rr.scan.look_alike_files, *rr.scan.unentered]
         if hidden:
             # Red team 20, F1 and 25, F3-F5: tests deleted, redefined or written so that pytest passes over
             # them; the copy brings them back.
@@ -596,6 +599,10 @@ class Context:
                 renamed = unshadow.revive_file_name(copy, rel)
                 if renamed is not None:
                     revived.append(renamed)
+                    rr.renamed[renamed] = rel
+            for rel in rr.scan.unentered:
+                if (entered := unshadow.enter_folder(copy, rel)) is not None:
+                    rr.renamed[f"{entered}/"] = f"{rel}/"
             rr.whole = self.run_suite(
                 copy, label="replay-whole", whole=narrowed, read_only=changed, as_copied=revived
             )

@@ -149,6 +149,9 @@ class TamperScan:
     # Test modules named with look-alike letters (red team 25, F5): the whole-suite run copies them to their
     # ASCII names
     look_alike_files: list[str] = field(default_factory=list)
+    # Folders holding test modules that pytest's default `norecursedirs` never enters (red team 26, F3:
+    # tests/build/); the whole-suite run renames them in its copy
+    unentered: list[str] = field(default_factory=list)
 
     @property
     def outcome_hooks(self) -> list[Hook]:
@@ -186,6 +189,33 @@ def _shadowed(repo: Path, path: Path) -> str | None:
         if path.name == "__init__.py" and path.parent.parent == base and path.parent.name in _SHADOWABLE:
             return path.parent.name
     return None
+
+
+# pytest's default `norecursedirs` less the dot folders, virtualenvs and node_modules (third-party code more
+# often than a candidate's tests): a test module below one of these is never collected.
+_UNENTERED = frozenset({"build", "dist", "_darcs", "CVS", "{arch}"})
+
+
+def _unentered_folder(rel: Path, roots: list[str]) -> str | None:
+    """The outermost folder above test module ``rel`` that pytest's default collection skips, when ``rel``
+    is below one of the configuration's ``testpaths`` (``roots``; none set: anywhere); else None."""
+    where = rel.as_posix()
+    if roots and not any(root in ("", ".") or where.startswith(f"{root}/") for root in roots):
+        return None
+    for i, part in enumerate(rel.parts[:-1]):
+        if part in _UNENTERED or part.endswith(".egg"):
+            return "/".join(rel.parts[: i + 1])
+    return None
+
+
+def _testpaths(repo: Path) -> list[str]:
+    return [p.strip("/") for _, options in ini_sections(repo) for p in _as_list(options.get("testpaths"))]
+
+
+def _as_list(value: object) -> list[str]:
+    if isinstance(value, str):
+        return value.split()
+    return [str(v) for v in value] if isinstance(value, list) else []
 
 
 def _stdlib_stand_in(name: str) -> bool:
@@ -596,6 +626,7 @@ def scan(repo: Path) -> TamperScan:
             seen.add((hook.kind, hook.location))
             result.hooks.append(hook)
 
+    roots = _testpaths(repo)
     for path, text, tree in parsed:
         rel = _rel(repo, path)
         if path.name in _STARTUP_MODULES:
@@ -613,6 +644,11 @@ def scan(repo: Path) -> TamperScan:
             add(hook)
         for hook in _collection_rules(rel, tree, path.name == "conftest.py"):
             add(hook)
+        if is_test_module(path.name) and (folder := _unentered_folder(Path(rel), roots)) is not None:
+            why = f"lies in {folder}/, a folder pytest does not enter by default, and {_HIDES_WHY}"
+            add(Hook("collection", f"{rel}:1", why))
+            if folder not in result.unentered:
+                result.unentered.append(folder)
         spelled = unshadow.ascii_skeleton(path.name)
         if spelled != path.name and is_test_module(spelled) and not is_test_module(path.name):
             why = f"is named with look-alike letters for {spelled!r} and {_HIDES_WHY}"

@@ -30,7 +30,7 @@ from pathlib import Path
 from . import pysource
 from .safeio import read_bytes
 
-__all__ = ["Shadow", "ascii_skeleton", "revive", "revive_file_name", "shadows"]
+__all__ = ["Shadow", "ascii_skeleton", "enter_folder", "revive", "revive_file_name", "shadows"]
 
 _CAP = 2 * 1024 * 1024  # a test module larger than this is not rewritten
 
@@ -274,4 +274,15 @@ def revive_file_name(copy: Path, rel: str) -> str | None:
     except OSError:
         return None
     target.write_bytes(data)
+    return target.relative_to(copy).as_posix()
+
+
+def enter_folder(copy: Path, rel: str) -> str | None:
+    """Rename folder ``copy/rel`` (``tests/build``, which pytest's default ``norecursedirs`` skips) so that
+    pytest collects the tests below it; the new relative path, or None (a link, not a folder, name taken)."""
+    path = copy / rel
+    target = path.with_name(f"{path.name}__entered")
+    if path.is_symlink() or not path.is_dir() or target.exists() or target.is_symlink():
+        return None
+    path.rename(target)
     return target.relative_to(copy).as_posix()

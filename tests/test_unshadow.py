@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from grader import unshadow
 
@@ -222,3 +226,56 @@ def test_a_test_module_named_with_look_alike_letters_is_copied_to_its_ascii_name
     assert unshadow.revive_file_name(tmp_path, "tests/t\u0435st_escalation.py") == "tests/test_escalation.py"
     assert "1 failed" in _pytest(tmp_path)
     assert hidden.exists()  # the original stays as it was
+
+
+def test_a_test_module_in_a_folder_pytest_skips_is_listed_and_entered_in_the_copy(tmp_path: Path) -> None:
+    from grader import tamper
+
+    (tmp_path / "tests" / "build").mkdir(parents=True)
+    (tmp_path / "tests" / "build" / "test_regressions.py").write_text(
+        "def test_feedback_is_an_intent():\n    assert False\n", encoding="utf-8"
+    )
+    (tmp_path / "build" / "lib").mkdir(parents=True)  # build output outside testpaths: not a test folder
+    (tmp_path / "build" / "lib" / "test_copy.py").write_text("def test_x():\n    pass\n", encoding="utf-8")
+    (tmp_path / "pyproject.toml").write_text('[tool.pytest.ini_options]\ntestpaths = ["tests"]\n')
+    assert "no tests ran" in _pytest(tmp_path)
+
+    scan = tamper.scan(tmp_path)
+    assert scan.unentered == ["tests/build"]
+    assert [h.location for h in scan.hooks if h.kind == "collection"] == ["tests/build/test_regressions.py:1"]
+
+    assert unshadow.enter_folder(tmp_path, "tests/build") == "tests/build__entered"
+    assert "1 failed" in _pytest(tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["tests/build/test_regressions.py", "tests/t\u0435st_regressions.py"])
+def test_a_failing_test_pytest_never_collects_counts_and_is_named_where_it_is(
+    where: str, tmp_path: Path, grade_cache: Path
+) -> None:
+    """Red team 26, F3 and 25, F5: 52/57 against 47 for the twin whose test ran; the evidence names the
+    file in the submission, not the copy's renamed one."""
+    from grader.grading import grade
+    from grader.rubric import load_rubric
+    from tests.adversarial.builders import commit, sample_copy
+    from tests.helpers.git import GIT_ENV
+
+    repo = commit(sample_copy(tmp_path / "cand"), "take-home submission")
+    (repo / where).parent.mkdir(parents=True, exist_ok=True)
+    (repo / where).write_text(
+        "from support_triage_agent.agent import INTENTS\n\n\n"
+        "def test_feedback_is_an_intent():\n    assert 'feedback' in INTENTS\n",
+        encoding="utf-8",
+    )
+    # The sample's .gitignore lists build/: added by hand, as the red team did.
+    subprocess.run(["git", "add", "-f", where], cwd=repo, check=True, env={**os.environ, **GIT_ENV})
+    commit(repo, "work")
+
+    report = grade(str(repo), rubric=load_rubric(), timeout=120, cache_root=grade_cache, jobs=1)
+
+    row = next(r for r in report["rows"] if r["id"] == "offline-replay")
+    assert row["score"] <= 1, row
+    assert f"{where}::test_feedback_is_an_intent" in row["evidence"], row["evidence"]
+    assert "__entered" not in row["evidence"] and "tests/test_regressions.py" not in row["evidence"].replace(
+        where, ""
+    ), row["evidence"]

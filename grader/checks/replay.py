@@ -478,6 +478,8 @@ def _tamper_evidence(rr: ReplayRun, results: Results) -> _Evidence:
                 ev.hidden.append(f"{nodeid} (did not finish when run: the rerun timed out)")
     if guard is not None and rr.whole is not None and not rr.run.timed_out:
         left_out = _left_out(guard, rr.whole, rr.run.duration, rr.changed_tests)
+        for copied, submitted in rr.renamed.items():  # the copy's names back to the submission's
+            left_out = [line.replace(copied, submitted) for line in left_out]
         ev.left_out, ev.left_out_because = left_out, rr.left_out_because
     if not rr.run.timed_out:
         if guard is None and results.records:
