@@ -68,6 +68,7 @@ _LOOK_ALIKE = str.maketrans(
 )
 _DATACLASS_MAKERS = frozenset({"dataclass", "define", "frozen", "mutable", "attrs", "s"})
 _HIDING_DECORATORS = {"fixture": "fixture", "property": "property", "cached_property": "property"}
+_REQUESTS = frozenset({"usefixtures", "getfixturevalue"})  # ways to ask for a fixture by its name
 
 
 def ascii_skeleton(name: str) -> str:
@@ -89,15 +90,7 @@ def _asked_for(tree: ast.AST, name: str, kind: str) -> bool:
     for node in ast.walk(tree):
         if kind == "fixture" and isinstance(node, ast.arg) and node.arg == name:
             return True
-        if (
-            kind == "fixture"
-            and isinstance(node, ast.Call)
-            and _decorator_name(node.func)
-            in (
-                "usefixtures",
-                "getfixturevalue",
-            )
-        ):
+        if kind == "fixture" and isinstance(node, ast.Call) and _decorator_name(node.func) in _REQUESTS:
             if any(isinstance(a, ast.Constant) and a.value == name for a in node.args):
                 return True
         if kind == "property" and isinstance(node, ast.Attribute) and node.attr == name:
@@ -184,6 +177,13 @@ def shadows(tree: ast.AST) -> list[Shadow]:
     return sorted(found, key=lambda s: (s.line, s.col))
 
 
+def _span(lines: list[str], shadow: Shadow) -> tuple[int, int]:
+    """``shadow``'s columns as character offsets in its line: ast gives UTF-8 byte offsets, and the line may
+    hold other non-ASCII text before the target."""
+    raw = lines[shadow.line - 1].encode("utf-8")
+    return len(raw[: shadow.col].decode("utf-8")), len(raw[: shadow.end_col].decode("utf-8"))
+
+
 def _revived_name(name: str, defined: int) -> str:
     """What an earlier definition hidden by a second one is called in the whole-suite run: the test's id
     then names the line the reviewer reads."""
@@ -226,10 +226,7 @@ def revive(copy: Path, rel: str) -> list[Shadow]:
             )
             edits.append((shadow.line, match.start(1), match.end(1), new))
         elif shadow.kind in ("dataclass", "fixture", "property"):
-            raw = lines[shadow.line - 1].encode("utf-8")
-            start = len(raw[: shadow.col].decode("utf-8"))
-            end = len(raw[: shadow.end_col].decode("utf-8"))
-            edits.append((shadow.line, start, end, "(lambda _decorated: _decorated)"))
+            edits.append((shadow.line, *_span(lines, shadow), "(lambda _decorated: _decorated)"))
         elif shadow.kind == "redefines":
             if any(
                 w.wraps and w.name == shadow.name and shadow.defined < w.line < shadow.line for w in found
@@ -244,12 +241,8 @@ def revive(copy: Path, rel: str) -> list[Shadow]:
         elif shadow.wraps or shadow.end_col <= shadow.col:
             continue
         else:
-            # Columns are UTF-8 byte offsets; the names are identifiers in a line that may hold other text.
-            raw = lines[shadow.line - 1].encode("utf-8")
-            start = len(raw[: shadow.col].decode("utf-8"))
-            end = len(raw[: shadow.end_col].decode("utf-8"))
             new = "[]" if shadow.kind == "del" else f"_{shadow.name}__rebound_L{shadow.line}"
-            edits.append((shadow.line, start, end, new))
+            edits.append((shadow.line, *_span(lines, shadow), new))
         undone.append(shadow)
     if not edits:
         return []
