@@ -587,7 +587,10 @@ class Context:
         if hidden:
             # Red team 20, F1 and 25, F3-F5: tests deleted, redefined or written so that pytest passes over
             # them; the copy brings them back.
-            hiding = [h.location for h in rr.scan.hooks if h.location.split(":")[0] in hidden]
+            # A hidden file, or a file in a folder pytest skips (`unentered` lists folders).
+            folders = tuple(f"{rel}/" for rel in rr.scan.unentered)
+            files = [h.location for h in rr.scan.hooks if h.kind == "collection"]
+            hiding = [at for at in files if at.split(":")[0] in hidden or at.startswith(folders)]
             where = ", ".join(hiding)[:200]
             why = f"test modules delete or redefine tests, or keep pytest from collecting them ({where})"
             narrowed = whole_suite_because(narrowed, why, suite.plain)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -276,6 +277,8 @@ def test_a_failing_test_pytest_never_collects_counts_and_is_named_where_it_is(
     row = next(r for r in report["rows"] if r["id"] == "offline-replay")
     assert row["score"] <= 1, row
     assert f"{where}::test_feedback_is_an_intent" in row["evidence"], row["evidence"]
+    # Why every test was run names the file that hid it (a skipped folder's file too).
+    assert f"keep pytest from collecting them ({where}:1" in json.dumps(report, ensure_ascii=False), report
     assert "__entered" not in row["evidence"] and "tests/test_regressions.py" not in row["evidence"].replace(
         where, ""
     ), row["evidence"]
