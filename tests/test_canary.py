@@ -284,6 +284,11 @@ def test_a_compressed_dump_of_the_environment_is_a_leak_inside_its_body(
         "    z.writestr('run/env.json', dump)\n"
         "    z.writestr('run/env.json.z', zlib.compress(dump))\n"
         "    z.writestr('keys/' + os.environ['OPENAI_API_KEY'] + '.txt', dump)\n"
+        # Red team 26: compressed twice, and deflated inside another format (a PDF page's stream).
+        "open('env.json.gz.gz', 'wb').write(gzip.compress(gzip.compress(dump)))\n"
+        "page = zlib.compress(b'BT (' + dump + b') Tj ET')\n"
+        "head = b'%PDF-1.7\\n%\\xe2\\xe3\\n4 0 obj <</Filter /FlateDecode>>\\nstream\\r\\n'\n"
+        "open('report.pdf', 'wb').write(head + page + b'\\r\\nendstream\\n')\n"
     )
     ctx = _ctx(tmp_path, installed, record_command=["python", "-c", script])
     probe = probe_canary(ctx)
@@ -297,8 +302,12 @@ def test_a_compressed_dump_of_the_environment_is_a_leak_inside_its_body(
         "env.xz",
         "debug.zip:run/env.json",
         "debug.zip:run/env.json.z",
+        "env.json.gz.gz",
+        "report.pdf",
     }
     assert "(inside its gzip body" in places[".record-env.snapshot"]
+    assert "(inside its gzip body" in places["env.json.gz.gz"]
+    assert "(inside a zlib stream at byte " in places["report.pdf"]
     assert "(inside its zlib body" in places[".http-cache.bin"]
     assert "(inside its xz body" in places["env.xz"]
     assert "(inside its zlib body" in places["debug.zip:run/env.json.z"]

@@ -286,3 +286,126 @@ def test_the_scan_inflates_a_bounded_total_and_lists_what_it_left(
     assert "cache-3.bz2: its bzip2 body was not inflated" in listed, listed
     assert "zz-session.log.gz: its gzip body was not inflated" in listed, listed
     assert "zz-session.zip: 2 members past the caps" in listed, listed
+
+
+def _pdf(page_text: str) -> bytes:
+    """A one-page PDF whose content stream is FlateDecode-compressed, as every PDF writer stores it."""
+    content = zlib.compress(f"BT /F1 12 Tf 72 720 Td ({page_text}) Tj ET".encode())
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>",
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\r\n" % len(content) + content + b"\r\nendstream",
+    ]
+    out = bytearray(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n")
+    offsets = []
+    for n, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % n + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % off for off in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+def _png(chunks: list[tuple[bytes, bytes]]) -> bytes:
+    """A 1×1 grey PNG with the given chunks before its pixels."""
+    import struct
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    header = chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0))
+    pixels = chunk(b"IDAT", zlib.compress(b"\0\x80"))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + header
+        + b"".join(chunk(k, b) for k, b in chunks)
+        + pixels
+        + chunk(b"IEND", b"")
+    )
+
+
+def test_a_key_in_a_pdf_stream_or_a_png_text_chunk_is_found_in_the_tree_and_history(tmp_path: Path) -> None:
+    """Red team 26, F2: a key a PDF page shows (its content stream deflated) and one in a PNG's compressed
+    text chunks scored as clean; each is found at the line its stream starts on, and said to be inside it."""
+    repo = tmp_path / "repo"
+    _init(repo)
+    (repo / "docs").mkdir()
+    pdf_key, ztxt_key, itxt_key = (
+        expand("sk-proj-{{b64url:74}}T3BlbkFJ{{b64url:74}}", f"archives:{name}")
+        for name in ("pdf", "zTXt", "iTXt")
+    )
+    (repo / "docs" / "session.pdf").write_bytes(_pdf(f"OPENAI_API_KEY={pdf_key}"))
+    (repo / "docs" / "ztxt.png").write_bytes(
+        _png([(b"zTXt", b"Comment\0\0" + zlib.compress(f"key {ztxt_key}".encode()))])
+    )
+    itxt = b"Description\0\x01\0en\0\0" + zlib.compress(f"Authorization: Bearer {itxt_key}".encode())
+    (repo / "docs" / "itxt.png").write_bytes(_png([(b"iTXt", itxt)]))
+    # The same chunks uncompressed (iTXt's flag 0) say nothing else; a page without a key is clean.
+    (repo / "docs" / "clean.pdf").write_bytes(_pdf("Ticket triage: 24 of 24 labels replayed"))
+    _commit_all(repo, "screenshots of the recording session")
+    scanner, tree, history = _scan(repo)
+    found = {f.location: f.encoding for f in scan_tree_with(Scanner(), repo)}
+    assert sorted(tree) == sorted(found)
+    # The line after `stream`, where the page's bytes begin; a PNG's signature holds two line ends.
+    pdf_line = _pdf("x").split(b"stream\r\n")[0].count(b"\n") + 2
+    assert found == {
+        f"docs/session.pdf:{pdf_line}": "zlib stream",
+        "docs/ztxt.png:3": "zlib stream",
+        "docs/itxt.png:3": "zlib stream",
+    }
+    assert sorted(h.split(":", 1)[1] for h in history) == sorted(found)
+    assert scanner.stats.unscanned == []
+
+
+def test_a_png_is_not_inflated_for_its_pixels_and_noise_in_binaries_is_not_a_stream(tmp_path: Path) -> None:
+    """Only a PNG's text chunks are inflated (its pixels would cost time and hold no text); random bytes
+    full of would-be zlib headers are neither a finding nor listed as unscanned."""
+    import random
+    import struct
+
+    pixels = zlib.compress(f"OPENAI_API_KEY={ZIP_KEY}".encode())
+    idat = b"IDAT" + pixels
+    image = _png([]).split(b"IDAT")
+    crc = struct.pack(">I", zlib.crc32(idat))
+    (tmp_path / "pixels.png").write_bytes(
+        image[0][:-4] + struct.pack(">I", len(pixels)) + idat + crc + image[1][image[1].index(b"IEND") - 4 :]
+    )
+    rng = random.Random(26)
+    noise = bytearray(rng.randbytes(1 << 20))
+    for at in range(0, len(noise) - 2, 4096):
+        noise[at : at + 2] = b"\x78\x9c"
+    (tmp_path / "model.bin").write_bytes(bytes(noise))
+    scanner = Scanner()
+    assert scan_tree_with(scanner, tmp_path) == []
+    assert scanner.stats.unscanned == []
+
+
+def test_a_body_compressed_twice_is_inflated_twice_and_a_gzip_member_of_a_tar_is_found(
+    tmp_path: Path,
+) -> None:
+    """Red team 26: a `.log.gz.gz` was read as one gzip body holding binary; a tar (plain bytes) holding a
+    `.gz` member hid the member's key."""
+    import tarfile
+
+    text = f"recorded\nOPENAI_API_KEY={ZIP_KEY}\n".encode()
+    (tmp_path / "session.log.gz.gz").write_bytes(gzip.compress(gzip.compress(text)))
+    (tmp_path / "session.log.gz.gz.gz.gz").write_bytes(
+        gzip.compress(gzip.compress(gzip.compress(gzip.compress(text))))
+    )
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        member = gzip.compress(text)
+        info = tarfile.TarInfo("logs/session.log.gz")
+        info.size = len(member)
+        tar.addfile(info, io.BytesIO(member))
+    (tmp_path / "logs.tar").write_bytes(buffer.getvalue())
+    scanner = Scanner()
+    found = {f.location: f.encoding for f in scan_tree_with(scanner, tmp_path)}
+    assert found == {
+        "session.log.gz.gz:2": "gzip+gzip",
+        "logs.tar:1": "gzip stream",
+    }, found
+    assert scanner.stats.unscanned == []

@@ -48,7 +48,14 @@ from grader.safeio import read_bytes
 from grader.secrets import redact, scan_text
 from grader.secrets.decode import json_unescaped, percent_decoded, wide_text
 from grader.secrets.findings import fingerprint
-from grader.secrets.inflate import ZIP_CENTRAL, ZIP_LOCAL, ZIP_MEMBER_ERRORS, Inflated, compression
+from grader.secrets.inflate import (
+    ZIP_CENTRAL,
+    ZIP_LOCAL,
+    ZIP_MEMBER_ERRORS,
+    Inflated,
+    compression,
+    embedded,
+)
 from grader.secrets.tree import MAX_MEMBERS
 
 if TYPE_CHECKING:
@@ -342,6 +349,7 @@ def _scan_pack(
 
 
 _HEAD = 8192  # what a compressed body is known by
+_LAYERS = 3  # compressions of one body undone, as the secret scan does
 
 
 def _bodies(rel: str, data: bytes, canary: str, total: Allowance) -> Iterator[tuple[str, bytes, str]]:
@@ -389,14 +397,24 @@ def _inflated_bodies(
         yield from _inflated(rel, data, budget)
 
 
-def _inflated(where: str, data: bytes, budget: list[int]) -> Iterator[tuple[str, bytes, str]]:
+def _inflated(where: str, data: bytes, budget: list[int], layer: int = 1) -> Iterator[tuple[str, bytes, str]]:
+    """The body a compressed file inflates to (again when that is compressed, a ``.gz.gz``), or the
+    compressed streams inside any other file (a PDF's FlateDecode stream, a PNG's zTXt chunk: red team 26)."""
+    if budget[0] <= 0:
+        return
     name = compression(data[:_HEAD])
-    if name is None or budget[0] <= 0:
+    if name is None:
+        if layer == 1:
+            for off, kind, body in embedded(data, cap=budget[0]):
+                budget[0] -= len(body)
+                yield where, body, f"inside a {kind} stream at byte {off}"
         return
     # Past the cap the rest is left unread, as a file over `_MAX_FILE_BYTES` is.
     body = b"".join(Inflated(name, [data], cap=budget[0], block=budget[0]))
     budget[0] -= len(body)
     yield where, body, f"inside its {name} body"
+    if layer < _LAYERS and compression(body[:_HEAD]):
+        yield from _inflated(where, body, budget, layer + 1)
 
 
 def _members(data: bytes, budget: list[int]) -> Iterator[tuple[str, bytes]]:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import bz2
 import lzma
 import re
+import struct
 import zipfile
 import zlib
 from collections.abc import Iterable, Iterator
 
-__all__ = ["ZIP_CENTRAL", "ZIP_LOCAL", "ZIP_MEMBER_ERRORS", "Inflated", "compression"]
+__all__ = ["ZIP_CENTRAL", "ZIP_LOCAL", "ZIP_MEMBER_ERRORS", "Inflated", "compression", "embedded"]
 
 # A zip archive's local-file and central-directory signatures (an archive is known by the first; the
 # second, counted, bounds its members before it is opened).
@@ -36,6 +37,12 @@ _XZ = b"\xfd7zXZ\x00"
 _BZIP2 = re.compile(rb"BZh[1-9]1AY&SY")
 # What the head of a zlib candidate is tried on: enough to reject text that only starts like one.
 _PROBE = 8192
+# Where a stream may start inside another file (red team 26, F2: a key in a PDF's FlateDecode stream and in
+# a PNG's zTXt chunk): a zlib header at one of the four levels' FLG bytes, or a gzip member's magic and
+# method. A false start in other binary data fails within a few bytes.
+_EMBEDDED = re.compile(rb"\x78[\x01\x5e\x9c\xda]|\x1f\x8b\x08")
+_PNG = b"\x89PNG\r\n\x1a\n"
+_MIN_EMBEDDED = 8  # inflated bytes below which a "stream" is taken for noise
 
 
 def compression(head: bytes) -> str | None:
@@ -134,3 +141,53 @@ class Inflated:
                         break
         except (lzma.LZMAError, OSError, EOFError, ValueError):
             self.cut = f"its {self.name} body could not be inflated to its end"
+
+
+def embedded(data: bytes, *, cap: int, start: int = 0) -> Iterator[tuple[int, str, bytes]]:
+    """(offset, "zlib" or "gzip", inflated bytes) of each compressed stream inside ``data`` starting at or
+    after ``start``: a PDF's FlateDecode streams, a gzip member inside a tar, zlib data a container wrote;
+    in a PNG only its compressed text chunks (zTXt, iTXt), not its pixels. Each stream is inflated to what
+    is left of ``cap`` (shared by all of them); a stream that stops being valid yields what it gave, and
+    the search goes on after the end of each stream that inflated to its end."""
+    view = memoryview(data)
+    offsets = _png_text(data) if data.startswith(_PNG) else _starts(data, start)
+    resume = 0
+    for off in offsets:
+        if off < max(start, resume):
+            continue
+        if cap <= 0:
+            return
+        name = "gzip" if data[off] == 0x1F else "zlib"
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS if name == "gzip" else zlib.MAX_WBITS)
+        try:
+            body = inflater.decompress(view[off:], cap)
+        except zlib.error:
+            continue
+        if inflater.eof:
+            resume = len(data) - len(inflater.unused_data)
+        if len(body) >= _MIN_EMBEDDED:
+            cap -= len(body)
+            yield off, name, body
+
+
+def _starts(data: bytes, start: int) -> Iterator[int]:
+    for match in _EMBEDDED.finditer(data, start):
+        yield match.start()
+
+
+def _png_text(data: bytes) -> Iterator[int]:
+    """Offsets of the compressed text in a PNG's zTXt chunks and compressed iTXt chunks, in file order."""
+    at = len(_PNG)
+    while at + 8 <= len(data):
+        length, kind = struct.unpack_from(">I4s", data, at)
+        body = at + 8
+        end = min(body + length, len(data))
+        keyword = data.find(b"\0", body, end)
+        if kind == b"zTXt" and keyword >= 0:
+            yield keyword + 2  # after the keyword's NUL and the compression method
+        elif kind == b"iTXt" and keyword >= 0 and data[keyword + 1 : keyword + 2] == b"\x01":
+            language = data.find(b"\0", keyword + 3, end)
+            translated = data.find(b"\0", language + 1, end) if language >= 0 else -1
+            if translated >= 0:
+                yield translated + 1
+        at = body + length + 4  # the chunk's CRC

@@ -16,7 +16,7 @@ from pathlib import Path
 from grader.safeio import read_blocks, read_bytes
 from grader.secrets.decode import wide_text
 from grader.secrets.findings import SecretFinding
-from grader.secrets.inflate import ZIP_CENTRAL, ZIP_LOCAL, ZIP_MEMBER_ERRORS, Inflated, compression
+from grader.secrets.inflate import ZIP_CENTRAL, ZIP_LOCAL, ZIP_MEMBER_ERRORS, Inflated, compression, embedded
 from grader.secrets.redact import redact
 from grader.secrets.scanner import Scanner, ScanStats, git_blob_id
 from grader.secrets.tapes import looks_like_tape
@@ -57,6 +57,7 @@ _TEXT_RUNS = bytes(b if 0x20 <= b < 0x7F or b in (0x09, 0x0A) else 0x20 for b in
 # each run is read once more without it.
 _RUN_START = re.compile(rb"(?:^|(?<=[ \t\n]))[\x21-\x7e]")
 _BINARY = "binary file's text"
+_LAYERS = 3  # compressions of one body undone, a .gz.gz.gz at most
 
 
 def _binary_forms(data: bytes) -> list[bytes]:
@@ -149,11 +150,21 @@ def scan_blob(
         data, encoding = wide  # UTF-16/32 text (what Windows PowerShell's `>` writes) is text
     elif b"\0" in head and not is_tape:
         return _scan_blocks(
-            scanner, [data], rel, kind=kind, commit=commit, encoding=_BINARY, forms=_binary_forms
+            scanner,
+            [data],
+            rel,
+            kind=kind,
+            commit=commit,
+            encoding=_BINARY,
+            forms=_binary_forms,
+            streams=True,
         )
     found = scanner.scan_bytes(data, source=rel, kind=kind, commit=commit)
     if encoding:
         found = [replace(f, encoding=f.encoding or encoding) for f in found]
+    elif not is_tape:
+        # A PDF has no NUL in its head: its FlateDecode streams are found wherever they are.
+        found += _scan_streams(scanner, data, rel, kind=kind, commit=commit)
     return found
 
 
@@ -212,10 +223,17 @@ def scan_large(
         )
     elif b"\0" in head and not is_tape:
         found = _scan_blocks(
-            scanner, stream, rel, kind=kind, commit=commit, encoding=_BINARY, forms=_binary_forms
+            scanner,
+            stream,
+            rel,
+            kind=kind,
+            commit=commit,
+            encoding=_BINARY,
+            forms=_binary_forms,
+            streams=True,
         )
     else:
-        found = _scan_blocks(scanner, stream, rel, kind=kind, commit=commit)
+        found = _scan_blocks(scanner, stream, rel, kind=kind, commit=commit, streams=not is_tape)
     where = where or rel
     if read < size:
         stats.unscanned.append(f"{where}: only the first {read} of its {size} bytes were scanned")
@@ -244,10 +262,12 @@ def _scan_blocks(
     commit: str | None,
     encoding: str = "",
     forms: Callable[[bytes], list[bytes]] = lambda data: [data],
+    streams: bool = False,
 ) -> list[SecretFinding]:
     """Findings in a stream of blocks, each scanned with the end of the one before it (a key across the
     cut is whole in one of them), in each of its ``forms``; line numbers count from the stream's start,
-    each finding once."""
+    each finding once. ``streams``: compressed streams starting in a block are inflated and scanned too
+    (one crossing into the next block is read to the block's end)."""
     found: dict[tuple[str, int, str], SecretFinding] = {}
     lines = 0
     tail = b""
@@ -259,6 +279,10 @@ def _scan_blocks(
         for f in hits:
             f = replace(f, line=f.line + lines, encoding=f.encoding or encoding or None)
             found.setdefault((f.rule, f.line, f.fingerprint), f)
+        if streams:
+            for f in _scan_streams(scanner, data, rel, kind=kind, commit=commit, start=len(tail)):
+                f = replace(f, line=f.line + lines)
+                found.setdefault((f.rule, f.line, f.fingerprint), f)
         cut = max(0, len(data) - _OVERLAP)
         lines += data.count(b"\n", 0, cut)
         tail = data[cut:]
@@ -369,22 +393,58 @@ def _scan_inflated(
     kind: str,
     commit: str | None,
     where: str,
+    outer: str = "",
 ) -> list[SecretFinding]:
     """A gzip, zlib, xz or bzip2 body inflated block by block and scanned as it comes, up to `READ_CAP`
     inflated bytes (a decompression bomb costs time, never memory); a body not read to its end for a reason
-    `Inflated` names is listed as not fully scanned."""
+    `Inflated` names is listed as not fully scanned. A body that inflates to another compressed body
+    (a `.log.gz.gz`, red team 26) is inflated again, `_LAYERS` deep."""
+    label = f"{outer}+{name}" if outer else name
     room = INFLATE_TOTAL - scanner.stats.inflated
     if room <= 0:
         scanner.stats.unscanned.append(
-            f"{where}: its {name} body was not inflated ({INFLATE_TOTAL} bytes were)"
+            f"{where}: its {label} body was not inflated ({INFLATE_TOTAL} bytes were)"
         )
         return []
     inflated = Inflated(name, compressed, cap=min(READ_CAP, room), block=MAX_FILE_BYTES)
-    found = _scan_blocks(
-        scanner, _counted(inflated, scanner.stats), rel, kind=kind, commit=commit, encoding=name
-    )
+    blocks = _counted(inflated, scanner.stats)
+    first = next(blocks, b"")
+    again = compression(first[:_HEAD]) if label.count("+") + 1 < _LAYERS else None
+    if again:
+        found = _scan_inflated(
+            scanner,
+            itertools.chain([first], blocks),
+            rel,
+            again,
+            kind=kind,
+            commit=commit,
+            where=where,
+            outer=label,
+        )
+    else:
+        found = _scan_blocks(
+            scanner, itertools.chain([first], blocks), rel, kind=kind, commit=commit, encoding=label
+        )
     if inflated.cut:
         scanner.stats.unscanned.append(f"{where}: {inflated.cut}")
+    return found
+
+
+def _scan_streams(
+    scanner: Scanner, data: bytes, rel: str, *, kind: str, commit: str | None, start: int = 0
+) -> list[SecretFinding]:
+    """Findings in the compressed streams inside a file (red team 26, F2: a key in a PDF's FlateDecode
+    stream or a PNG's zTXt chunk), each located at the line of ``data`` its stream starts on. What they
+    inflate to counts against the scan's `INFLATE_TOTAL`; a stream is read to at most `MAX_FILE_BYTES`, and
+    one cut there is not listed as unscanned (every PDF image would be)."""
+    found: list[SecretFinding] = []
+    room = min(MAX_FILE_BYTES, INFLATE_TOTAL - scanner.stats.inflated)
+    for off, name, body in embedded(data, cap=max(0, room), start=start):
+        scanner.stats.inflated += len(body)
+        line = data.count(b"\n", 0, off)
+        forms = _binary_forms if b"\0" in body[:_HEAD] else lambda body: [body]
+        inner = _scan_blocks(scanner, [body], rel, kind=kind, commit=commit, forms=forms)
+        found += [replace(f, line=line + 1, encoding=f"{name} stream") for f in inner]
     return found
 
 
