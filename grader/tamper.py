@@ -117,6 +117,7 @@ _ABSENT_WHY = (
     "pytest: without the grader it runs before any plugin (the grader keeps the name missing)"
 )
 _COMPILED = re.compile(r"^([A-Za-z_]\w*)(?:\.[\w-]+)?\.(?:pyc|so|pyd)$")
+_SOURCE = re.compile(r"^([A-Za-z_]\w*)\.py$")
 _CONFIG_FILES = (
     "pyproject.toml",
     "pytest.ini",
@@ -181,16 +182,6 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _shadowed(repo: Path, path: Path) -> str | None:
-    """The start-up module a top-level ``x.py`` or ``x/__init__.py`` (at the root or under src/) replaces."""
-    for base in (repo, repo / "src"):
-        if path.parent == base and path.stem in _SHADOWABLE:
-            return path.stem
-        if path.name == "__init__.py" and path.parent.parent == base and path.parent.name in _SHADOWABLE:
-            return path.parent.name
-    return None
-
-
 # pytest's default `norecursedirs` less the dot folders, virtualenvs and node_modules (third-party code more
 # often than a candidate's tests): a test module below one of these is never collected.
 _UNENTERED = frozenset({"build", "dist", "_darcs", "CVS", "{arch}"})
@@ -225,8 +216,10 @@ def _stdlib_stand_in(name: str) -> bool:
     return name in _LATER_STDLIB or standard_spec(name) is None
 
 
-def _stdlib_shadows(repo: Path) -> Iterator[Hook]:
-    """Top-level modules (source, compiled, packages; at the root or in src/) named ``_stdlib_stand_in``."""
+def _top_level_modules(repo: Path) -> Iterator[tuple[str, str]]:
+    """(module name, repo-relative file) of each module the root or src/ offers to an import: source,
+    compiled (``x.pyc``, ``x.cpython-311-x86_64-linux-gnu.so``), or a package's ``__init__.py``. A folder
+    without one is a namespace portion, which any regular module of the name found later wins over."""
     for base in (repo, repo / "src"):
         if base.is_symlink():
             continue
@@ -238,14 +231,23 @@ def _stdlib_shadows(repo: Path) -> Iterator[Hook]:
             if entry.is_dir(follow_symlinks=False):
                 name, rel = entry.name, f"{entry.name}/__init__.py"
                 if not os.path.lexists(os.path.join(entry.path, "__init__.py")):
-                    continue  # a namespace portion: the standard library's module is found first
-            elif match := _COMPILED.match(entry.name) or re.match(r"^([A-Za-z_]\w*)\.py$", entry.name):
+                    continue
+            elif match := _COMPILED.match(entry.name) or _SOURCE.match(entry.name):
                 name, rel = match.group(1), entry.name
             else:
                 continue
-            if _stdlib_stand_in(name):
-                why = _STDLIB_WHY if name in _LATER_STDLIB else _ABSENT_WHY
-                yield Hook("startup", f"{_rel(repo, base / rel)}:1", why.format(name=name))
+            yield name, _rel(repo, base / rel)
+
+
+def _shadow_hooks(repo: Path) -> Iterator[Hook]:
+    """A top-level module standing in for one the session imports before the grader's guard (pytest, its
+    dependencies, the guard itself), or for a standard-library module (``_stdlib_stand_in``)."""
+    for name, rel in _top_level_modules(repo):
+        if name in _SHADOWABLE:
+            yield Hook("startup", f"{rel}:1", f"shadows {name}, {_SHADOW_WHY}")
+        elif _stdlib_stand_in(name):
+            why = _STDLIB_WHY if name in _LATER_STDLIB else _ABSENT_WHY
+            yield Hook("startup", f"{rel}:1", why.format(name=name))
 
 
 def _rel(repo: Path, path: Path) -> str:
@@ -631,8 +633,6 @@ def scan(repo: Path) -> TamperScan:
         rel = _rel(repo, path)
         if path.name in _STARTUP_MODULES:
             add(Hook("startup", f"{rel}:1", _STARTUP_WHY))
-        elif (shadowed := _shadowed(repo, path)) is not None:
-            add(Hook("startup", f"{rel}:1", f"shadows {shadowed}, {_SHADOW_WHY}"))
         if path in plugins:
             for hook in _hook_rules(rel, tree):
                 add(hook)
@@ -666,7 +666,7 @@ def scan(repo: Path) -> TamperScan:
             add(Hook("unreadable", f"{_rel(repo, path)}:1", _UNREADABLE_WHY))
     for hook in _config_rules(repo):
         add(hook)
-    for hook in _stdlib_shadows(repo):
+    for hook in _shadow_hooks(repo):
         add(hook)
     return result
 

@@ -489,12 +489,26 @@ def test_startup_files_are_listed_by_the_tamper_scan(tmp_path: Path) -> None:
     (tmp_path / "pluggy").mkdir()
     (tmp_path / "pluggy" / "__init__.py").write_text("", encoding="utf-8")
     (tmp_path / "lib" / "pluggy.py").write_text("", encoding="utf-8")  # not top-level: never imported first
+    # Compiled stand-ins import as source ones do, from the root or src/; a folder without __init__.py is
+    # a namespace portion, which the installed package wins over.
+    (tmp_path / "pytest_socket.pyc").write_bytes(b"")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "_pytest.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+    (tmp_path / "src" / "iniconfig.py").write_text("", encoding="utf-8")
+    (tmp_path / "packaging").mkdir()
+    (tmp_path / "packaging" / "version.py").write_text("", encoding="utf-8")
     result = scan(tmp_path)
     assert sorted(h.location for h in result.startup_hooks) == [
         "lib/usercustomize.py:1",
         "pluggy/__init__.py:1",
+        "pytest_socket.pyc:1",
         "sitecustomize.py:1",
+        "src/_pytest.cpython-311-x86_64-linux-gnu.so:1",
+        "src/iniconfig.py:1",
     ]
+    why = {h.location: h.why for h in result.startup_hooks}
+    assert why["pytest_socket.pyc:1"].startswith("shadows pytest_socket, ")
+    assert not why["sitecustomize.py:1"].startswith("shadows")  # listed once, as the start-up module it is
 
 
 @pytest.mark.index
