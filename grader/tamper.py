@@ -182,19 +182,22 @@ def _read(path: Path) -> str | None:
         return None
 
 
-# pytest's default `norecursedirs` less the dot folders, virtualenvs and node_modules (third-party code more
-# often than a candidate's tests): a test module below one of these is never collected.
+# pytest's default `norecursedirs` less the virtualenvs and node_modules (third-party code, which the walk
+# skips) and the dot folders (below).
 _UNENTERED = frozenset({"build", "dist", "_darcs", "CVS", "{arch}"})
 
 
 def _unentered_folder(rel: Path, roots: list[str]) -> str | None:
     """The outermost folder above test module ``rel`` that pytest's default collection skips, when ``rel``
-    is below one of the configuration's ``testpaths`` (``roots``; none set: anywhere); else None."""
+    is below one of the configuration's ``testpaths`` (``roots``; none set: anywhere); else None. A dot
+    folder (``tests/.slow/``) counts below a testpath, or below a ``tests``/``test`` folder when none is
+    set: elsewhere (``.github/``) it holds tooling, not the suite."""
     where = rel.as_posix()
     if roots and not any(root in ("", ".") or where.startswith(f"{root}/") for root in roots):
         return None
     for i, part in enumerate(rel.parts[:-1]):
-        if part in _UNENTERED or part.endswith(".egg"):
+        dotted = part.startswith(".") and (bool(roots) or any(p in ("tests", "test") for p in rel.parts[:i]))
+        if part in _UNENTERED or part.endswith(".egg") or dotted:
             return "/".join(rel.parts[: i + 1])
     return None
 

@@ -14,8 +14,9 @@ Red team 25, F3–F5: tests pytest passes over by its own rules, with a warning 
 defines ``__init__`` or ``__new__`` or is made a dataclass (``init``, ``dataclass``), a ``test*`` function
 decorated as a fixture or a property that nothing in its module asks for by name (``fixture``,
 ``property``), and a ``test*`` name spelled with look-alike letters (``tеst_x`` with a Cyrillic ``е``:
-``look-alike``). The copy gets the constructor renamed, the decorator made a no-op, the name spelled in
-ASCII; a test module whose file name is a look-alike is copied to its ASCII name (`revive_file_name`).
+``look-alike``), or that inherits a constructor from a class of its module (``inherits``). The copy gets
+the constructor renamed (the base given without it), the decorator made a no-op, the name spelled in ASCII;
+a test module whose file name is a look-alike is copied to its ASCII name (`revive_file_name`).
 """
 
 from __future__ import annotations
@@ -47,13 +48,16 @@ class Shadow:
     defined: int  # the line of the definition it hides
     # a rebinding whose value names the test, a Test* class the module builds: listed, not undone
     wraps: bool = False
-    col: int = 0  # the hiding target's columns on `line` (del / reassigns)
-    end_col: int = 0
+    col: int = 0  # the hiding target's columns on `line` (del / reassigns; a decorator, a base class)
+    end_col: int = 0  # == col: the target goes on past `line` (a decorator spanning lines)
+    via: str = ""  # "inherits": the module's class the constructor comes from
 
     def describe(self) -> str:
         """What hides the test, for a reviewer (the tamper scan adds why it matters)."""
         if self.kind == "init":
             return f"class {self.name} defines a constructor (line {self.line}): pytest does not collect it"
+        if self.kind == "inherits":
+            return f"class {self.name} inherits a constructor from {self.via}: pytest does not collect it"
         if self.kind in ("dataclass", "fixture", "property"):
             return f"{self.name} (line {self.defined}) is made a {self.kind} here: pytest does not collect it"
         if self.kind == "look-alike":
@@ -84,6 +88,38 @@ def _decorator_name(node: ast.expr) -> str:
     return target.id if isinstance(target, ast.Name) else ""
 
 
+def _makes_dataclass(deco: ast.expr) -> bool:
+    """``@dataclass``, ``@attrs.define(...)``, ``@attr.s``: not a pytest mark that shares a name
+    (``@pytest.mark.frozen``)."""
+    target = deco.func if isinstance(deco, ast.Call) else deco
+    marked = isinstance(target, ast.Attribute) and _decorator_name(target.value) == "mark"
+    return _decorator_name(deco) in _DATACLASS_MAKERS and not marked
+
+
+def _constructs(node: ast.ClassDef, classes: dict[str, ast.ClassDef], seen: set[str]) -> bool:
+    """Whether instances of ``node`` get a constructor pytest refuses: its own ``__init__``/``__new__``, a
+    dataclass's, or one inherited from another class of the module."""
+    if any(isinstance(i, ast.FunctionDef) and i.name in ("__init__", "__new__") for i in node.body):
+        return True
+    if any(_makes_dataclass(d) for d in node.decorator_list):
+        return True
+    seen.add(node.name)
+    return any(
+        isinstance(b, ast.Name)
+        and b.id in classes
+        and b.id not in seen
+        and _constructs(classes[b.id], classes, seen)
+        for b in node.bases
+    )
+
+
+def _decorator_cols(deco: ast.expr) -> tuple[int, int]:
+    """A decorator's columns on its first line; both the start when it spans lines (the copy then puts a
+    no-op in front of it instead of replacing it)."""
+    start, end = _cols(deco)
+    return (start, end) if deco.lineno == deco.end_lineno else (start, start)
+
+
 def _asked_for(tree: ast.AST, name: str, kind: str) -> bool:
     """Whether the module uses ``name`` as what it was made: a fixture some test requests (a parameter,
     ``usefixtures``, ``getfixturevalue``), a property read as an attribute, a class it builds or extends."""
@@ -109,6 +145,7 @@ def _has_tests(node: ast.ClassDef) -> bool:
 
 def _never_collected(tree: ast.AST) -> list[Shadow]:
     found: list[Shadow] = []
+    classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             prefix = "Test" if isinstance(node, ast.ClassDef) else "test"
@@ -122,17 +159,32 @@ def _never_collected(tree: ast.AST) -> list[Shadow]:
                 if isinstance(item, ast.FunctionDef) and item.name in ("__init__", "__new__"):
                     found.append(Shadow("init", node.name, item.lineno, node.lineno, helper))
             for deco in node.decorator_list:
-                if _decorator_name(deco) in _DATACLASS_MAKERS and deco.lineno == deco.end_lineno:
-                    shadow = Shadow("dataclass", node.name, deco.lineno, node.lineno, helper, *_cols(deco))
+                if _makes_dataclass(deco):
+                    shadow = Shadow(
+                        "dataclass", node.name, deco.lineno, node.lineno, helper, *_decorator_cols(deco)
+                    )
                     found.append(shadow)
+            if not _constructs(node, {}, set()):
+                # Red team 25's constructor, one class up: `class TestX(Base)` where Base has one.
+                for base in node.bases:
+                    if isinstance(base, ast.Name) and base.id in classes and base.id != node.name:
+                        if _constructs(classes[base.id], classes, {node.name}):
+                            cols = _cols(base) if base.lineno == base.end_lineno else (0, 0)
+                            found.append(
+                                Shadow(
+                                    "inherits", node.name, base.lineno, node.lineno, helper, *cols, base.id
+                                )
+                            )
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
             for deco in node.decorator_list:
                 kind = _HIDING_DECORATORS.get(_decorator_name(deco))
                 autouse = isinstance(deco, ast.Call) and any(k.arg == "autouse" for k in deco.keywords)
-                if kind is None or autouse or deco.lineno != deco.end_lineno:
+                if kind is None or autouse:
                     continue
                 if not _asked_for(tree, node.name, kind):
-                    found.append(Shadow(kind, node.name, deco.lineno, node.lineno, False, *_cols(deco)))
+                    found.append(
+                        Shadow(kind, node.name, deco.lineno, node.lineno, False, *_decorator_cols(deco))
+                    )
     return found
 
 
@@ -211,7 +263,7 @@ def revive(copy: Path, rel: str) -> list[Shadow]:
     undone: list[Shadow] = []
     found = shadows(tree)
     for shadow in found:
-        if shadow.wraps and shadow.kind in ("init", "dataclass"):
+        if shadow.wraps and shadow.kind in ("init", "dataclass", "inherits"):
             continue  # a helper class the module builds: listed, not undone
         if shadow.kind in ("init", "look-alike"):
             source = lines[shadow.line - 1] if shadow.line <= len(lines) else ""
@@ -226,7 +278,19 @@ def revive(copy: Path, rel: str) -> list[Shadow]:
             )
             edits.append((shadow.line, match.start(1), match.end(1), new))
         elif shadow.kind in ("dataclass", "fixture", "property"):
-            edits.append((shadow.line, *_span(lines, shadow), "(lambda _decorated: _decorated)"))
+            start, end = _span(lines, shadow)
+            # A decorator over several lines keeps them: the no-op goes in front and the rest is not run.
+            new = "(lambda _decorated: _decorated)" + ("" if end > start else " if True else ")
+            edits.append((shadow.line, start, end, new))
+        elif shadow.kind == "inherits":
+            if shadow.end_col <= shadow.col:
+                continue
+            # The base without its constructor, as pytest wants a test class (line numbers kept).
+            new = (
+                f"type({shadow.via!r}, ({shadow.via},), "
+                '{"__init__": object.__init__, "__new__": object.__new__})'
+            )
+            edits.append((shadow.line, *_span(lines, shadow), new))
         elif shadow.kind == "redefines":
             if any(
                 w.wraps and w.name == shadow.name and shadow.defined < w.line < shadow.line for w in found
@@ -271,10 +335,12 @@ def revive_file_name(copy: Path, rel: str) -> str | None:
 
 
 def enter_folder(copy: Path, rel: str) -> str | None:
-    """Rename folder ``copy/rel`` (``tests/build``, which pytest's default ``norecursedirs`` skips) so that
-    pytest collects the tests below it; the new relative path, or None (a link, not a folder, name taken)."""
+    """Rename folder ``copy/rel`` (``tests/build``, ``tests/.slow``: pytest's default ``norecursedirs``) so
+    that pytest collects the tests below it; the new relative path, or None (a link, not a folder, name
+    taken)."""
     path = copy / rel
-    target = path.with_name(f"{path.name}__entered")
+    # `.slow` → `slow__entered`: pytest skips every dot folder.
+    target = path.with_name(f"{path.name.lstrip('.')}__entered")
     if path.is_symlink() or not path.is_dir() or target.exists() or target.is_symlink():
         return None
     path.rename(target)

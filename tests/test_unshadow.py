@@ -167,6 +167,39 @@ class Reader:
 def test_honest(case, test_data):
     assert TestServer(8080).port == 8080 and Reader().test_value == 3
     assert case.label == "refund" and test_data["label"] == "billing"
+
+
+class Recorder:
+    def __init__(self):
+        self.calls = []
+
+
+class TestInherited(Recorder):  # 77: the constructor one class up
+    def test_inherited(self):
+        assert False, "hidden by an inherited __init__"
+
+
+@pytest.fixture(  # 82: a decorator over several lines
+    scope="module",
+)
+def test_multiline_fixture():
+    assert False, "hidden by a fixture decorator over lines"
+
+
+@dataclasses.dataclass(  # 89
+    frozen=True,
+)
+class TestFrozen:
+    label: str = "billing"
+
+    def test_frozen(self):
+        assert self.label == "account", "hidden by a dataclass decorator over lines"
+
+
+@pytest.mark.frozen  # a mark named like attrs' decorator: collected as it is
+class TestMarked:
+    def test_marked(self):
+        assert True
 """
 
 
@@ -189,7 +222,7 @@ def test_tests_pytest_passes_over_are_listed_and_collected_in_the_copy(tmp_path:
     module = tmp_path / "test_hidden.py"
     module.write_text(NEVER_COLLECTED, encoding="utf-8")
     before = _pytest(tmp_path)
-    assert "1 passed" in before and "failed" not in before, before  # the suite's own run: all green
+    assert "2 passed" in before and "failed" not in before, before  # the suite's own run: all green
 
     listed = unshadow.shadows(ast.parse(NEVER_COLLECTED))
     assert {(s.kind, s.line, s.wraps) for s in listed} == {
@@ -200,16 +233,28 @@ def test_tests_pytest_passes_over_are_listed_and_collected_in_the_copy(tmp_path:
         ("look-alike", 34, False),
         ("init", 39, True),  # TestServer and TestCase: built by a test, listed and left alone
         ("dataclass", 46, True),
+        ("inherits", 77, False),
+        ("fixture", 82, False),
+        ("dataclass", 89, False),
     }, listed
     undone = unshadow.revive(tmp_path, "test_hidden.py")
 
     assert module.read_text(encoding="utf-8").count("\n") == NEVER_COLLECTED.count("\n")
-    assert {s.kind for s in undone} == {"init", "dataclass", "fixture", "property", "look-alike"}
+    assert {s.kind for s in undone} == {"init", "dataclass", "fixture", "property", "look-alike", "inherits"}
     after = _pytest(tmp_path)
-    for name in ("test_label", "test_route", "test_invoice_is_an_account_matter", "test_shape"):
-        assert "FAILED test_hidden.py::" in after and f"::{name}" in after, (name, after)
+    for name in (
+        "test_label",
+        "test_route",
+        "test_invoice_is_an_account_matter",
+        "test_shape",
+        "test_inherited",
+        "test_multiline_fixture",
+        "test_frozen",
+    ):
+        assert "FAILED test_hidden.py::" in after and f"::{name} " in after, (name, after)
     assert "test_look_alike__look_alike_L34" in after, after
-    assert "5 failed" in after and "PASSED test_hidden.py::test_honest" in after, after
+    assert "8 failed" in after and "PASSED test_hidden.py::test_honest" in after, after
+    assert "PASSED test_hidden.py::TestMarked::test_marked" in after, after
 
 
 def test_a_test_module_named_with_look_alike_letters_is_copied_to_its_ascii_name(tmp_path: Path) -> None:
@@ -249,8 +294,37 @@ def test_a_test_module_in_a_folder_pytest_skips_is_listed_and_entered_in_the_cop
     assert "1 failed" in _pytest(tmp_path)
 
 
+@pytest.mark.parametrize("testpaths", [True, False])
+def test_a_test_module_in_a_dot_folder_of_the_suite_is_listed_and_entered(
+    tmp_path: Path, testpaths: bool
+) -> None:
+    """pytest skips every dot folder: `tests/.slow/` hides a failing test like `tests/build/` does. A dot
+    folder outside the suite (CI scripts' tests in `.github/`) is not the suite and is left alone."""
+    from grader import tamper
+
+    (tmp_path / "tests" / ".slow").mkdir(parents=True)
+    (tmp_path / "tests" / ".slow" / "test_regressions.py").write_text(
+        "def test_feedback_is_an_intent():\n    assert False\n", encoding="utf-8"
+    )
+    (tmp_path / ".github" / "scripts").mkdir(parents=True)
+    (tmp_path / ".github" / "scripts" / "test_release.py").write_text("import release\n", encoding="utf-8")
+    if testpaths:
+        (tmp_path / "pyproject.toml").write_text('[tool.pytest.ini_options]\ntestpaths = ["tests"]\n')
+    assert "no tests ran" in _pytest(tmp_path)
+
+    scan = tamper.scan(tmp_path)
+    assert scan.unentered == ["tests/.slow"]
+    assert [h.location for h in scan.hooks if h.kind == "collection"] == ["tests/.slow/test_regressions.py:1"]
+
+    assert unshadow.enter_folder(tmp_path, "tests/.slow") == "tests/slow__entered"
+    assert "1 failed" in _pytest(tmp_path)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("where", ["tests/build/test_regressions.py", "tests/t\u0435st_regressions.py"])
+@pytest.mark.parametrize(
+    "where",
+    ["tests/build/test_regressions.py", "tests/.slow/test_regressions.py", "tests/t\u0435st_regressions.py"],
+)
 def test_a_failing_test_pytest_never_collects_counts_and_is_named_where_it_is(
     where: str, tmp_path: Path, grade_cache: Path
 ) -> None:
