@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import posixpath
 import re
 import subprocess
 import tempfile
@@ -113,6 +114,7 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
     """Every hand edit of a recorded response in the history of ``repo``'s tapes (oldest first)."""
     dirs = [Path(cassette_dir).as_posix()] if cassette_dir is not None else list(DISCOVERY_DIRS)
     try:
+        dirs += _moved_from(repo, dirs)
         log = _git(
             repo,
             "log",
@@ -159,11 +161,13 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
             if path in compared:
                 held_by, held_blob = compared[path]
                 pairs.append(_Pair(path, held_blob, new, held_by, commit, commit))
-            if status == "R":
-                current.pop(source, None)
+            held = current.pop(source, None) if status == "R" else None
             if status == "D":
                 if path in current:
                     gone[path] = current.pop(path)
+            elif held is not None and held[1] == new:
+                current[path] = held  # moved as it was: the answer is still the one its commit wrote
+                gone.pop(path, None)
             else:
                 current[path] = (commit, new)
                 gone.pop(path, None)
@@ -214,6 +218,46 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
             continue
         edits += [(n, edit) for n, change in group_changes for edit in change.edits]
     return TapeHistory([edit for _, edit in sorted(edits, key=lambda e: e[0])], notes)
+
+
+def _moved_from(repo: Path, dirs: Sequence[str]) -> list[str]:
+    """The folders tapes now in ``dirs`` were moved from by a first-parent commit, through any chain of
+    moves (red team 27, F2: `git mv cassettes tapes` and a hand edit in the same commit; read with the new
+    folder alone, every tape looked new there and the edit was compared with nothing). Found by a walk of
+    the whole tree, since rename detection pairs only the paths its pathspec holds."""
+    log = _git(
+        repo,
+        "log",
+        "--first-parent",
+        "--diff-merges=first-parent",
+        *gitsafe.RAW_LOG,
+        "--find-renames",
+        "--diff-filter=R",
+        "--format=@%H",
+        "HEAD",
+    )
+    moves = [
+        (path, source)
+        for _, changes in _commits(log.decode("utf-8", "surrogateescape"))
+        for path, (status, _old, _new, source) in changes.items()
+        if status == "R" and path.lower().endswith(TAPE_SUFFIXES)
+    ]
+    found: list[str] = []
+    held = list(dirs)
+    while True:
+        more = {
+            posixpath.dirname(source) or "."
+            for path, source in moves
+            if any(_below(path, d) for d in held) and not any(_below(source, d) for d in held)
+        }
+        if not more:
+            return found
+        found += sorted(more)
+        held += sorted(more)
+
+
+def _below(path: str, folder: str) -> bool:
+    return folder in ("", ".") or path.startswith(folder.rstrip("/") + "/")
 
 
 def _merged_originals(

@@ -143,6 +143,35 @@ def test_moving_a_tape_and_editing_it_in_one_commit_is_an_edit(recorded) -> None
     ]
 
 
+@pytest.mark.parametrize("hops", [1, 2])
+def test_moving_the_tape_folder_and_editing_a_tape_in_the_same_commit_is_an_edit(recorded, hops: int) -> None:
+    """Red team 27, F2: `git mv cassettes tapes` with one answer edited in that commit scored 55/57 against
+    50/57 for the twin: read with the new folder alone, every tape looked new. Through two moves too."""
+    repo, first = recorded
+    for hop in range(hops):
+        old, new = (
+            ("cassettes", "recordings")
+            if hop == 0 and hops == 2
+            else (
+                "recordings" if hops == 2 else "cassettes",
+                "tapes",
+            )
+        )
+        (repo / old).rename(repo / new)
+        if hop == hops - 1:
+            _edit_kit(sorted((repo / new).glob("*.json"))[4], _bump_id)
+        commit(repo, f"rename {old}/ to {new}/ (shorter paths)")
+    second = _head(repo)
+
+    found = tape_edits(repo, "tapes")
+    edited = sorted((repo / "tapes").glob("*.json"))[4].name
+    assert [(e.path, e.before, e.after) for e in found.edits] == [(f"tapes/{edited}", first[:7], second[:7])]
+    # A move alone is no edit: moved once more, the finding is the same one, where the edit was made.
+    (repo / "tapes").rename(repo / "cassettes2")
+    commit(repo, "rename again, nothing edited")
+    assert tape_edits(repo, "cassettes2").edits == found.edits
+
+
 def test_deleting_every_tape_and_recording_them_anew_is_not_an_edit(recorded) -> None:
     repo, _ = recorded
     saved = {tape: tape.read_text(encoding="utf-8") for tape in _tapes(repo)}
