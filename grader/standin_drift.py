@@ -85,8 +85,11 @@ class Drifter:
         self._header = header
         self._lock = threading.Lock()
         self._seen: dict[bytes, int] = {}
+        self._turn = profile.seed  # where `order: rotate` starts (taken modulo the number of kinds)
 
     def choose(self, digest: bytes, applies: Callable[[Drift], bool]) -> Drift | None:
+        if self.profile.order == "rotate":
+            return self._next_in_turn(applies)
         with self._lock:
             occurrence = self._seen.get(digest, 0)
             self._seen[digest] = occurrence + 1
@@ -98,6 +101,17 @@ class Drifter:
                 edge += drift.rate
                 if point < edge:
                     return drift
+        return None
+
+    def _next_in_turn(self, applies: Callable[[Drift], bool]) -> Drift | None:
+        """``order: rotate``: the next kind in turn that applies to this answer (the turn moves past it)."""
+        kinds = [d for d in self.profile.drifts if d.rate > 0]
+        with self._lock:
+            for step in range(len(kinds)):
+                at = (self._turn + step) % len(kinds)
+                if applies(kinds[at]):
+                    self._turn = at + 1
+                    return kinds[at]
         return None
 
     def answer(

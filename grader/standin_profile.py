@@ -49,6 +49,9 @@ class Profile:
     # provider ("openai" | "anthropic") -> the model name every answer reports; absent = as the rules say
     served_model: Mapping[str, str]
     drifts: tuple[Drift, ...]
+    # "random": each answer rolls against the rates; "rotate": every answer drifts, the kinds (rate above 0)
+    # in turn from a start the seed picks, skipping kinds that do not apply (the drift probe's cover run)
+    order: str = "random"
 
 
 # --- option checks: each returns an error phrase, or None when the value is fine -------------------------
@@ -116,7 +119,8 @@ DRIFT_KINDS: dict[str, dict[str, tuple[_Check, Any]]] = {
     "split_stream": {},
 }
 
-_TOP_KEYS = ("version", "name", "seed", "rules", "served_model", "drift")
+_TOP_KEYS = ("version", "name", "seed", "order", "rules", "served_model", "drift")
+_ORDERS = ("random", "rotate")
 
 
 # --- reading --------------------------------------------------------------------------------------------
@@ -211,6 +215,9 @@ class _Validator:
         seed = data.get("seed", 0)
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise self.fail(("seed",), "must be a whole number >= 0")
+        order = data.get("order", "random")
+        if order not in _ORDERS:
+            raise self.fail(("order",), f"must be one of {', '.join(_ORDERS)}")
         return Profile(
             name=name,
             path=self.path,
@@ -218,6 +225,7 @@ class _Validator:
             rules=self.rules(data.get("rules")),
             served_model=self.served(data.get("served_model")),
             drifts=self.drifts(data.get("drift")),
+            order=order,
         )
 
     def rules(self, value: object) -> Rules:

@@ -153,9 +153,10 @@ def test_an_agent_that_hard_codes_its_provider_meets_the_drifted_stand_in(
 
     assert facts["probe"] == "ran", facts
     assert facts["unreached"] == 0, row["details"]  # every ticket reached the stand-in, through 443
-    assert facts["tickets"] == len(messages)
+    # The messages' own draws, then one run per kind they did not reach (the probe's cover run).
+    assert facts["tickets"] > len(messages)
     assert facts["drifted"] > 0 and facts["violations"] == 0, row["details"]
-    assert set(facts["kinds"]) <= set(_KINDS), facts["kinds"]
+    assert set(_KINDS) < set(facts["kinds"]), facts["kinds"]
     assert row["score"] == row["max"], row
     assert "api.openai.com" in row["details"][0], row["details"][
         0
@@ -238,7 +239,7 @@ def test_the_probe_reaches_only_the_stand_in_and_its_run_sees_no_key(
     post = _REACH.replace("@@PORT@@", str(port))
     repo = _agent(tmp_path, "reach", post, tickets["openai"][:1], [], "openai")
     report = grade(str(repo), rubric=_drift_rubric(1), timeout=120, cache_root=grade_cache, jobs=1)
-    lines = [line for line in _row(report)["details"] if "ticket T01" in line]
+    lines = [line for line in _row(report)["details"] if "ticket T01 (" in line]
 
     assert len(lines) == 1, _row(report)["details"]
     assert "reach: openai=ok name=fail address=fail host-loopback=fail keys=0" in lines[0], lines[0]

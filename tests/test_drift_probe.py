@@ -202,9 +202,10 @@ def test_the_record_targets_own_variables_reach_the_triage_command(
         str(repo), rubric=_drift_rubric(len(messages)), timeout=120, cache_root=grade_cache, jobs=1
     )
     row, facts = _row(report), report["facts"]["drift"]
-    assert facts["unreached"] == 0 and facts["drifted"] == len(messages), facts
-    assert facts["kinds"]["code_fence"]["handled"] == len(chosen["code_fence"])
-    assert facts["kinds"]["refusal"]["loud"] == len(chosen["refusal"])
+    # Beyond the messages' own draws, the cover run sends the kinds they did not reach, one run each.
+    assert facts["unreached"] == 0 and facts["drifted"] == facts["tickets"] > len(messages), facts
+    assert facts["kinds"]["code_fence"]["handled"] >= len(chosen["code_fence"])
+    assert facts["kinds"]["refusal"]["loud"] >= len(chosen["refusal"])
     assert row["score"] == row["max"]
     assert any("the record target's own AGENT_TAPES=record" in d for d in row["details"]), row["details"]
     assert not any(d.count("CASSETTE_MODE=record") > 1 for d in row["details"]), row["details"]
@@ -237,13 +238,22 @@ def test_fewer_recorded_inputs_than_the_limit_are_run_again_and_meet_a_drift(
     repo = make_agent(tmp_path, "openai", "default", [message])
     report = grade(str(repo), rubric=_drift_rubric(3), timeout=120, cache_root=grade_cache, jobs=2)
     row, facts = _row(report), report["facts"]["drift"]
-    assert facts["tickets"] == 3 and facts["unreached"] == 0, facts
+    assert facts["unreached"] == 0, facts
     lines = [d for d in row["details"] if d.startswith("cassettes/") and d.split(" ")[1] == "ticket"]
     ids = [line.split(" ticket ")[1].split(" ")[0] for line in lines]
-    assert ids == ["T01", "T01.2", "T01.3"], "\n".join(lines)
+    assert ids[:3] == ["T01", "T01.2", "T01.3"], "\n".join(lines)
     assert "(no drift): correct" in lines[0], lines[0]
     assert f"ticket T01.2 ({kind})" in lines[1], lines[1]
     assert facts["drifted"] >= 1 and kind in facts["kinds"], facts
+    # Red team 27, F3: the draws alone met two or three kinds, always the same ones for these requests. The
+    # cover run sends every other kind of the profile once (T01.c1, ...), so a parser that defaults only on
+    # the kinds a submission's draws never reach is met anyway: every kind that applies to a plain
+    # (not streamed) answer was sent.
+    profile = load_profile(resolve_profile("drifted"))
+    plain = {d.kind for d in profile.drifts if d.kind != "split_stream"}
+    assert plain <= set(facts["kinds"]), sorted(plain - set(facts["kinds"]))
+    assert all(i.startswith("T01.c") for i in ids[3:]) and len(ids) == facts["tickets"], ids
+    assert any("its draws did not reach" in d for d in row["details"]), row["details"]
 
 
 def test_a_submission_with_nothing_to_run_scores_zero_with_the_reason(

@@ -18,9 +18,14 @@ made for that run (grader/intercept.py, docs/security.md)."""
 
 from __future__ import annotations
 
+import hashlib
+import tempfile
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import yaml
 
 from grader.checks import CheckResult, Finding, register
 from grader.checks.demo_refusals import demo_refusals
@@ -28,6 +33,7 @@ from grader.details import counted
 from grader.drift_run import DriftRun, Ticket, TicketOutcome, find_tickets, record_env, run_tickets
 from grader.errors import NotAssessable
 from grader.manifest import package_command
+from grader.standin_profile import load_profile, resolve_profile
 
 if TYPE_CHECKING:
     from grader.context import Context
@@ -47,13 +53,17 @@ def _limit(ctx: Context) -> int:
 
 
 def _probe(ctx: Context) -> DriftRun:
-    tickets = _again(find_tickets(ctx, _limit(ctx)), _limit(ctx))
+    recorded = find_tickets(ctx, _limit(ctx))
+    tickets = _again(recorded, _limit(ctx))
     run = run_tickets(ctx, tickets, profile=_PROFILE, label=_LABEL, env=record_env(ctx), withhold=True)
+    withhold = True
     if run.ran and not any(o.calls for o in run.outcomes):
         # Nothing reached the stand-in with the tapes withheld: an agent whose live mode the probe cannot find
         # misses loudly there. Judged as before, with its tapes in place (unreached: a reviewer's row, or
         # a refusal of the probe's record mode, which the plain-replay control tells apart).
         run = run_tickets(ctx, tickets, profile=_PROFILE, label=_LABEL, env=record_env(ctx))
+        withhold = False
+    run = _cover(ctx, run, recorded, withhold=withhold)
     entry = package_command(ctx.repo)
     if not run.ran or not entry or list(entry) == list(run.command):
         return run
@@ -64,6 +74,50 @@ def _probe(ctx: Context) -> DriftRun:
         ctx, tickets, profile=_PROFILE, label=_LABEL, env=record_env(ctx), withhold=True, command=entry
     )
     return _worse(run, other) if other.ran else run
+
+
+def _cover(ctx: Context, run: DriftRun, tickets: list[Ticket], *, withhold: bool) -> DriftRun:
+    """``run`` with one more run of tickets for the drift kinds its draws did not reach, each answer there
+    drifting in turn (``order: rotate``) from a start the inputs pick (red team 27, F3: the draws are a
+    function of the seed and the requests, so a submission could see in advance which five of fifteen kinds
+    it would meet, and default only on the others)."""
+    if not run.ran or not tickets or not any(o.calls for o in run.outcomes):
+        return run
+    shipped = resolve_profile(_PROFILE)
+    profile = load_profile(shipped)
+    met = {kind for o in run.outcomes for kind in o.drifts}
+    missing = [d.kind for d in profile.drifts if d.rate > 0 and d.kind not in met]
+    if not missing:
+        return run
+    # The start follows from the inputs: the same submission meets the same kinds on the same tickets in
+    # every grade (its verdict is reproducible); every kind is sent whichever start it is.
+    digest = hashlib.sha256("\n".join(t.message for t in tickets).encode("utf-8", "surrogateescape")).digest()
+    start = int.from_bytes(digest[:4], "big") % len(missing)
+    data = yaml.safe_load(shipped.read_text(encoding="utf-8"))
+    data.update(order="rotate", seed=start)
+    data["drift"] = {kind: {**data["drift"][kind], "rate": 1 / len(missing)} for kind in missing}
+    cover = [
+        replace(tickets[i % len(tickets)], id=f"{tickets[i % len(tickets)].id}.c{i + 1}")
+        for i in range(len(missing))
+    ]
+    with tempfile.TemporaryDirectory(prefix="grader-drift-") as folder:
+        path = Path(folder) / f"{_PROFILE}.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        more = run_tickets(ctx, cover, profile=path, label=_LABEL, env=record_env(ctx), withhold=withhold)
+    if not more.ran:
+        return replace(
+            run,
+            details=[*run.details, f"drift probe: the kinds its draws missed were not sent ({more.status})"],
+        )
+    note = (
+        f"drift probe: also sent the {counted(len(missing), 'drift kind')} its draws did not reach "
+        f"({', '.join(missing)}), in turn from the {_ordinal(start + 1)}, one run each"
+    )
+    return replace(run, outcomes=(*run.outcomes, *more.outcomes), details=[*run.details, note])
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def _worse(run: DriftRun, other: DriftRun) -> DriftRun:
@@ -247,7 +301,9 @@ def _result(ctx: Context, run: DriftRun) -> CheckResult:
         f"CASSETTE_DIR{also}); {_reach(run)}"
     ]
     details += [_line(o) for o in run.outcomes]
-    details += [line for line in run.details if line.startswith("drift probe: also ran")]
+    details += [
+        line for line in run.details if line.startswith(("drift probe: also ran", "drift probe: also sent"))
+    ]
     if run.skipped:
         details.append(f"drift probe: not run for lack of time: {', '.join(run.skipped)}")
     manual = None
