@@ -592,11 +592,16 @@ class Context:
             files = [h.location for h in rr.scan.hooks if h.kind == "collection"]
             hiding = [at for at in files if at.split(":")[0] in hidden or at.startswith(folders)]
             where = ", ".join(hiding)[:200]
-            why = f"test modules delete or redefine tests, or keep pytest from collecting them ({where})"
+            why = (
+                "test modules delete or redefine tests, replace their code, or keep pytest from collecting "
+                f"them ({where})"
+            )
             narrowed = whole_suite_because(narrowed, why, suite.plain)
         if narrowed is not None and guard is not None:
             copy = self.scratch_copy("replay-whole")
             revived = [rel for rel in rr.scan.shadowed if unshadow.revive(copy, rel)]
+            # A test whose code was swapped keeps its id: it ran in the suite, other code under its name.
+            rr.changed_tests = [*rr.changed_tests, *revived]
             # After `revive`: a look-alike file's own hidden tests come back under its ASCII name too.
             for rel in rr.scan.look_alike_files:
                 renamed = unshadow.revive_file_name(copy, rel)

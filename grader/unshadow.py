@@ -60,6 +60,8 @@ class Shadow:
             return f"class {self.name} inherits a constructor from {self.via}: pytest does not collect it"
         if self.kind in ("dataclass", "fixture", "property"):
             return f"{self.name} (line {self.defined}) is made a {self.kind} here: pytest does not collect it"
+        if self.kind == "recode":
+            return f"{self.name}'s code is replaced here: pytest runs other code under its name"
         if self.kind == "look-alike":
             return f"{self.name!r} is spelled with look-alike letters for {ascii_skeleton(self.name)!r}"
         return f"{self.kind} {self.name} (defined at line {self.defined})"
@@ -204,6 +206,8 @@ def shadows(tree: ast.AST) -> list[Shadow]:
                 if node.name in defined:
                     found.append(Shadow("redefines", node.name, node.lineno, defined[node.name]))
                 defined[node.name] = node.lineno
+            elif (recoded := _recode(node)) is not None:
+                found.append(recoded)
             elif isinstance(node, (ast.Delete, ast.Assign)):
                 kind = "del" if isinstance(node, ast.Delete) else "reassigns"
                 value = getattr(node, "value", None)
@@ -227,6 +231,25 @@ def shadows(tree: ast.AST) -> list[Shadow]:
                     )
                     # Kept in `defined`: once the grader undoes this, a later `def test_x` hides the first.
     return sorted(found, key=lambda s: (s.line, s.col))
+
+
+def _recode(node: ast.stmt) -> Shadow | None:
+    """``test_x.__code__ = other.__code__`` or ``setattr(test_x, "__code__", ...)`` (red team 27, F5): the
+    function object pytest collects is the test's, the code it runs another's."""
+    if isinstance(node, ast.Assign) and len(node.targets) == 1:
+        target = node.targets[0]
+        if isinstance(target, ast.Attribute) and target.attr == "__code__":
+            name = _decorator_name(target.value)
+            if name.startswith("test") and target.lineno == target.end_lineno:
+                return Shadow("recode", name, target.lineno, target.lineno, False, *_cols(target))
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+        call = node.value
+        if _decorator_name(call.func) == "setattr" and len(call.args) >= 2:
+            name = _decorator_name(call.args[0])
+            attr = call.args[1]
+            if name.startswith("test") and isinstance(attr, ast.Constant) and attr.value == "__code__":
+                return Shadow("recode", name, call.lineno, call.lineno, False, *_cols(call.func), "setattr")
+    return None
 
 
 def _span(lines: list[str], shadow: Shadow) -> tuple[int, int]:
@@ -282,6 +305,14 @@ def revive(copy: Path, rel: str) -> list[Shadow]:
             # A decorator over several lines keeps them: the no-op goes in front and the rest is not run.
             new = "(lambda _decorated: _decorated)" + ("" if end > start else " if True else ")
             edits.append((shadow.line, start, end, new))
+        elif shadow.kind == "recode":
+            # The assignment binds a throwaway name; setattr becomes a call that does nothing.
+            new = (
+                "(lambda *_ignored: None)"
+                if shadow.via == "setattr"
+                else f"_{shadow.name}__recode_L{shadow.line}"
+            )
+            edits.append((shadow.line, *_span(lines, shadow), new))
         elif shadow.kind == "inherits":
             if shadow.end_col <= shadow.col:
                 continue

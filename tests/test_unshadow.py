@@ -356,3 +356,101 @@ def test_a_failing_test_pytest_never_collects_counts_and_is_named_where_it_is(
     assert "__entered" not in row["evidence"] and "tests/test_regressions.py" not in row["evidence"].replace(
         where, ""
     ), row["evidence"]
+
+
+BODY_NEVER_RUNS = {
+    # Red team 27, F4: one word added to a failing unittest test; unittest calls it, gets a coroutine, passes.
+    "async": """
+        import unittest
+
+        from support_triage_agent.agent import INTENTS
+
+
+        class TestIntents(unittest.TestCase):
+            async def test_feedback_is_an_intent(self):
+                self.assertIn("feedback", INTENTS)
+        """,
+    # F5: the same with a generator method, and a plain test whose code is swapped at module level.
+    "generator": """
+        import unittest
+
+        from support_triage_agent.agent import INTENTS
+
+
+        class TestIntents(unittest.TestCase):
+            def test_feedback_is_an_intent(self):
+                self.assertIn("feedback", INTENTS)
+                yield
+        """,
+    "code": """
+        from support_triage_agent.agent import INTENTS
+
+
+        def test_feedback_is_an_intent():
+            assert "feedback" in INTENTS
+
+
+        def _checked():
+            return None
+
+
+        test_feedback_is_an_intent.__code__ = _checked.__code__
+        """,
+    "setattr": """
+        from support_triage_agent.agent import INTENTS
+
+
+        def test_feedback_is_an_intent():
+            assert "feedback" in INTENTS
+
+
+        setattr(test_feedback_is_an_intent, "__code__", (lambda: None).__code__)
+        """,
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", sorted(BODY_NEVER_RUNS))
+def test_a_failing_test_whose_body_never_runs_counts_as_failed(
+    form: str, tmp_path: Path, grade_cache: Path
+) -> None:
+    """Red team 27, F4/F5: 55/57 against 50/57 for the twin whose test ran and failed. The body runs in the
+    grader's runs (a `__code__` swap is undone in the whole-suite copy), or the test fails saying why it
+    could not (a TestCase method returning a coroutine or a generator)."""
+    import textwrap
+
+    from grader.grading import grade
+    from grader.rubric import load_rubric
+    from tests.adversarial.builders import commit, sample_copy
+
+    repo = commit(sample_copy(tmp_path / "cand"), "take-home submission")
+    (repo / "tests" / "test_feedback.py").write_text(textwrap.dedent(BODY_NEVER_RUNS[form]), encoding="utf-8")
+    commit(repo, "work")
+    assert "1 passed" in _pytest_file(repo, "tests/test_feedback.py")  # as the candidate's own run shows it
+
+    report = grade(str(repo), rubric=load_rubric(), timeout=120, cache_root=grade_cache, jobs=1)
+
+    row = next(r for r in report["rows"] if r["id"] == "offline-replay")
+    if form in ("async", "generator"):
+        # Failed in the suite's own run, as the twin's visible failure is, saying why.
+        assert row["score"] == 2 and "1 failed" in row["evidence"], row
+        failed = [d for d in row["details"] if d.startswith("failed: tests/test_feedback.py::")]
+        assert failed and f"returned a {'coroutine' if form == 'async' else 'generator'}" in failed[0], row
+    else:
+        assert row["score"] <= 1, row
+        assert "tests/test_feedback.py::test_feedback_is_an_intent" in row["evidence"], row
+
+
+def _pytest_file(repo: Path, rel: str) -> str:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore", rel],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return done.stdout
