@@ -46,6 +46,7 @@ _CONTROL_TIMEOUT = 30.0
 _DEFAULT_TICKETS = 8
 _PROFILE = "drifted"
 _SHOWN = 3
+_UNCOVERED = frozenset({"slow"})
 
 
 def _limit(ctx: Context) -> int:
@@ -86,7 +87,10 @@ def _cover(ctx: Context, run: DriftRun, tickets: list[Ticket], *, withhold: bool
     shipped = resolve_profile(_PROFILE)
     profile = load_profile(shipped)
     met = {kind for o in run.outcomes for kind in o.drifts}
-    missing = [d.kind for d in profile.drifts if d.rate > 0 and d.kind not in met]
+    # `slow` only costs time (an agent that gives up early meets it in the draws); the rest is sent.
+    missing = [
+        d.kind for d in profile.drifts if d.rate > 0 and d.kind not in met and d.kind not in _UNCOVERED
+    ]
     if not missing:
         return run
     # The start follows from the inputs: the same submission meets the same kinds on the same tickets in
@@ -103,7 +107,10 @@ def _cover(ctx: Context, run: DriftRun, tickets: list[Ticket], *, withhold: bool
     with tempfile.TemporaryDirectory(prefix="grader-drift-") as folder:
         path = Path(folder) / f"{_PROFILE}.yaml"
         path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-        more = run_tickets(ctx, cover, profile=path, label=_LABEL, env=record_env(ctx), withhold=withhold)
+        # One lane: each lane's stand-in keeps its own turn, so two would send the first kinds twice.
+        more = run_tickets(
+            ctx, cover, profile=path, label=_LABEL, env=record_env(ctx), withhold=withhold, lanes=1
+        )
     if not more.ran:
         return replace(
             run,
