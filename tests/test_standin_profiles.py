@@ -587,3 +587,32 @@ def test_standin_copied_alone_refuses_a_profile_in_one_line(tmp_path: Path) -> N
         proc.stderr.strip()
         == "standin: error: --profile needs the grader package: run python -m grader.standin"
     )
+
+
+def test_order_rotate_sends_every_kind_in_turn_and_a_bad_order_names_its_line(tmp_path: Path) -> None:
+    """`order: rotate` (the drift probe's cover run): every answer drifts, the kinds in the profile's order
+    from the one the seed picks, a kind that does not apply passing its turn; repeats of one request too."""
+    from grader.standin_drift import Drifter
+    from grader.standin_profile import ProfileError
+
+    path = tmp_path / "cover.yaml"
+    path.write_text(
+        "version: 1\nname: cover\nseed: 4\norder: rotate\n"
+        "drift:\n  code_fence: {rate: 0.25}\n  refusal: {rate: 0.25}\n  split_stream: {rate: 0.25}\n"
+        "  empty: {rate: 0.25}\n",
+        encoding="utf-8",
+    )
+    drifter = Drifter(load_profile(path))
+    plain = lambda drift: drift.kind != "split_stream"  # noqa: E731  (a plain answer: no stream to split)
+    sent = [drifter.choose(b"same request", plain) for _ in range(6)]
+    assert [d.kind for d in sent if d is not None] == [
+        "code_fence",  # seed 4 modulo 4 kinds: the first
+        "refusal",
+        "empty",  # split_stream does not apply: its turn passes
+        "code_fence",
+        "refusal",
+        "empty",
+    ]
+    path.write_text(path.read_text(encoding="utf-8").replace("rotate", "sideways"), encoding="utf-8")
+    with pytest.raises(ProfileError, match=r"cover\.yaml:4: .*'order'.*random, rotate"):
+        load_profile(path)
