@@ -149,16 +149,7 @@ def scan_blob(
     if b"\0" in head and (wide := wide_text(data)) is not None:
         data, encoding = wide  # UTF-16/32 text (what Windows PowerShell's `>` writes) is text
     elif b"\0" in head and not is_tape:
-        return _scan_blocks(
-            scanner,
-            [data],
-            rel,
-            kind=kind,
-            commit=commit,
-            encoding=_BINARY,
-            forms=_binary_forms,
-            streams=True,
-        )
+        return _scan_binary(scanner, [data], rel, kind=kind, commit=commit)
     found = scanner.scan_bytes(data, source=rel, kind=kind, commit=commit)
     if encoding:
         found = [replace(f, encoding=f.encoding or encoding) for f in found]
@@ -222,16 +213,7 @@ def scan_large(
             outer=archive,
         )
     elif b"\0" in head and not is_tape:
-        found = _scan_blocks(
-            scanner,
-            stream,
-            rel,
-            kind=kind,
-            commit=commit,
-            encoding=_BINARY,
-            forms=_binary_forms,
-            streams=True,
-        )
+        found = _scan_binary(scanner, stream, rel, kind=kind, commit=commit)
     else:
         found = _scan_blocks(scanner, stream, rel, kind=kind, commit=commit, streams=not is_tape)
     where = where or rel
@@ -251,6 +233,15 @@ def _counted_file(
         scanner.stats.files += 1
         scanner.stats.tapes += is_tape
     return is_tape, kind or ("tape" if is_tape else "tree")
+
+
+def _scan_binary(
+    scanner: Scanner, blocks: Iterable[bytes], rel: str, *, kind: str, commit: str | None
+) -> list[SecretFinding]:
+    """A binary file read for the text it holds, and for the compressed streams inside it."""
+    return _scan_blocks(
+        scanner, blocks, rel, kind=kind, commit=commit, encoding=_BINARY, forms=_binary_forms, streams=True
+    )
 
 
 def _scan_blocks(
@@ -321,16 +312,12 @@ def _scan_zip(
         unscanned.append(
             f"{where}: a zip archive of more than {MAX_MEMBERS} members, not opened; read as binary"
         )
-        return _scan_blocks(
-            scanner, [data], rel, kind=kind, commit=commit, encoding=_BINARY, forms=_binary_forms
-        )
+        return _scan_binary(scanner, [data], rel, kind=kind, commit=commit)
     try:
         infos = zipfile.ZipFile(io.BytesIO(data)).infolist()
     except (zipfile.BadZipFile, zipfile.LargeZipFile, *ZIP_MEMBER_ERRORS):
         unscanned.append(f"{where}: starts like a zip archive but could not be opened; read as binary")
-        return _scan_blocks(
-            scanner, [data], rel, kind=kind, commit=commit, encoding=_BINARY, forms=_binary_forms
-        )
+        return _scan_binary(scanner, [data], rel, kind=kind, commit=commit)
     room = min(READ_CAP, max(0, INFLATE_TOTAL - scanner.stats.inflated))
     archive = _Archive(room) if outer is None else _Archive(outer.left, outer.members, outer.depth + 1)
     zipped = zipfile.ZipFile(io.BytesIO(data))
