@@ -114,7 +114,7 @@ def _cover(ctx: Context, run: DriftRun, tickets: list[Ticket], *, withhold: bool
     if not more.ran:
         return replace(
             run,
-            details=[*run.details, f"drift probe: the kinds its draws missed were not sent ({more.status})"],
+            details=[*run.details, f"drift probe: also sent nothing more: the cover run {more.status}"],
         )
     note = (
         f"drift probe: also sent the {counted(len(missing), 'drift kind')} its draws did not reach "
