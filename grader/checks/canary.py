@@ -49,6 +49,7 @@ from grader.secrets import redact, scan_text
 from grader.secrets.decode import json_unescaped, percent_decoded, wide_text
 from grader.secrets.findings import fingerprint
 from grader.secrets.inflate import (
+    LAYERS,
     ZIP_CENTRAL,
     ZIP_LOCAL,
     ZIP_MEMBER_ERRORS,
@@ -349,7 +350,6 @@ def _scan_pack(
 
 
 _HEAD = 8192  # what a compressed body is known by
-_LAYERS = 3  # compressions of one body undone, as the secret scan does
 
 
 def _bodies(rel: str, data: bytes, canary: str, total: Allowance) -> Iterator[tuple[str, bytes, str]]:
@@ -413,7 +413,7 @@ def _inflated(where: str, data: bytes, budget: list[int], layer: int = 1) -> Ite
     body = b"".join(Inflated(name, [data], cap=budget[0], block=budget[0]))
     budget[0] -= len(body)
     yield where, body, f"inside its {name} body"
-    if layer < _LAYERS and compression(body[:_HEAD]):
+    if layer < LAYERS and compression(body[:_HEAD]):
         yield from _inflated(where, body, budget, layer + 1)
 
 

@@ -14,7 +14,7 @@ import zipfile
 import zlib
 from collections.abc import Iterable, Iterator
 
-__all__ = ["ZIP_CENTRAL", "ZIP_LOCAL", "ZIP_MEMBER_ERRORS", "Inflated", "compression", "embedded"]
+__all__ = ["LAYERS", "ZIP_CENTRAL", "ZIP_LOCAL", "ZIP_MEMBER_ERRORS", "Inflated", "compression", "embedded"]
 
 # A zip archive's local-file and central-directory signatures (an archive is known by the first; the
 # second, counted, bounds its members before it is opened).
@@ -43,6 +43,8 @@ _PROBE = 8192
 _EMBEDDED = re.compile(rb"\x78[\x01\x5e\x9c\xda]|\x1f\x8b\x08")
 _PNG = b"\x89PNG\r\n\x1a\n"
 _MIN_EMBEDDED = 8  # inflated bytes below which a "stream" is taken for noise
+# Compressions of one body undone, a .gz.gz.gz at most (red team 26: a `.log.gz.gz` was read as binary).
+LAYERS = 3
 
 
 def compression(head: bytes) -> str | None:

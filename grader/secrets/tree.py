@@ -16,7 +16,15 @@ from pathlib import Path
 from grader.safeio import read_blocks, read_bytes
 from grader.secrets.decode import wide_text
 from grader.secrets.findings import SecretFinding
-from grader.secrets.inflate import ZIP_CENTRAL, ZIP_LOCAL, ZIP_MEMBER_ERRORS, Inflated, compression, embedded
+from grader.secrets.inflate import (
+    LAYERS,
+    ZIP_CENTRAL,
+    ZIP_LOCAL,
+    ZIP_MEMBER_ERRORS,
+    Inflated,
+    compression,
+    embedded,
+)
 from grader.secrets.redact import redact
 from grader.secrets.scanner import Scanner, ScanStats, git_blob_id
 from grader.secrets.tapes import looks_like_tape
@@ -57,7 +65,6 @@ _TEXT_RUNS = bytes(b if 0x20 <= b < 0x7F or b in (0x09, 0x0A) else 0x20 for b in
 # each run is read once more without it.
 _RUN_START = re.compile(rb"(?:^|(?<=[ \t\n]))[\x21-\x7e]")
 _BINARY = "binary file's text"
-_LAYERS = 3  # compressions of one body undone, a .gz.gz.gz at most
 
 
 def _binary_forms(data: bytes) -> list[bytes]:
@@ -385,7 +392,7 @@ def _scan_inflated(
     """A gzip, zlib, xz or bzip2 body inflated block by block and scanned as it comes, up to `READ_CAP`
     inflated bytes (a decompression bomb costs time, never memory); a body not read to its end for a reason
     `Inflated` names is listed as not fully scanned. A body that inflates to another compressed body
-    (a `.log.gz.gz`, red team 26) is inflated again, `_LAYERS` deep."""
+    (a `.log.gz.gz`, red team 26) is inflated again, `LAYERS` deep."""
     label = f"{outer}+{name}" if outer else name
     room = INFLATE_TOTAL - scanner.stats.inflated
     if room <= 0:
@@ -396,7 +403,7 @@ def _scan_inflated(
     inflated = Inflated(name, compressed, cap=min(READ_CAP, room), block=MAX_FILE_BYTES)
     blocks = _counted(inflated, scanner.stats)
     first = next(blocks, b"")
-    again = compression(first[:_HEAD]) if label.count("+") + 1 < _LAYERS else None
+    again = compression(first[:_HEAD]) if label.count("+") + 1 < LAYERS else None
     if again:
         found = _scan_inflated(
             scanner,
