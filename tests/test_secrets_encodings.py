@@ -1,7 +1,7 @@
 """A key is found in the form anyone who opens the file reads it: a `.env` written by Windows PowerShell's
-`>` (UTF-16 with a BOM), UTF-16 without a BOM, UTF-32, JSON `\\uXXXX` escapes and URL `%XX` escapes (red-team
-passes committed each and kept full marks). Found in the tree and in history, at the right line, and never
-shown in full."""
+`>` (UTF-16 with a BOM), UTF-16 without a BOM, UTF-32, JSON `\\uXXXX` escapes, URL `%XX` escapes (red-team
+passes committed each and kept full marks) and HTML character references (a page shows the key). Found in
+the tree and in history, at the right line, and never shown in full."""
 
 from __future__ import annotations
 
@@ -24,6 +24,10 @@ def _escaped(text: str) -> str:
     return "".join(f"\\u{ord(c):04x}" for c in text)
 
 
+def _entities(text: str) -> str:
+    return "".join(f"&#{ord(c)};" if i % 2 else f"&#x{ord(c):x};" for i, c in enumerate(text))
+
+
 CASES = {
     "utf-16 with a BOM (PowerShell >)": ("notes.env", ("\ufeff" + LINES).encode("utf-16-le"), 3),
     "utf-16 without a BOM": ("notes.env", LINES.encode("utf-16-be"), 3),
@@ -34,6 +38,11 @@ CASES = {
         "debug/form.log",
         f"POST /sts\nbody: {urlencode({'Action': 'Get', 'aws_secret_access_key': AWS_SECRET})}\n".encode(),
         2,
+    ),
+    "HTML character references": (
+        "site/index.html",
+        f"<html>\n<body>\n<p data-k=&quot;{_entities(KEY)}&quot;>hi &amp; bye</p>\n".encode(),
+        3,
     ),
 }
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from grader.secrets import RuleError, Scanner, load_rules
+from grader.secrets.filters import shannon_entropy
 from grader.secrets.rules import DEFAULT_RULES, base62
 from grader.secrets.samples import expand
 
@@ -67,6 +68,17 @@ def test_github_checksum_is_validated() -> None:
     bad = "ghp_" + body + ("000000" if not good.endswith("000000") else "000001")
     assert [f.rule for f in SCANNER.scan_text(f"token={good}", source="t")] == ["github-pat"]
     assert SCANNER.scan_text(f"token={bad}", source="t") == []
+
+
+def test_a_random_hex_key_that_drew_few_symbols_is_still_a_key() -> None:
+    # 1.7% of random 32-character hex keys have entropy under 3.3, the assignment rules' floor.
+    key = "7f85f36f2d8233bf7f2fb84f4156f47f"  # drawn at random
+    assert 3.0 < shannon_entropy(key) < 3.3
+    assert [f.rule for f in SCANNER.scan_text(f"TOGETHER_API_KEY={key}", source="t")] == [
+        "credential-assignment-api-key"
+    ]
+    # A placeholder made of hex stays one: repeated, not random.
+    assert SCANNER.scan_text("TOGETHER_API_KEY=" + "deadbeef" * 4, source="t") == []
 
 
 def _write(tmp_path: Path, text: str) -> Path:

@@ -46,7 +46,7 @@ from grader.errors import NotAssessable
 from grader.gitpack import PACK_MAGIC, Allowance, pack_bodies
 from grader.safeio import read_bytes
 from grader.secrets import redact, scan_text
-from grader.secrets.decode import json_unescaped, percent_decoded, wide_text
+from grader.secrets.decode import TEXT_ESCAPES, wide_text
 from grader.secrets.findings import fingerprint
 from grader.secrets.inflate import (
     LAYERS,
@@ -370,13 +370,13 @@ def _bodies(rel: str, data: bytes, canary: str, total: Allowance) -> Iterator[tu
 def _as_read(where: str, body: bytes, inside: str) -> Iterator[tuple[str, bytes, str]]:
     """``body``, and the text anyone opening it reads when that differs from its bytes, as the secret
     scan reads it (red team 12, F5: a recorder writing the key as UTF-16, as PowerShell's ``>`` does, was
-    not found): UTF-16/32 transcoded, JSON ``\\uXXXX`` and URL ``%XX`` escapes of ASCII undone. Lines stay
-    where they were."""
+    not found): UTF-16/32 transcoded, JSON ``\\uXXXX``, URL ``%XX`` and HTML ``&#NN;`` escapes of ASCII
+    undone. Lines stay where they were."""
     yield where, body, inside
     wide = wide_text(body)
     if wide is not None:
         yield where, wide[0], ", ".join(x for x in (inside, f"as {wide[1]} text") if x)
-    for decode, named in ((json_unescaped, "JSON-escaped"), (percent_decoded, "percent-encoded")):
+    for decode, named in TEXT_ESCAPES:
         unescaped = decode(body)
         if unescaped is not None:
             yield where, unescaped, ", ".join(x for x in (inside, named) if x)

@@ -10,15 +10,17 @@ import binascii
 import codecs
 import re
 import zlib
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
 __all__ = [
     "MARKERS",
     "MAX_DECODED",
+    "TEXT_ESCAPES",
     "Embedded",
     "decompress",
     "embedded_bodies",
+    "html_unescaped",
     "json_unescaped",
     "percent_decoded",
     "wide_text",
@@ -142,6 +144,57 @@ def percent_decoded(data: bytes) -> bytes | None:
         return None
     decoded = _PERCENT_ESCAPE.sub(lambda m: bytes([int(m.group(1), 16)]), data)
     return decoded if decoded != data else None
+
+
+# Numeric character references of printable ASCII, and the named ones a key's characters can take.
+_HTML_ESCAPE = re.compile(rb"&(?:#([0-9]{2,3})|#[xX]([0-9a-fA-F]{2})|([a-zA-Z]{2,6}));")
+_HTML_NAMED = {
+    b"amp": b"&",
+    b"quot": b'"',
+    b"apos": b"'",
+    b"lt": b"<",
+    b"gt": b">",
+    b"sol": b"/",
+    b"plus": b"+",
+    b"equals": b"=",
+    b"colon": b":",
+    b"period": b".",
+    b"lowbar": b"_",
+    b"hyphen": b"-",
+    b"dash": b"-",
+    b"tilde": b"~",
+    b"num": b"#",
+    b"percnt": b"%",
+    b"excl": b"!",
+    b"comma": b",",
+    b"semi": b";",
+}
+
+
+def _html_char(match: re.Match[bytes]) -> bytes:
+    decimal, hexadecimal, name = match.groups()
+    if name is not None:
+        return _HTML_NAMED.get(name.lower(), match.group(0))
+    code = int(decimal) if decimal is not None else int(hexadecimal, 16)
+    return bytes([code]) if 0x20 <= code < 0x7F else match.group(0)
+
+
+def html_unescaped(data: bytes) -> bytes | None:
+    """``data`` with HTML character references of printable ASCII (``&#115;``, ``&#x73;``, ``&sol;``)
+    replaced by the character (a key written into a page or a notebook's HTML output as entities reads as
+    the key in any browser), or None when it has none. Lines stay where they were."""
+    if b"&" not in data:
+        return None
+    decoded = _HTML_ESCAPE.sub(_html_char, data)
+    return decoded if decoded != data else None
+
+
+# Escapes that keep a text's lines where they were, each undone on its own (the forms readers undo).
+TEXT_ESCAPES: tuple[tuple[Callable[[bytes], bytes | None], str], ...] = (
+    (json_unescaped, "JSON-escaped"),
+    (percent_decoded, "percent-encoded"),
+    (html_unescaped, "HTML-escaped"),
+)
 
 
 def _wide_encoding(data: bytes) -> str | None:

@@ -68,6 +68,18 @@ def left_boundary_ok(data: bytes, start: int) -> bool:
     return start >= 6 and _UNICODE_ESCAPE.search(data, start - 6, start) is not None
 
 
+# Sixteen symbols cap hex at 4 bits a character, and a short random hex key often draws fewer: 1.7% of
+# random 32-character keys fall under 3.3 (a rule's usual floor), 0.01% under 3.0. Placeholders made of hex
+# (repeated runs, "deadbeef" patterns) are caught as repetitive, not by their entropy. A floor above 4 says
+# the format is not hex (ClickHouse's secret), and stays.
+_HEX_KEY = re.compile(r"[0-9a-fA-F]{32,}")
+_HEX_FLOOR = 3.0
+
+
+def _entropy_floor(body: str, min_entropy: float) -> float:
+    return min(min_entropy, _HEX_FLOOR) if min_entropy <= 4 and _HEX_KEY.fullmatch(body) else min_entropy
+
+
 def shannon_entropy(text: str) -> float:
     """Bits per character of ``text`` (0 for empty text)."""
     if not text:
@@ -105,6 +117,6 @@ def is_placeholder(
         return True
     if require_digit and not any(ch.isdigit() for ch in body):
         return True
-    if shannon_entropy(body) < min_entropy:
+    if shannon_entropy(body) < _entropy_floor(body, min_entropy):
         return True
     return _repetitive(body, runs=not runs_allowed)

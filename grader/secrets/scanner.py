@@ -13,7 +13,7 @@ try:
 except ImportError:  # pragma: no cover - a core dependency; the slower exact search below stands in
     ahocorasick_rs = None  # type: ignore[assignment]
 
-from grader.secrets.decode import MARKERS, embedded_bodies, json_unescaped, percent_decoded
+from grader.secrets.decode import MARKERS, TEXT_ESCAPES, embedded_bodies
 from grader.secrets.filters import is_placeholder, left_boundary_ok
 from grader.secrets.findings import SecretFinding, make_finding
 from grader.secrets.rules import Rule, load_rules
@@ -125,7 +125,7 @@ class Scanner:
                 )
             )
         if depth < _MAX_DEPTH:
-            for decode, named in ((json_unescaped, "JSON-escaped"), (percent_decoded, "percent-encoded")):
+            for decode, named in TEXT_ESCAPES:
                 unescaped = decode(data)
                 if unescaped is not None:  # same lines as the file: only the encoding is named
                     inner = self._scan(unescaped, source=source, kind=kind, commit=commit, depth=depth + 1)
