@@ -631,6 +631,7 @@ def _watch_body(item):
 # submission (not the venv's libraries: pytest-asyncio wraps coroutines the same way) are logged; the grader
 # then reruns the suite without the submission's hooks and compares outcomes.
 _ORIGIN = {}  # nodeid -> the function the test module defined, as pytest collected it
+_ORIGIN_CODE = {}  # nodeid -> that function's code when pytest collected it
 _LIBRARY = tuple(
     os.path.realpath(p) + os.sep
     for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.dirname(pytest.__file__))}
@@ -679,6 +680,7 @@ def pytest_pycollect_makeitem(collector, name, obj):
     for item in made if isinstance(made, list) else [made]:
         if isinstance(item, pytest.Function):
             _ORIGIN.setdefault(item.nodeid, _plain(obj))
+            _ORIGIN_CODE.setdefault(item.nodeid, getattr(_plain(obj), "__code__", None))
 
 
 def _check_wrapped(item):
@@ -692,6 +694,15 @@ def _check_wrapped(item):
         current = origin
     if origin is not None and current is not origin and _own(_code_of(current)):
         found.append(("test function", _code_of(current)))
+    collected = _ORIGIN_CODE.get(item.nodeid)
+    now = getattr(current, "__code__", None)
+    if current is origin and collected is not None and now is not None and now is not collected:
+        # The same function object running other code (`test_x.__code__ = ...` in a fixture or a hook, after
+        # pytest collected it; a library's code as well as the submission's): the code the module defined is
+        # put back, so the test runs its own body.
+        found.append(("test code", _code_of(current)))
+        with contextlib.suppress(AttributeError, TypeError, ValueError):
+            current.__code__ = collected
     runner = item.__dict__.get("runtest") or getattr(type(item), "runtest", None)
     if _own(_code_of(runner)):  # pytest's own runner (or a library's subclass) lives in the venv
         found.append(("runtest", _code_of(runner)))
