@@ -202,6 +202,32 @@ def _unentered_folder(rel: Path, roots: list[str]) -> str | None:
     return None
 
 
+# Folders pytest never enters that the tree walk skips too (third-party code, walk.THIRD_PARTY): test modules
+# of the submission's own hidden there (`tests/venv/test_x.py`) are looked for below the test roots only,
+# and never inside an installed package's folder.
+_ENV_FOLDERS = frozenset({"venv", ".venv", "node_modules"})
+_INSTALLED = walk.VCS | {"site-packages", "dist-packages", "__pycache__"}
+_ENV_DEPTH = 3
+
+
+def _env_folders(repo: Path, roots: list[str]) -> Iterator[tuple[str, str]]:
+    """(folder, its first test module), both repository-relative, for each folder below the test roots
+    (``testpaths``; none set: ``tests/`` and ``test/``) that pytest skips as an environment: named like one
+    (``venv``, ``.venv``, ``node_modules``) or holding a ``pyvenv.cfg``."""
+    for base in roots or ["tests", "test"]:
+        top = repo / base if base not in ("", ".") else repo
+        if top.is_symlink() or not top.is_dir():
+            continue
+        for folder in walk.folders(top, depth=_ENV_DEPTH, skip=_INSTALLED):
+            marked = (folder / "pyvenv.cfg").is_file() and not (folder / "pyvenv.cfg").is_symlink()
+            if folder.name not in _ENV_FOLDERS and not marked:
+                continue
+            found = walk.files(folder, skip=_INSTALLED, include=is_test_module, depth=_ENV_DEPTH, max_files=1)
+            first = next(iter(found), None)
+            if first is not None:
+                yield _rel(repo, folder), _rel(repo, first)
+
+
 def _testpaths(repo: Path) -> list[str]:
     return [p.strip("/") for _, options in ini_sections(repo) for p in _as_list(options.get("testpaths"))]
 
@@ -667,6 +693,12 @@ def scan(repo: Path) -> TamperScan:
         # cannot build): a hook hidden there must not pass as "no hook", so it counts as one.
         if path.name == "conftest.py" or path in plugins or path.name in _STARTUP_MODULES:
             add(Hook("unreadable", f"{_rel(repo, path)}:1", _UNREADABLE_WHY))
+    for folder, first in _env_folders(repo, roots):
+        if any(folder == seen or folder.startswith(f"{seen}/") for seen in result.unentered):
+            continue
+        why = f"lies in {folder}/, a folder pytest skips as an environment, and {_HIDES_WHY}"
+        add(Hook("collection", f"{first}:1", why))
+        result.unentered.append(folder)
     for hook in _config_rules(repo):
         add(hook)
     for hook in _shadow_hooks(repo):

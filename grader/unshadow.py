@@ -375,4 +375,7 @@ def enter_folder(copy: Path, rel: str) -> str | None:
     if path.is_symlink() or not path.is_dir() or target.exists() or target.is_symlink():
         return None
     path.rename(target)
+    marker = target / "pyvenv.cfg"  # pytest also skips any folder holding one, whatever its name
+    if marker.is_file() and not marker.is_symlink():
+        marker.rename(target / "pyvenv.cfg__entered")
     return target.relative_to(copy).as_posix()

@@ -320,6 +320,40 @@ def test_a_test_module_in_a_dot_folder_of_the_suite_is_listed_and_entered(
     assert "1 failed" in _pytest(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("folder", "marker"),
+    [("tests/venv", False), ("tests/.venv", False), ("tests/node_modules/pkg", False), ("tests/env", True)],
+)
+def test_a_test_module_in_a_folder_pytest_takes_for_an_environment_is_listed_and_entered(
+    tmp_path: Path, folder: str, marker: bool
+) -> None:
+    """pytest skips `venv`, `node_modules` and any folder holding a `pyvenv.cfg`, and so does the grader's
+    tree walk (third-party code): a failing test hidden there below the suite is found all the same. An
+    installed package's own tests (below `site-packages`) are not the suite's."""
+    from grader import tamper
+
+    where = tmp_path / folder
+    where.mkdir(parents=True)
+    (where / "test_regressions.py").write_text("def test_feedback_is_an_intent():\n    assert False\n")
+    if marker:
+        (where / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    installed = tmp_path / "tests" / ".venv2" / "lib" / "python3.11" / "site-packages" / "pkg"
+    installed.mkdir(parents=True)
+    (installed / "pyvenv.cfg").write_text("")
+    (installed / "test_pkg.py").write_text("def test_pkg():\n    assert False\n")
+    (tmp_path / "pyproject.toml").write_text('[tool.pytest.ini_options]\ntestpaths = ["tests"]\n')
+    assert "no tests ran" in _pytest(tmp_path)
+
+    scan = tamper.scan(tmp_path)
+    outer = folder.split("/")[0] + "/" + folder.split("/")[1]
+    assert scan.unentered == [outer if "node_modules" in folder else folder]
+    assert [h.location for h in scan.hooks if h.kind == "collection"] == [f"{folder}/test_regressions.py:1"]
+
+    entered = unshadow.enter_folder(tmp_path, scan.unentered[0])
+    assert entered is not None and entered.endswith("__entered")
+    assert "1 failed" in _pytest(tmp_path)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "where",
