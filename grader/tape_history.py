@@ -123,6 +123,7 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
             "--diff-merges=first-parent",
             *gitsafe.RAW_LOG,
             "--find-renames",  # a tape moved and edited in one commit is compared with what it was
+            "--find-copies-harder",  # ... and one copied (the original kept) too
             "--format=@%H",
             "HEAD",
             "--",
@@ -153,20 +154,33 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
                 compared[path] = current[source]
             elif status == "A" and path in gone:
                 compared[path] = gone[path]
+            elif status == "A" and _copied(path, source) and source in current:
+                # Copied from a tape the history holds (red team 28, F1: `cassettes/` copied to `tapes/`, one
+                # answer edited in the copy, the manifest pointed at the copy): compared with its original.
+                compared[path] = current[source]
         moved = {source for status, _, _, source in tapes.values() if status == "R"}
+        copied = {
+            source
+            for path, (status, _, _, source) in tapes.items()
+            if status == "A" and _copied(path, source)
+        }
         existing = {p for p in current if tapes.get(p, ("",))[0] != "D" and p not in moved}
-        sets[commit] = bool(compared) and set(compared) >= existing
+        # A set recorded anew into another folder covers the tapes it was copied from.
+        sets[commit] = bool(compared) and set(compared) | copied >= existing
         compared_once.update(compared)
         for path, (status, _old, new, source) in sorted(tapes.items()):
             if path in compared:
                 held_by, held_blob = compared[path]
                 pairs.append(_Pair(path, held_blob, new, held_by, commit, commit))
-            held = current.pop(source, None) if status == "R" else None
+            if status == "R":
+                held = current.pop(source, None)
+            else:  # a copy as it was: its answer, too, is the one the original's commit wrote
+                held = current.get(source) if status == "A" and _copied(path, source) else None
             if status == "D":
                 if path in current:
                     gone[path] = current.pop(path)
             elif held is not None and held[1] == new:
-                current[path] = held  # moved as it was: the answer is still the one its commit wrote
+                current[path] = held  # moved (or copied) as it was: the answer is the one its commit wrote
                 gone.pop(path, None)
             else:
                 current[path] = (commit, new)
@@ -221,9 +235,10 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
 
 
 def _moved_from(repo: Path, dirs: Sequence[str]) -> list[str]:
-    """The folders tapes now in ``dirs`` were moved from by a first-parent commit, through any chain of
-    moves (red team 27, F2: `git mv cassettes tapes` and a hand edit in the same commit; read with the new
-    folder alone, every tape looked new there and the edit was compared with nothing). Found by a walk of
+    """The folders tapes now in ``dirs`` were moved or copied from by a first-parent commit, through any
+    chain of them (red team 27, F2: `git mv cassettes tapes` and a hand edit in the same commit; read with
+    the new folder alone, every tape looked new there and the edit was compared with nothing; 28, F1: the
+    same with a copy). Found by a walk of
     the whole tree, since rename detection pairs only the paths its pathspec holds."""
     log = _git(
         repo,
@@ -232,7 +247,8 @@ def _moved_from(repo: Path, dirs: Sequence[str]) -> list[str]:
         "--diff-merges=first-parent",
         *gitsafe.RAW_LOG,
         "--find-renames",
-        "--diff-filter=R",
+        "--find-copies-harder",
+        "--diff-filter=RC",
         "--format=@%H",
         "HEAD",
     )
@@ -240,7 +256,7 @@ def _moved_from(repo: Path, dirs: Sequence[str]) -> list[str]:
         (path, source)
         for _, changes in _commits(log.decode("utf-8", "surrogateescape"))
         for path, (status, _old, _new, source) in changes.items()
-        if status == "R" and path.lower().endswith(TAPE_SUFFIXES)
+        if (status == "R" or _copied(path, source)) and path.lower().endswith(TAPE_SUFFIXES)
     ]
     found: list[str] = []
     held = list(dirs)
@@ -254,6 +270,13 @@ def _moved_from(repo: Path, dirs: Sequence[str]) -> list[str]:
             return found
         found += sorted(more)
         held += sorted(more)
+
+
+def _copied(path: str, source: str) -> bool:
+    """Whether git's copy of ``source`` at ``path`` is the same tape in another folder (its name kept). A
+    new tape merely like an older one (a new test's cassette repeating a request another holds, recorded
+    later with its own answers) is git's copy too, but a recording of its own."""
+    return source != path and posixpath.basename(source) == posixpath.basename(path)
 
 
 def _below(path: str, folder: str) -> bool:

@@ -172,6 +172,45 @@ def test_moving_the_tape_folder_and_editing_a_tape_in_the_same_commit_is_an_edit
     assert tape_edits(repo, "cassettes2").edits == found.edits
 
 
+def test_copying_the_tape_folder_and_editing_a_tape_in_the_copy_is_an_edit(recorded) -> None:
+    """Red team 28, F1: `cassettes/` copied to `tapes/` (the original kept), one answer edited in the copy
+    and the manifest pointed at it: 52/57 against 47/57 for the twin. Compared with the tape it was copied
+    from; a copy alone, or a whole set recorded anew into the new folder, is no edit."""
+    import shutil
+
+    repo, first = recorded
+    shutil.copytree(repo / "cassettes", repo / "tapes")
+    commit(repo, "keep a copy of the recording")
+    assert tape_edits(repo, "tapes").edits == []
+
+    edited = sorted((repo / "tapes").glob("*.json"))[4]
+    _edit_kit(edited, _bump_id)
+    commit(repo, "point the agent at tapes/")
+    second = _head(repo)
+    found = tape_edits(repo, "tapes")
+    assert [(e.path, e.before, e.after) for e in found.edits] == [
+        (f"tapes/{edited.name}", first[:7], second[:7])
+    ]
+
+    # In one commit, as the red team did: the copy and the edit together.
+    repo2 = commit(sample_copy(repo.parent / "again"), "record the tapes")
+    shutil.copytree(repo2 / "cassettes", repo2 / "tapes")
+    _edit_kit(repo2 / "tapes" / edited.name, _bump_id)
+    commit(repo2, "copy and edit")
+    assert [e.path for e in tape_edits(repo2, "tapes").edits] == [f"tapes/{edited.name}"]
+
+
+def test_recording_every_tape_anew_into_another_folder_is_not_an_edit(recorded) -> None:
+    import shutil
+
+    repo, _ = recorded
+    shutil.copytree(repo / "cassettes", repo / "tapes")
+    for tape in sorted((repo / "tapes").glob("*.json")):
+        _edit_kit(tape, _bump_id)
+    commit(repo, "record everything again into tapes/ (cassettes/ kept for comparison)")
+    assert tape_edits(repo, "tapes").edits == []
+
+
 def test_deleting_every_tape_and_recording_them_anew_is_not_an_edit(recorded) -> None:
     repo, _ = recorded
     saved = {tape: tape.read_text(encoding="utf-8") for tape in _tapes(repo)}
