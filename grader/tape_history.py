@@ -100,6 +100,7 @@ class _Pair(NamedTuple):
     after: str  # commit that wrote ``new``
     group: str  # versions judged together: a re-recording changes every answer of its group
     ref: str = ""  # the ref holding ``before`` when HEAD's history does not
+    copy: bool = False  # ``new`` is a copy of ``old``'s tape in another folder, which is kept
 
 
 @dataclass
@@ -123,7 +124,6 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
             "--diff-merges=first-parent",
             *gitsafe.RAW_LOG,
             "--find-renames",  # a tape moved and edited in one commit is compared with what it was
-            "--find-copies-harder",  # ... and one copied (the original kept) too
             "--format=@%H",
             "HEAD",
             "--",
@@ -147,6 +147,8 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
         # (path, the version it is compared with: (commit that held it, blob)) for every tape this commit
         # gives a new version of one the history already had: modified, moved, or put back after deletion.
         compared: dict[str, tuple[str, str]] = {}
+        copies = _copies(tapes, current)
+        tapes.update(copies)
         for path, (status, _old, _new, source) in tapes.items():
             if status == "M" and path in current:
                 compared[path] = current[path]
@@ -154,15 +156,13 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
                 compared[path] = current[source]
             elif status == "A" and path in gone:
                 compared[path] = gone[path]
-            elif status == "A" and _copied(path, source) and source in current:
+            elif status == "A" and source != path and source in current:
                 # Copied from a tape the history holds (red team 28, F1: `cassettes/` copied to `tapes/`, one
                 # answer edited in the copy, the manifest pointed at the copy): compared with its original.
                 compared[path] = current[source]
         moved = {source for status, _, _, source in tapes.values() if status == "R"}
         copied = {
-            source
-            for path, (status, _, _, source) in tapes.items()
-            if status == "A" and _copied(path, source)
+            source for path, (status, _, _, source) in tapes.items() if status == "A" and source != path
         }
         existing = {p for p in current if tapes.get(p, ("",))[0] != "D" and p not in moved}
         # A set recorded anew into another folder covers the tapes it was copied from.
@@ -171,11 +171,11 @@ def tape_edits(repo: Path, cassette_dir: Path | str | None) -> TapeHistory:
         for path, (status, _old, new, source) in sorted(tapes.items()):
             if path in compared:
                 held_by, held_blob = compared[path]
-                pairs.append(_Pair(path, held_blob, new, held_by, commit, commit))
+                pairs.append(_Pair(path, held_blob, new, held_by, commit, commit, copy=path in copies))
             if status == "R":
                 held = current.pop(source, None)
             else:  # a copy as it was: its answer, too, is the one the original's commit wrote
-                held = current.get(source) if status == "A" and _copied(path, source) else None
+                held = current.get(source) if status == "A" and source != path else None
             if status == "D":
                 if path in current:
                     gone[path] = current.pop(path)
@@ -238,26 +238,38 @@ def _moved_from(repo: Path, dirs: Sequence[str]) -> list[str]:
     """The folders tapes now in ``dirs`` were moved or copied from by a first-parent commit, through any
     chain of them (red team 27, F2: `git mv cassettes tapes` and a hand edit in the same commit; read with
     the new folder alone, every tape looked new there and the edit was compared with nothing; 28, F1: the
-    same with a copy). Found by a walk of
-    the whole tree, since rename detection pairs only the paths its pathspec holds."""
+    same with a copy, the original kept, known by its file name in another folder). Found by a walk of the
+    whole tree, since rename detection pairs only the paths its pathspec holds."""
     log = _git(
         repo,
         "log",
+        "--reverse",  # oldest first: a copy's original was held before it
         "--first-parent",
         "--diff-merges=first-parent",
         *gitsafe.RAW_LOG,
         "--find-renames",
-        "--find-copies-harder",
-        "--diff-filter=RC",
         "--format=@%H",
         "HEAD",
     )
-    moves = [
-        (path, source)
-        for _, changes in _commits(log.decode("utf-8", "surrogateescape"))
-        for path, (status, _old, _new, source) in changes.items()
-        if (status == "R" or _copied(path, source)) and path.lower().endswith(TAPE_SUFFIXES)
-    ]
+    moves: list[tuple[str, str]] = []
+    held_paths: dict[str, set[str]] = defaultdict(set)  # file name -> tape paths the line held so far
+    for _, changes in _commits(log.decode("utf-8", "surrogateescape")):
+        tapes = {p: c for p, c in changes.items() if p.lower().endswith(TAPE_SUFFIXES)}
+        for path, (status, _old, _new, source) in tapes.items():
+            name = posixpath.basename(path)
+            if status == "R":
+                moves.append((path, source))
+            elif status == "A":
+                # A copy: the same file name in another folder the line already held (git's own copy
+                # detection over the whole tree cost 23 s on a padded history).
+                moves += [(path, other) for other in held_paths[name] if other != path]
+        for path, (status, _old, _new, source) in tapes.items():
+            if status == "R":
+                held_paths[posixpath.basename(source)].discard(source)
+            if status == "D":
+                held_paths[posixpath.basename(path)].discard(path)
+            else:
+                held_paths[posixpath.basename(path)].add(path)
     found: list[str] = []
     held = list(dirs)
     while True:
@@ -272,11 +284,23 @@ def _moved_from(repo: Path, dirs: Sequence[str]) -> list[str]:
         held += sorted(more)
 
 
-def _copied(path: str, source: str) -> bool:
-    """Whether git's copy of ``source`` at ``path`` is the same tape in another folder (its name kept). A
-    new tape merely like an older one (a new test's cassette repeating a request another holds, recorded
-    later with its own answers) is git's copy too, but a recording of its own."""
-    return source != path and posixpath.basename(source) == posixpath.basename(path)
+def _copies(
+    tapes: dict[str, tuple[str, str, str, str]], current: dict[str, tuple[str, str]]
+) -> dict[str, tuple[str, str, str, str]]:
+    """The tapes a commit added that copy one the history holds in another folder under the same file name
+    (kept there: not a move), as ``{path: ("A", old, new, source)}``; the source holding the same bytes
+    first, else the last one written."""
+    gone = {p for p, (status, *_rest) in tapes.items() if status in ("D", "R")}
+    found: dict[str, tuple[str, str, str, str]] = {}
+    for path, (status, old, new, _source) in tapes.items():
+        if status != "A":
+            continue
+        name = posixpath.basename(path)
+        sources = [p for p in current if p != path and p not in gone and posixpath.basename(p) == name]
+        if sources:
+            source = min(sources, key=lambda p: (current[p][1] != new, p))
+            found[path] = ("A", old, new, source)
+    return found
 
 
 def _below(path: str, folder: str) -> bool:
@@ -557,6 +581,8 @@ def _compare(pair: _Pair, old_data: bytes, new_data: bytes) -> _Change:
             continue  # an interaction added: a recording, not an edit
         if _response(olds[sig][index]) != _response(inter):
             rerecorded = True
+            if pair.copy and _frame(olds[sig][index]) != _frame(inter):
+                continue  # a tape of its own recorded later (new ids, times): a copy keeps them
             out.append(_edit(pair, new, inter, before=olds[sig][index]))
     change = _Change(edits=out, rerecorded=rerecorded)
     if not any(olds.get(sig) for sig in seen):  # no interaction kept its request: paired by position
@@ -617,6 +643,21 @@ def _delta(before: Interaction, after: Interaction) -> tuple[str, ...]:
 
 def _request(inter: Interaction) -> str:
     return repr((inter.method, inter.url or inter.path, _canon(inter.request_body)))
+
+
+def _frame(inter: Interaction) -> str:
+    """The response less its answers: what a hand edit of a copied tape keeps and a recording of the same
+    request made later does not (the completion's id, its creation time, usage)."""
+    answers = {text for text, _ in answer_objects(inter.response_body)}
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return "<answer>" if isinstance(value, str) and value in answers else value
+
+    return repr((inter.status, _canon(strip(inter.response_body))))
 
 
 def _response(inter: Interaction) -> str:

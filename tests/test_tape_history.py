@@ -42,6 +42,14 @@ def _edit_kit(path: Path, change: Any) -> None:
     path.write_text(json.dumps(tape, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
+def _relabel(tape: dict[str, Any]) -> None:
+    # What a hand edit of an answer does: the label changes, the completion's id and times stay.
+    message = tape["response"]["body"]["choices"][0]["message"]
+    answer = json.loads(message["content"])
+    answer["intent"] = "shipping" if answer["intent"] != "shipping" else "refund"
+    message["content"] = json.dumps(answer)
+
+
 def _bump_id(tape: dict[str, Any]) -> None:
     # A change to the answer that the sample's suite does not read: the suite still passes, so only the
     # history can tell.
@@ -184,7 +192,7 @@ def test_copying_the_tape_folder_and_editing_a_tape_in_the_copy_is_an_edit(recor
     assert tape_edits(repo, "tapes").edits == []
 
     edited = sorted((repo / "tapes").glob("*.json"))[4]
-    _edit_kit(edited, _bump_id)
+    _edit_kit(edited, _relabel)
     commit(repo, "point the agent at tapes/")
     second = _head(repo)
     found = tape_edits(repo, "tapes")
@@ -195,7 +203,7 @@ def test_copying_the_tape_folder_and_editing_a_tape_in_the_copy_is_an_edit(recor
     # In one commit, as the red team did: the copy and the edit together.
     repo2 = commit(sample_copy(repo.parent / "again"), "record the tapes")
     shutil.copytree(repo2 / "cassettes", repo2 / "tapes")
-    _edit_kit(repo2 / "tapes" / edited.name, _bump_id)
+    _edit_kit(repo2 / "tapes" / edited.name, _relabel)
     commit(repo2, "copy and edit")
     assert [e.path for e in tape_edits(repo2, "tapes").edits] == [f"tapes/{edited.name}"]
 
@@ -207,8 +215,16 @@ def test_recording_every_tape_anew_into_another_folder_is_not_an_edit(recorded) 
     shutil.copytree(repo / "cassettes", repo / "tapes")
     for tape in sorted((repo / "tapes").glob("*.json")):
         _edit_kit(tape, _bump_id)
+    _edit_kit(sorted((repo / "tapes").glob("*.json"))[2], _relabel)  # the model answers otherwise today
     commit(repo, "record everything again into tapes/ (cassettes/ kept for comparison)")
     assert tape_edits(repo, "tapes").edits == []
+    # One tape recorded again on its own, into another folder: its own id and times, not an edit.
+    one = sorted((repo / "cassettes").glob("*.json"))[5]
+    (repo / "tapes2").mkdir()
+    (repo / "tapes2" / one.name).write_text(one.read_text(encoding="utf-8"), encoding="utf-8")
+    _edit_kit(repo / "tapes2" / one.name, lambda tape: (_bump_id(tape), _relabel(tape)))
+    commit(repo, "record the refund ticket again")
+    assert tape_edits(repo, "tapes2").edits == []
 
 
 def test_deleting_every_tape_and_recording_them_anew_is_not_an_edit(recorded) -> None:
