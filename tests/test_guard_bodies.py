@@ -97,6 +97,70 @@ def _swap(request):
 """
 
 
+ELSEWHERE = """
+import gc
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+
+def check():
+    assert 1 + 1 == 3
+
+
+def test_in_a_thread():
+    worker = threading.Thread(target=check)
+    worker.start()
+    worker.join()
+
+
+class _Check:
+    def __del__(self):
+        check()
+
+
+def test_in_a_finalizer():
+    _Check()
+    gc.collect()
+
+
+def test_in_a_pool_task_nobody_asks():
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(check)
+
+
+def test_a_pool_task_asked_for_and_expected():
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        future = pool.submit(check)
+    with pytest.raises(AssertionError):
+        future.result()
+
+
+def test_a_passing_thread():
+    worker = threading.Thread(target=lambda: None)
+    worker.start()
+    worker.join()
+
+
+def test_a_thread_of_the_tests_own_code_that_raises():
+    def parse():
+        int("not a number")
+
+    worker = threading.Thread(target=parse)
+    worker.start()
+    worker.join()
+
+
+def test_background_noise_of_a_library_is_not_a_verdict():
+    import socket
+
+    worker = threading.Thread(target=socket.create_connection, args=(("127.0.0.1", 9),))
+    worker.start()
+    worker.join()
+"""
+
+
 def _guarded(tmp_path: Path, name: str, source: str) -> tamper.GuardLog:
     (tmp_path / name).write_text(textwrap.dedent(source).lstrip(), encoding="utf-8")
     guard = tamper.write_guard(tmp_path / "guard").parent
@@ -151,3 +215,22 @@ def test_a_test_whose_code_a_fixture_swapped_runs_its_own_body(tmp_path: Path) -
     assert short == {"test_fails": "failed", "test_fails_too": "failed", "test_passes": "passed"}, short
     # Listed as code the run replaced, which sends the grader to its verifying reruns.
     assert any("test_fails: test code" in line for line in read.wrapped), read.wrapped
+
+
+def test_an_assertion_that_fails_outside_the_tests_frame_fails_the_test(tmp_path: Path) -> None:
+    """Red team 29, F1: the check in a worker thread (or a `__del__`, or a pool task nobody asked for)
+    failed, pytest only warned and reported a pass: 52/57 against 47/57 for the twin. An error of library
+    code in a background thread (a refused connection) is noise, not the test's verdict."""
+    read = _guarded(tmp_path, "test_elsewhere.py", ELSEWHERE)
+    short = {nodeid.split("::", 1)[1]: outcome for nodeid, outcome in read.outcomes.items()}
+    assert short == {
+        "test_in_a_thread": "failed",
+        "test_in_a_finalizer": "failed",
+        "test_in_a_pool_task_nobody_asks": "failed",
+        "test_a_pool_task_asked_for_and_expected": "passed",
+        "test_a_passing_thread": "passed",
+        "test_a_thread_of_the_tests_own_code_that_raises": "failed",
+        "test_background_noise_of_a_library_is_not_a_verdict": "passed",
+    }, short
+    said = {nodeid.split("::", 1)[1]: text for nodeid, text in read.messages.items()}
+    assert "in a thread the test started" in said["test_in_a_thread"], said

@@ -555,11 +555,13 @@ if _ACTIVE:
 def pytest_runtest_call(item):
     _no_xfail(item)
     body = None
+    elsewhere = None
     if _ACTIVE:
         _watch_vcr()
         _watch_sends(item.nodeid)
         _check_wrapped(item)
         body = _watch_body(item)
+        elsewhere = _Elsewhere()
     _RAISED.pop(item.nodeid, None)
     try:
         result = yield
@@ -570,11 +572,114 @@ def pytest_runtest_call(item):
         if body is not None:
             with contextlib.suppress(AttributeError, TypeError):
                 item.instance.__dict__.pop(item.name, None)
-    if body is not None and body.get("why") and not getattr(item, "_excinfo", None):
-        exc = AssertionError(f"{body['why']}: counted as failed by the grader")
+        missed = elsewhere.close() if elsewhere is not None else None
+    why = body.get("why") if body is not None else None
+    if not why and missed:
+        why = f"the test's code failed {missed}, where pytest does not see it"
+    if why and not getattr(item, "_excinfo", None):
+        exc = AssertionError(f"{why}: counted as failed by the grader")
         _RAISED[item.nodeid] = ("failed", first_line(f"AssertionError: {exc}"))
         raise exc
     return result
+
+
+# --- errors raised where the test's own frame never sees them ----------------------------------------------
+# Red team 29, F1: a check run in a thread the test starts (or in a `__del__` the test's gc.collect() calls,
+# or in a pool task whose result nobody asks for) fails there; pytest only warns and reports the test passed.
+# While a test's call runs, such errors are noted (the hooks pytest installed still get them) and fail the
+# test: an assertion (or pytest.fail), or any error whose first frame outside the libraries is a test module's
+# (the test's own code failed). Errors of library code in background threads are noise more often than
+# verdicts. A test that silences them on purpose (its own excepthook) is like one that catches its own
+# assertion: a reviewer's matter.
+def _verdict(exc):
+    if isinstance(exc, (AssertionError, pytest.fail.Exception)):
+        return True
+    tb = getattr(exc, "__traceback__", None)
+    while tb is not None:
+        file = tb.tb_frame.f_code.co_filename
+        if not os.path.realpath(file).startswith(_LIBRARY):
+            name = os.path.basename(file)
+            return name == "conftest.py" or (
+                name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
+            )
+        tb = tb.tb_next
+    return False
+
+
+_FUTURES = {"open": None}  # the _Elsewhere of the call running now
+
+
+class _Elsewhere:
+    def __init__(self):
+        import threading
+
+        self.found = []
+        self.pending = {}  # id(future) -> future holding an assertion nobody has asked for yet
+        self._thread_hook = threading.excepthook
+        self._unraisable_hook = sys.unraisablehook
+        threading.excepthook = self._thread
+        sys.unraisablehook = self._unraisable
+        _FUTURES["open"] = self
+
+    def _thread(self, args):
+        if _verdict(args.exc_value):
+            self.found.append("in a thread the test started")
+        self._thread_hook(args)
+
+    def _unraisable(self, unraisable):
+        if _verdict(unraisable.exc_value):
+            self.found.append("in code Python ran outside the test's frame (a __del__, a finalizer)")
+        self._unraisable_hook(unraisable)
+
+    def close(self):
+        import threading
+
+        if threading.excepthook == self._thread:
+            threading.excepthook = self._thread_hook
+        if sys.unraisablehook == self._unraisable:
+            sys.unraisablehook = self._unraisable_hook
+        _FUTURES["open"] = None
+        if self.pending:
+            self.found.append("in a task whose result the test never asked for")
+        return self.found[0] if self.found else None
+
+
+def _watch_futures():
+    import concurrent.futures
+
+    future = concurrent.futures.Future
+    set_exception, result, exception = future.set_exception, future.result, future.exception
+
+    def watched_set_exception(self, exc):
+        watching = _FUTURES["open"]
+        if watching is not None and _verdict(exc):
+            watching.pending[id(self)] = self
+        return set_exception(self, exc)
+
+    def asked(self):
+        watching = _FUTURES["open"]
+        if watching is not None:
+            watching.pending.pop(id(self), None)
+
+    def watched_result(self, timeout=None):
+        try:
+            return result(self, timeout)
+        finally:
+            asked(self)
+
+    def watched_exception(self, timeout=None):
+        try:
+            return exception(self, timeout)
+        finally:
+            asked(self)
+
+    future.set_exception = watched_set_exception
+    future.result = watched_result
+    future.exception = watched_exception
+
+
+if _ACTIVE:
+    _watch_futures()
 
 
 # A TestCase of the submission's can override `_callTestMethod` (or `run`) itself, past the replacement
