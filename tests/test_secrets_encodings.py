@@ -39,6 +39,20 @@ CASES = {
         f"POST /sts\nbody: {urlencode({'Action': 'Get', 'aws_secret_access_key': AWS_SECRET})}\n".encode(),
         2,
     ),
+    # Red team 29, F2: what Python joins, no line holds whole: adjacent literals, a backslash-newline.
+    "adjacent Python string literals": (
+        "agent/_settings.py",
+        (
+            f'"""Settings."""\nDEFAULT_KEY = (\n    "{KEY[:10]}"\n'
+            f'    "{KEY[10:40]}"  # split\n    "{KEY[40:]}"\n)\n'
+        ).encode(),
+        3,
+    ),
+    "a Python string continued with a backslash": (
+        "agent/_settings.py",
+        f'"""Settings."""\nDEFAULT_KEY = "{KEY[:30]}\\\n{KEY[30:]}"\n'.encode(),
+        2,
+    ),
     "HTML character references": (
         "site/index.html",
         f"<html>\n<body>\n<p data-k=&quot;{_entities(KEY)}&quot;>hi &amp; bye</p>\n".encode(),

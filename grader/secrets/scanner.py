@@ -40,6 +40,7 @@ class ScanStats:
     # "path: why" for files or bodies read only in part (past the caps) or not at all: a key may hide there
     unscanned: list[str] = field(default_factory=list)
     inflated: int = 0  # bytes inflated from compressed bodies and zip members, for the scan's total cap
+    parsed: int = 0  # bytes of Python source parsed for joined string literals, for its cap
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,56 @@
+"""Python string literals as the interpreter joins them: adjacent literals (``"sk-proj-" "abc..."``, one per
+line inside parentheses) and a literal continued with a backslash at the end of a line hold a key that no
+line of the file shows whole (red team 29, F2). Each such string's value, with the line it starts at."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+
+from grader import pysource
+
+__all__ = ["MAX_SOURCE", "joined_strings"]
+
+MAX_SOURCE = 1024 * 1024  # a larger .py file is data, not source a key would be written into
+_MIN_VALUE = 16  # shorter than any key a rule finds
+# Two literals side by side (a space, a line break, a backslash-newline between them), or a backslash-newline
+# inside one: nothing else makes a string value no line holds. Files without either are never parsed. One
+# character per repetition: `(?:[ \t]+|...)+` backtracked exponentially on a long run of spaces.
+_JOINED = re.compile(rb"""["'](?:[ \t]|\\?\r?\n)+[rRbBuUfF]{0,2}["']|\\\r?\n""")
+
+
+def joined_strings(data: bytes, filename: str = "<source>") -> Iterator[tuple[int, str]]:
+    """(line, value) of every string literal in Python source ``data`` whose value the file holds nowhere
+    as it is; nothing for a file that does not parse or is over `MAX_SOURCE`."""
+    if len(data) > MAX_SOURCE or _JOINED.search(data) is None:
+        return
+    try:
+        tree = pysource.parse(data, filename=filename)
+    except (SyntaxError, ValueError):
+        return
+    starts = [0]  # byte offset of each line: ast's columns are UTF-8 byte offsets
+    starts += [m.end() for m in re.finditer(rb"\n", data)]
+    for node in ast.walk(tree):
+        value = _value(node)
+        if value is None or len(value) < _MIN_VALUE:
+            continue
+        line, end_line = getattr(node, "lineno", 0), getattr(node, "end_lineno", None) or 0
+        if not 0 < line <= end_line <= len(starts):
+            continue
+        # Only the literal's own text is searched: the whole file, for every string, was quadratic.
+        written = data[starts[line - 1] + node.col_offset : starts[end_line - 1] + (node.end_col_offset or 0)]
+        # Two literals or a continued one, not merely escapes (`"\\n"`): the same test as the file's.
+        if _JOINED.search(written) and value.encode("utf-8", "surrogateescape") not in written:
+            yield line, value
+
+
+def _value(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    # f"sk-proj-" f"{''}abc": an f-string made of constant parts only is one string too.
+    if isinstance(node, ast.JoinedStr) and all(
+        isinstance(part, ast.Constant) and isinstance(part.value, str) for part in node.values
+    ):
+        return "".join(str(part.value) for part in node.values)  # type: ignore[attr-defined]
+    return None
