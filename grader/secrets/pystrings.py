@@ -32,10 +32,12 @@ def joined_strings(data: bytes, filename: str = "<source>") -> Iterator[tuple[in
     starts = [0]  # byte offset of each line: ast's columns are UTF-8 byte offsets
     starts += [m.end() for m in re.finditer(rb"\n", data)]
     for node in ast.walk(tree):
+        if not isinstance(node, (ast.Constant, ast.JoinedStr)):
+            continue
         value = _value(node)
         if value is None or len(value) < _MIN_VALUE:
             continue
-        line, end_line = getattr(node, "lineno", 0), getattr(node, "end_lineno", None) or 0
+        line, end_line = node.lineno, node.end_lineno or 0
         if not 0 < line <= end_line <= len(starts):
             continue
         # Only the literal's own text is searched: the whole file, for every string, was quadratic.
@@ -45,7 +47,7 @@ def joined_strings(data: bytes, filename: str = "<source>") -> Iterator[tuple[in
             yield line, value
 
 
-def _value(node: ast.AST) -> str | None:
+def _value(node: ast.Constant | ast.JoinedStr) -> str | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
     # f"sk-proj-" f"{''}abc": an f-string made of constant parts only is one string too.

@@ -184,7 +184,7 @@ def _scan_joined(
     data: bytes,
     rel: str,
     *,
-    kind: str | None,
+    kind: str,
     commit: str | None,
     known: list[SecretFinding],
 ) -> list[SecretFinding]:
