@@ -259,9 +259,11 @@ def _moved_from(repo: Path, dirs: Sequence[str]) -> list[str]:
             name = posixpath.basename(path)
             if status == "R":
                 moves.append((path, source))
-            elif status == "A":
+            elif status == "A" and len(held_paths[name]) <= _MAX_NAMESAKES:
                 # A copy: the same file name in another folder the line already held (git's own copy
-                # detection over the whole tree cost 23 s on a padded history).
+                # detection over the whole tree cost 23 s on a padded history). A name held in more places
+                # than a tape set has tapes is some other file's (`package.json`), and pairing them all
+                # would grow as their square.
                 moves += [(path, other) for other in held_paths[name] if other != path]
         for path, (status, _old, _new, source) in tapes.items():
             if status == "R":
@@ -284,20 +286,27 @@ def _moved_from(repo: Path, dirs: Sequence[str]) -> list[str]:
         held += sorted(more)
 
 
+_MAX_NAMESAKES = 64  # places one file name may be held in and still be followed as a copied tape
+
+
 def _copies(
     tapes: dict[str, tuple[str, str, str, str]], current: dict[str, tuple[str, str]]
 ) -> dict[str, tuple[str, str, str, str]]:
     """The tapes a commit added that copy one the history holds in another folder under the same file name
     (kept there: not a move), as ``{path: ("A", old, new, source)}``; the source holding the same bytes
-    first, else the last one written."""
+    first, else the first by path. A name held in more than `_MAX_NAMESAKES` places is not followed."""
     gone = {p for p, (status, *_rest) in tapes.items() if status in ("D", "R")}
+    added = [(path, change) for path, change in tapes.items() if change[0] == "A"]
+    if not added:
+        return {}
+    by_name: dict[str, list[str]] = defaultdict(list)
+    for p in current:
+        if p not in gone:
+            by_name[posixpath.basename(p)].append(p)
     found: dict[str, tuple[str, str, str, str]] = {}
-    for path, (status, old, new, _source) in tapes.items():
-        if status != "A":
-            continue
-        name = posixpath.basename(path)
-        sources = [p for p in current if p != path and p not in gone and posixpath.basename(p) == name]
-        if sources:
+    for path, (_status, old, new, _source) in added:
+        sources = [p for p in by_name.get(posixpath.basename(path), ()) if p != path]
+        if 0 < len(sources) <= _MAX_NAMESAKES:
             source = min(sources, key=lambda p: (current[p][1] != new, p))
             found[path] = ("A", old, new, source)
     return found
