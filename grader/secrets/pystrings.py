@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 from grader import pysource
 
-__all__ = ["MAX_SOURCE", "joined_strings"]
+__all__ = ["MAX_SOURCE", "joined_strings", "may_join"]
 
 MAX_SOURCE = 1024 * 1024  # a larger .py file is data, not source a key would be written into
 _MIN_VALUE = 16  # shorter than any key a rule finds
@@ -20,10 +20,15 @@ _MIN_VALUE = 16  # shorter than any key a rule finds
 _JOINED = re.compile(rb"""["'](?:[ \t]|\\?\r?\n)+[rRbBuUfF]{0,2}["']|\\\r?\n""")
 
 
+def may_join(data: bytes) -> bool:
+    """Whether Python source ``data`` is one `joined_strings` parses (it holds a join, within the size)."""
+    return len(data) <= MAX_SOURCE and _JOINED.search(data) is not None
+
+
 def joined_strings(data: bytes, filename: str = "<source>") -> Iterator[tuple[int, str]]:
     """(line, value) of every string literal in Python source ``data`` whose value the file holds nowhere
-    as it is; nothing for a file that does not parse or is over `MAX_SOURCE`."""
-    if len(data) > MAX_SOURCE or _JOINED.search(data) is None:
+    as it is; nothing for a file that does not parse or is not one `may_join` accepts."""
+    if not may_join(data):
         return
     try:
         tree = pysource.parse(data, filename=filename)

@@ -26,7 +26,7 @@ from grader.secrets.inflate import (
     compression,
     embedded,
 )
-from grader.secrets.pystrings import joined_strings
+from grader.secrets.pystrings import joined_strings, may_join
 from grader.secrets.redact import redact
 from grader.secrets.scanner import Scanner, ScanStats, git_blob_id
 from grader.secrets.tapes import looks_like_tape
@@ -191,6 +191,8 @@ def _scan_joined(
     """Keys in string literals Python joins (adjacent literals, a backslash-newline inside one), reported at
     the line the string starts; a key a line of the file already showed is not reported twice. The strings
     are scanned together, one per line of a text of their own."""
+    if not may_join(data):
+        return []  # never parsed: not charged to the cap
     if scanner.stats.parsed + len(data) > PARSE_CAP:
         if scanner.stats.parsed <= PARSE_CAP:
             scanner.stats.parsed = PARSE_CAP + 1
