@@ -161,6 +161,57 @@ def test_background_noise_of_a_library_is_not_a_verdict():
 """
 
 
+LATE = """
+import asyncio
+import threading
+import time
+
+
+def check():
+    assert 1 + 1 == 3
+
+
+def later():
+    time.sleep(1.0)
+    check()
+
+
+def test_a_daemon_thread_that_checks_after_the_call():
+    threading.Thread(target=later, daemon=True).start()
+
+
+def test_a_thread_that_checks_after_the_call():
+    threading.Thread(target=later).start()
+
+
+def test_a_test_running_while_they_fail_passes():
+    time.sleep(0.8)
+
+
+async def acheck():
+    check()
+
+
+def test_an_asyncio_task_nothing_awaited():
+    async def main():
+        asyncio.get_running_loop().create_task(acheck())
+        await asyncio.sleep(0)
+
+    asyncio.run(main())
+
+
+def test_an_awaited_task_whose_error_is_expected():
+    async def main():
+        task = asyncio.get_running_loop().create_task(acheck())
+        try:
+            await task
+        except AssertionError:
+            pass
+
+    asyncio.run(main())
+"""
+
+
 def _guarded(tmp_path: Path, name: str, source: str) -> tamper.GuardLog:
     (tmp_path / name).write_text(textwrap.dedent(source).lstrip(), encoding="utf-8")
     guard = tamper.write_guard(tmp_path / "guard").parent
@@ -234,3 +285,21 @@ def test_an_assertion_that_fails_outside_the_tests_frame_fails_the_test(tmp_path
     }, short
     said = {nodeid.split("::", 1)[1]: text for nodeid, text in read.messages.items()}
     assert "in a thread the test started" in said["test_in_a_thread"], said
+
+
+def test_a_check_that_fails_after_the_tests_call_ended_fails_that_test(tmp_path: Path) -> None:
+    """The gap red team 29's fix left: a thread still running when the call ends (daemon or not) fails
+    later, an asyncio task nothing awaited fails where pytest never looks. Each is its own test's error,
+    not the test that happened to run at the time."""
+    read = _guarded(tmp_path, "test_late.py", LATE)
+    short = {nodeid.split("::", 1)[1]: outcome for nodeid, outcome in read.outcomes.items()}
+    assert short == {
+        "test_a_daemon_thread_that_checks_after_the_call": "error",
+        "test_a_thread_that_checks_after_the_call": "error",
+        "test_a_test_running_while_they_fail_passes": "passed",
+        "test_an_asyncio_task_nothing_awaited": "failed",
+        "test_an_awaited_task_whose_error_is_expected": "passed",
+    }, short
+    said = {nodeid.split("::", 1)[1]: text for nodeid, text in read.messages.items()}
+    assert "after the test's call ended" in said["test_a_daemon_thread_that_checks_after_the_call"], said
+    assert "asyncio task nothing awaited" in said["test_an_asyncio_task_nothing_awaited"], said

@@ -561,7 +561,9 @@ def pytest_runtest_call(item):
         _watch_sends(item.nodeid)
         _check_wrapped(item)
         body = _watch_body(item)
-        elsewhere = _Elsewhere()
+        if "asyncio" in sys.modules:  # a suite that never imported it has no task to watch
+            _watch_asyncio()
+        elsewhere = _Elsewhere(item.nodeid)
     _RAISED.pop(item.nodeid, None)
     try:
         result = yield
@@ -607,22 +609,32 @@ def _verdict(exc):
 
 
 _FUTURES = {"open": None}  # the _Elsewhere of the call running now
+# Threads a test's call started and left running (thread -> the test's nodeid), and the last test whose call
+# ran: a check that fails after the call ended is still that test's verdict (red team 29's gap: a thread
+# that sleeps past the call, an asyncio task collected later).
+_LATE = {"threads": {}, "last": "", "hooked": False}
+_JOIN_AT_CLOSE = 0.5  # seconds a call's end waits, in all, for the threads it started
+_JOIN_AT_FINISH = 2.0  # seconds the session's end waits, in all, for daemon threads tests left running
 
 
 class _Elsewhere:
-    def __init__(self):
+    def __init__(self, nodeid=""):
         import threading
 
+        self.nodeid = nodeid
         self.found = []
         self.pending = {}  # id(future) -> future holding an assertion nobody has asked for yet
+        self.before = set(threading.enumerate())
         self._thread_hook = threading.excepthook
         self._unraisable_hook = sys.unraisablehook
         threading.excepthook = self._thread
         sys.unraisablehook = self._unraisable
         _FUTURES["open"] = self
+        _LATE["last"] = nodeid
 
     def _thread(self, args):
-        if _verdict(args.exc_value):
+        # A thread an earlier test left running is that test's, reported by the late hook below.
+        if args.thread not in _LATE["threads"] and _verdict(args.exc_value):
             self.found.append("in a thread the test started")
         self._thread_hook(args)
 
@@ -633,15 +645,100 @@ class _Elsewhere:
 
     def close(self):
         import threading
+        import time
 
+        # A thread the call started and did not join gets a moment to end inside the call's window.
+        me = threading.current_thread()
+        started = [t for t in threading.enumerate() if t not in self.before and t is not me]
+        deadline = time.monotonic() + _JOIN_AT_CLOSE
+        for thread in started:
+            thread.join(max(0.0, deadline - time.monotonic()))
         if threading.excepthook == self._thread:
             threading.excepthook = self._thread_hook
         if sys.unraisablehook == self._unraisable:
             sys.unraisablehook = self._unraisable_hook
         _FUTURES["open"] = None
+        left = [t for t in started if t.is_alive()]
+        if left:
+            for thread in left:
+                _LATE["threads"][thread] = self.nodeid
+            _late_hook()
         if self.pending:
             self.found.append("in a task whose result the test never asked for")
         return self.found[0] if self.found else None
+
+
+def _late(nodeid, where, exc):
+    """A test's check that failed after its call ended: a teardown error of that test, like pytest's own."""
+    if not nodeid:
+        return
+    said = first_line(f"{type(exc).__name__}: {exc}")
+    _write(
+        {
+            "nodeid": nodeid,
+            "when": "teardown",
+            "outcome": "failed",
+            "raw": "failed",
+            "raw_message": said,
+            "wasxfail": False,
+            "notrun": False,
+            "longrepr": f"the test's code failed {where} after the test's call ended, where pytest does not "
+            f"see it: {said} (counted as failed by the grader)",
+            "location": nodeid.split("::")[0],
+        }
+    )
+
+
+def _late_hook():
+    import threading
+
+    if _LATE["hooked"]:
+        return
+    _LATE["hooked"] = True
+    below = threading.excepthook
+
+    def late(args):
+        nodeid = _LATE["threads"].get(args.thread)
+        if nodeid is not None and _verdict(args.exc_value):
+            _late(nodeid, "in a thread the test started and left running", args.exc_value)
+        below(args)
+
+    threading.excepthook = late
+
+
+def _join_left_threads():
+    """At the session's end: the threads tests left running end here, not after the last record is written.
+
+    A non-daemon thread would hold the interpreter's exit anyway; a daemon one gets a bounded wait, and one
+    still asleep past it is killed at exit with its check never run."""
+    import time
+
+    deadline = time.monotonic() + _JOIN_AT_FINISH
+    for thread in list(_LATE["threads"]):
+        thread.join(None if not thread.daemon else max(0.0, deadline - time.monotonic()))
+
+
+# asyncio reports a task's exception nobody retrieved (a task never awaited, collected later) and one left
+# at a loop's shutdown through the loop's exception handler; pytest never sees either.
+def _watch_asyncio():
+    asyncio = sys.modules.get("asyncio")
+    loop_class = getattr(getattr(asyncio, "base_events", None), "BaseEventLoop", None)
+    if loop_class is None or getattr(loop_class.call_exception_handler, "_grader_watched", False):
+        return
+    handler = loop_class.call_exception_handler
+
+    def watched(self, context):
+        exc = context.get("exception") if isinstance(context, dict) else None
+        if exc is not None and _verdict(exc):
+            watching = _FUTURES["open"]
+            if watching is not None:
+                watching.found.append("in an asyncio task nothing awaited")
+            else:
+                _late(_LATE["last"], "in an asyncio task nothing awaited", exc)
+        return handler(self, context)
+
+    watched._grader_watched = True
+    loop_class.call_exception_handler = watched
 
 
 def _watch_futures():
@@ -901,6 +998,8 @@ def pytest_sessionfinish(session, exitstatus):
     if _STATE["depth"] > 1:
         _STATE["depth"] -= 1
         return
+    if _ACTIVE:
+        _join_left_threads()
     collected = getattr(session, "testscollected", None)
     _write(
         {
