@@ -744,9 +744,15 @@ class GuardLog:
     # vcrpy cassettes the suite closed: absolute path -> (interactions in the file, indexes ever played)
     vcr_plays: dict[str, tuple[int, set[int]]] = field(default_factory=dict)
     sends: list[Send] = field(default_factory=list)
+    # tests whose check failed after their call ended (a thread left running, an asyncio task nothing
+    # awaited): nodeid -> what the guard said; each is an error in ``outcomes``, which pytest never reported
+    late: dict[str, str] = field(default_factory=dict)
+    before_late: dict[str, str] = field(default_factory=dict)  # those tests' outcomes from pytest's reports
 
-    def count(self, outcome: str) -> int:
-        return sum(1 for value in self.outcomes.values() if value == outcome)
+    def count(self, outcome: str, *, late: bool = True) -> int:
+        """Tests with this outcome; ``late=False``: as pytest's own reports had them (see ``late``)."""
+        values = self.outcomes if late else {**self.outcomes, **self.before_late}
+        return sum(1 for value in values.values() if value == outcome)
 
 
 _RANK = {"passed": 0, "xpassed": 1, "skipped": 2, "xfailed": 3, "failed": 4, "error": 5}
@@ -804,6 +810,9 @@ def read_guard(path: Path, nonce: str = "") -> GuardLog:
             log.collected = collected if isinstance(collected, int) and collected >= 0 else None
             continue
         nodeid, when = str(rec.get("nodeid", "?")), rec.get("when")
+        if rec.get("late") is True:
+            log.late.setdefault(nodeid, f"{rec.get('location', '?')}: {str(rec.get('longrepr', ''))[:200]}")
+            continue
         outcome, raw_outcome = rec.get("outcome"), rec.get("raw")
         xfail = bool(rec.get("wasxfail"))
         if outcome == "passed":
@@ -827,6 +836,12 @@ def read_guard(path: Path, nonce: str = "") -> GuardLog:
         previous = log.outcomes.get(nodeid)
         if previous is None or _RANK[value] > _RANK[previous]:
             log.outcomes[nodeid] = value
+    for nodeid, said in log.late.items():
+        previous = log.outcomes.get(nodeid)
+        if previous is not None and _RANK[previous] < _RANK["error"]:
+            log.before_late[nodeid] = previous
+            log.outcomes[nodeid] = "error"
+            log.messages.setdefault(nodeid, said)
     return log
 
 

@@ -340,6 +340,43 @@ def test_counts_come_from_the_grader_not_the_suite_output(make_submission, grade
     assert _row(report, "offline-replay")["score"] == 0
 
 
+@pytest.mark.slow
+def test_a_check_failing_after_its_tests_call_is_an_honest_error_not_a_forgery(
+    make_submission, grade_cache: Path
+) -> None:
+    """A thread the test left running fails after pytest reported the test passed (exit status 0): the
+    guard's own finding, counted as that test's error; the run did not lie, so nothing is called forged."""
+    repo = make_submission(
+        {
+            "tests/test_late.py": """
+                import threading
+                import time
+
+
+                def _check():
+                    time.sleep(1.0)
+                    assert 1 + 1 == 3, "refunds need a human"
+
+
+                def test_ok():
+                    pass
+
+
+                def test_late():
+                    threading.Thread(target=_check, daemon=True).start()
+                """,
+        }
+    )
+
+    report = _grade(repo, grade_cache)
+
+    facts = report["facts"]["replay"]
+    assert (facts["passed"], facts["failed"], facts["errors"]) == (1, 0, 1), facts
+    assert facts["forged"] is False, facts
+    row = _row(report, "offline-replay")
+    assert row["score"] < 3 and "FORGED" not in row["evidence"], row
+
+
 @pytest.mark.index
 @pytest.mark.slow
 def test_hanging_suite_is_graded_within_the_timeout(make_submission, grade_cache: Path) -> None:

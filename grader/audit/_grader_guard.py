@@ -685,6 +685,7 @@ def _late(nodeid, where, exc):
             "longrepr": f"the test's code failed {where} after the test's call ended, where pytest does not "
             f"see it: {said} (counted as failed by the grader)",
             "location": nodeid.split("::")[0],
+            "late": True,
         }
     )
 

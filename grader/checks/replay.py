@@ -417,8 +417,9 @@ def _tamper_evidence(rr: ReplayRun, results: Results) -> _Evidence:
         ev.skips += [f"{nodeid} (xfail run=False)" for nodeid in guard.notrun]
     if rr.log_mismatch:
         ev.forged.append(rr.log_mismatch)
-    red = results.failed + results.errors
-    if red and not rr.run.timed_out:
+    # A check that failed after its test's call ended was never pytest's to report: no exit status lies.
+    red = results.failed + results.errors - (len(guard.before_late) if guard is not None else 0)
+    if red > 0 and not rr.run.timed_out:
         # A run whose own outcomes hold failures but that reports success (`pytest || true`, a session hook
         # forcing the exit status) tells CI it passed: that is a forged result, not an honest red run.
         noun = "failure" if red == 1 else "failures"
