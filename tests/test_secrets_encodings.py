@@ -53,6 +53,15 @@ CASES = {
         f'"""Settings."""\nDEFAULT_KEY = "{KEY[:30]}\\\n{KEY[30:]}"\n'.encode(),
         2,
     ),
+    # Literals added together: the compiler folds them into one constant, no line holds it.
+    "Python string literals added with +": (
+        "agent/_settings.py",
+        (
+            f'"""Settings."""\nDEFAULT_KEY = (\n    "{KEY[:10]}"\n'
+            f'    + "{KEY[10:40]}" +\n    "{KEY[40:]}"\n)\n'
+        ).encode(),
+        3,
+    ),
     "HTML character references": (
         "site/index.html",
         f"<html>\n<body>\n<p data-k=&quot;{_entities(KEY)}&quot;>hi &amp; bye</p>\n".encode(),
