@@ -83,6 +83,7 @@ class Workspace:
 # --- the grader's own disk --------------------------------------------------------------------------------
 
 _NO_SPACE_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
+_FEW_FILES = 10_000  # free files (inodes) below this are named in the reason
 # How tools the grader runs (git, uv, pip, Python) say ENOSPC; only read from the grader's own tools' output.
 _NO_SPACE_TEXT = re.compile(r"no space left on device|disk quota exceeded|\[errno 28\]|os error 28", re.I)
 
@@ -111,10 +112,12 @@ def no_space_text(output: str) -> bool:
 
 
 def no_space_reason(where: str, path: Path | str) -> str:
-    """The one reason every step gives: ``no space left on device: <where> <path> (<free> free)``."""
+    """The one reason every step gives: ``no space left on device: <where> <path> (<free> free)``; the free
+    files too when they, not the bytes, ran out (red team 30: "8387276 KiB free" named no shortage)."""
     try:
-        free = shutil.disk_usage(path).free
-        room = f" ({free // 1024} KiB free)"
+        st = os.statvfs(path)
+        room = f" ({st.f_bavail * st.f_frsize // 1024} KiB free"
+        room += f", {st.f_favail:,} files free)" if st.f_files and st.f_favail < _FEW_FILES else ")"
     except OSError:
         room = ""
     return f"no space left on device: {where} {path}{room}"

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from grader.acquire import no_space, no_space_reason
 from grader.checks import registry
+from grader.context import for_want_of_room
+from grader.deeptree import remove_tree
 from grader.errors import BadInput, NotAssessable
 from grader.grading import grade
 from grader.inert import csv_cell, inert, inert_tree
@@ -289,6 +291,20 @@ def run_batch(
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown()
+    if workers > 1:
+        # Graded beside another candidate whose flood left the shared workspace disk no room (red team 30):
+        # rows not assessable for that are graded again once the others are done, one candidate at a time.
+        for index in [i for i in range(len(entries)) if _short_of_room(outcomes[i])]:
+            entry = entries[index]
+            first = _short_of_room(outcomes[index])
+            remove_tree(out / entry.folder)  # this batch's own first try, minutes old
+            why = (
+                "graded again, alone, after the rest of the batch: the first grade, beside other candidates, "
+                f"had rows the full workspace disk left unassessed ({first})"
+            )
+            outcomes[index] = _grade_one(
+                entry, rubric, out, timeout, cache_root, formats, shown, steps, budget, notes=(why,)
+            )
     ordered = [outcomes[i] for i in range(len(entries))]
     try:
         _write_batch_files(out, ordered, rubric, source, shard, listed, entries)
@@ -349,6 +365,7 @@ def _grade_one(
     display: Display,
     steps: int,
     budget: float | None = None,
+    notes: Sequence[str] = (),
 ) -> Outcome:
 
     folder = out / entry.folder
@@ -368,6 +385,7 @@ def _grade_one(
             progress=progress,
             store=folder,
             store_formats=formats,
+            notes=notes,
         )
     except BadInput as exc:
         return _failed(entry, folder, str(exc), display, store_failure)
@@ -382,6 +400,18 @@ def _grade_one(
     total = report["total"]
     display.finish(who, f"graded {total['points']}/{total['max']} ({total['percent']}%) -> {entry.folder}/")
     return Outcome(entry, "graded", report=report)
+
+
+def _short_of_room(outcome: Outcome) -> str:
+    """Why the full workspace disk, nothing the candidate did, left it or one of its rows unassessed (the
+    first such row's evidence); "" when it did not."""
+    if outcome.status == NOT_ASSESSABLE:
+        return outcome.reason if for_want_of_room(outcome.reason) else ""
+    for row in (outcome.report or {}).get("rows") or []:
+        evidence = str(row.get("evidence") or "")
+        if row.get("status") == "not-assessable" and for_want_of_room(evidence):
+            return f"{row.get('id')}: {evidence}"
+    return ""
 
 
 def _failed(entry: Entry, folder: Path, reason: str, display: Display, store_failure: Any) -> Outcome:

@@ -9,6 +9,7 @@ import re
 import secrets
 import shlex
 import shutil
+import stat
 import subprocess
 import threading
 import time
@@ -49,6 +50,7 @@ T = TypeVar("T")
 __all__ = [
     "Context",
     "ReplayRun",
+    "for_want_of_room",
     "makefile_target_lines",
     "makefile_targets",
     "pytest_plugin_modules",
@@ -71,6 +73,8 @@ _BLOCKED_ARGS = re.compile(r"^_args = \('(?P<host>[^']*)', (?P<port>\d+)", re.MU
 _ROOM = 256 * 1024**2
 _FULL = 256 * 1024  # free space below this: the disk is full
 _FILES_ROOM = 10_000  # free inodes below this: a copy of a checkout may not fit
+_FILES_FULL = 64  # free inodes below this: the disk is full (of files)
+_FILLED_UNDER = "the workspace disk filled while this run ran"
 _LOG_CAP = 64 * 1024**2  # a log a run wrote (JUnit, misses): read no more than this
 _MAKEFILE_CAP = 1_000_000
 
@@ -241,6 +245,59 @@ class Context:
         for future in futures:
             future.exception()
 
+    def has_room(self) -> bool:
+        """The workspace disk has the room a grade expects (bytes and files): a check can be run again."""
+        now = self._room()
+        return now.bytes >= _ROOM and now.files >= _FILES_ROOM
+
+    def wait_for_room(self) -> str | None:
+        """Wait, at most one command timeout and never past the grade's budget, for the workspace disk to
+        have room again (a neighbour's flood ends with its run, whose reclaim removes it). None when it
+        does not; else whose the disk was when the wait began, for the note."""
+        whose = self._whose_fill()
+        limit = time.monotonic() + self.timeout
+        if self.deadline is not None:
+            limit = min(limit, self.deadline)
+        while not self.has_room():
+            if time.monotonic() >= limit:
+                return None
+            time.sleep(0.5)
+        return whose
+
+    def _whose_fill(self) -> str:
+        """How much of what is in use on the workspace disk this grade holds, in what ran out."""
+        try:
+            st = os.statvfs(self.workspace.root)
+        except OSError:
+            return ""
+        grade = self._grade_held()
+        if st.f_files and st.f_favail < _FILES_ROOM:
+            used, held = f"{st.f_files - st.f_ffree:,} files", f"{grade.files:,}"
+        else:
+            used = diskwatch.size_text((st.f_blocks - st.f_bfree) * st.f_frsize)
+            held = diskwatch.size_text(grade.bytes)
+        mine = "at least " if not grade.complete else ""
+        return f"this grade's workspace held {mine}{held} of the {used} in use"
+
+    def forget_for_room(self) -> None:
+        """Forget every probe and memo, and a replay run that failed for want of room, so that checks run
+        again once the room is back make their runs anew (`grader.grading.run_checks`; red team 30). A
+        replay run that did run is kept: it is evidence, whatever it did to the disk. Call it only when
+        nothing runs (after `wait_probes`)."""
+        with self._lock:
+            self._probes.clear()
+            self._memo.clear()
+            self._memo_locks.clear()
+        with self._replay_lock:
+            if (
+                self._replay_error is not None
+                and self._pristine is not None
+                and for_want_of_room(self._replay_error.reason)
+            ):
+                self._replay_error = None
+                # The suite's first run may have left the checkout half-written: the next one gets a copy.
+                self.checkout = self.scratch_copy("replay")
+
     def require_env(self) -> Env:
         """The installed environment, or NotAssessable with the install failure's reason."""
         if self.env is None:
@@ -265,38 +322,75 @@ class Context:
         except OSError:
             return _ROOM
 
-    def _room(self) -> tuple[int, int]:
-        """(bytes, files) the workspace disk has free; roomy values when it cannot be read."""
-        try:
-            st = os.statvfs(self.workspace.root)
-        except OSError:
-            return _ROOM, _FILES_ROOM
-        return st.f_bavail * st.f_frsize, st.f_favail if st.f_files else _FILES_ROOM
+    def _room(self) -> diskwatch.Room:
+        """What the workspace disk has free (bytes and files); roomy values when it cannot be read."""
+        return diskwatch.room(self.workspace.root) or diskwatch.Room(_ROOM, _FILES_ROOM)
 
-    def _reclaim(self, home: Path, label: str, before: tuple[int, int]) -> None:
-        """A run that left a roomy workspace disk nearly full (bytes or files) loses what it left in its
-        home, so that the grader's next copies have room (red team 10: a suite flooding the disk and leaving
-        the flood in place made every later copy fail, and five rows, no-credentials among them, left the
-        total as not assessable). Nothing reads a run's home after it; the report notes the fill."""
+    def _reclaim(
+        self,
+        cwd: Path,
+        home: Path,
+        logs: Mapping[Path, set[str]],
+        label: str,
+        before: diskwatch.Room,
+        *,
+        stopped: bool = False,
+    ) -> None:
+        """A run that left a roomy workspace disk nearly full (bytes or files) loses what it left behind, so
+        that the grader's next copies have room: its home, what it added to its working folder (anything
+        the pristine tree does not hold), and anything in its log folders but the logs the grader reads.
+
+        Red team 10: a suite flooding the disk and leaving the flood in place made every later copy fail,
+        and five rows, no-credentials among them, left the total as not assessable. Red team 30: the same
+        with empty files (the disk's inodes, not its bytes) written into the working folder, which the
+        home-only reclaim left in place. Nothing reads a run's home after it; a probe reading its working
+        folder after a run that flooded the disk reads it without the flood. The report notes the fill."""
         after = self._room()
-        bytes_low = before[0] >= _ROOM > after[0]
-        files_low = before[1] >= _FILES_ROOM > after[1]
+        floor = _floor(before) if stopped else None  # stopped for filling it: judged at its floor
+        low = floor or diskwatch.Room(_ROOM, _FILES_ROOM)
+        bytes_low = before.bytes >= low.bytes > after.bytes
+        files_low = before.files >= low.files > after.files
         if not (bytes_low or files_low):
             return
-        held = _usage(home)
-        # Its own doing only: at least half of what the disk lost is in its home (a neighbour's flood is
-        # `_check_space`'s to judge, and the neighbour's own reclaim frees it).
-        if not (
-            (bytes_low and 2 * held[0] >= before[0] - after[0])
-            or (files_low and 2 * held[1] >= before[1] - after[1])
-        ):
-            return
-        remove_tree(home)
-        free = f"{diskwatch.size_text(after[0])} and {after[1]:,} files free"
-        note = f"{label!r} left the workspace disk nearly full ({free}): its home was emptied to go on"
+        left = [home]
+        if self._pristine is not None:
+            left += _added(cwd, self._pristine)
+        for folder, keep in logs.items():
+            with contextlib.suppress(OSError):
+                left += [folder / name for name in os.listdir(folder) if name not in keep]
+        held = [_usage(path) for path in left]
+        size, count = sum(h[0] for h in held), sum(h[1] for h in held)
+        lost = diskwatch.Room(before.bytes - after.bytes, before.files - after.files)
+
+        def most(bytes_: int, files: int) -> bool:
+            return (bytes_low and 2 * bytes_ >= lost.bytes) or (files_low and 2 * files >= lost.files)
+
+        # Its own doing only: at least half of what the disk lost is in what it left, or in this grade's
+        # workspace (ten probes of one submission flooding at once each hold a tenth: red team 30). A
+        # neighbour's flood is `_check_space`'s to judge, and the neighbour's own reclaim frees it.
+        if not most(size, count):
+            grade = self._grade_held()
+            if grade.complete and not most(grade.bytes, grade.files):
+                return
+        for path in left:
+            _discard(path)
+        free = f"{diskwatch.size_text(after.bytes)} and {after.files:,} files free"
+        what = f"{count:,} files, {diskwatch.size_text(size)}"
+        note = (
+            f"{label!r} left the workspace disk nearly full ({free}): what it left in its home, working "
+            f"folder and log folders ({what}) was removed to go on"
+        )
         with self._lock:
             if note not in self.disk_fills:
                 self.disk_fills.append(note)
+
+    def _grade_held(self) -> diskwatch.Held:
+        """What this grade's workspace holds on its disk (capped: ``complete`` False past the cap)."""
+        try:
+            device = os.stat(self.workspace.root).st_dev
+        except OSError:
+            return diskwatch.Held(0, False)
+        return diskwatch.held_by({self.workspace.root: "workspace"}, (), device)
 
     def _held(self) -> diskwatch.Held:
         """What this submission's running runs hold on the workspace disk right now (diskwatch.Watch)."""
@@ -312,7 +406,7 @@ class Context:
             device = os.stat(self.workspace.root).st_dev
         except OSError:
             return diskwatch.Held(0, False)
-        return diskwatch.held_bytes(folders, uids, device)
+        return diskwatch.held_by(folders, uids, device)
 
     def _check_space(self, result: RunResult, watch: diskwatch.Watch, label: str) -> None:
         """NotAssessable when the run failed for lack of room the grader should have had (docs/security.md).
@@ -322,9 +416,10 @@ class Context:
         and this submission's running folders held less than half of what the disk lost (a neighbour's
         flood, red-team R11); a fill that is the submission's own is graded as it ran, with a note.
         """
-        if watch.free_before < _ROOM:
+        if watch.before.bytes < _ROOM or watch.before.files < _FILES_ROOM:
             # full at any sample, not only at the end: a neighbour's flood may be gone by then (R11)
-            full = min(watch.min_free, self._free()) < _FULL
+            now = self._room()
+            full = min(watch.min_free, now.bytes) < _FULL or min(watch.min_files, now.files) < _FILES_FULL
             if full or no_space_text(f"{result.stdout}\n{result.stderr}"):
                 where = no_space_reason("workspace", self.workspace.root)
                 raise NotAssessable(f"{where} (running {label!r})")
@@ -332,9 +427,9 @@ class Context:
         fill = watch.fill
         if fill is None:
             return  # never full, or full but never measured steadily: graded as it ran
-        before = diskwatch.size_text(fill.free_before)
-        lowest = diskwatch.size_text(min(watch.min_free, fill.free_at))
-        held = diskwatch.size_text(fill.held.bytes)
+        before = fill.amount(fill.free_before)
+        lowest = fill.amount(min(watch.min_files if fill.files else watch.min_free, fill.free_at))
+        held = fill.amount(fill.held.files if fill.files else fill.held.bytes)
         if fill.own:
             note = (
                 f"this run filled the workspace disk ({before} free → {lowest}): {held} in its "
@@ -345,7 +440,7 @@ class Context:
                     self.disk_fills.append(note)
             return
         raise NotAssessable(
-            f"the workspace disk filled while this run ran, and not with this run's files: {before} free → "
+            f"{_FILLED_UNDER}, and not with this run's files: {before} free → "
             f"{lowest}, this run held {held} (running {label!r}; another candidate graded beside it?)"
         )
 
@@ -482,8 +577,17 @@ class Context:
         key = audit_log.parent.name
         with self._lock:
             self._running[key] = {path: names.get(path, "log folder") for path in owned}
-        watch = diskwatch.Watch(self.workspace.root, self._free(), _FULL, self._held)
         room_before = self._room()
+        flooding = threading.Event()
+        watch = diskwatch.Watch(
+            self.workspace.root,
+            room_before,
+            _FULL,
+            _FILES_FULL,
+            self._held,
+            floor=_floor(room_before),
+            stop=flooding,
+        )
         try:
             with self._disk(f"running {label!r}"), watch:
                 home.mkdir(parents=True, exist_ok=True)
@@ -499,7 +603,7 @@ class Context:
                     audit_log=audit_log,
                     audit_root=cwd,
                     pass_fds=pass_fds,
-                    stop=self._suite_hung if suite_probe else None,
+                    stop=_AnyOf(flooding, self._suite_hung if suite_probe else None),
                     netns_helpers=netns_helpers,
                     overlays=overlays,
                     watch=printed,
@@ -507,7 +611,26 @@ class Context:
         finally:
             with self._lock:
                 self._running.pop(key, None)
+        logs: dict[Path, set[str]] = {}
+        named = [Path(v) for k, v in extra.items() if k.endswith("_LOG") and os.path.isabs(v)]
+        for path in [audit_log, *named]:
+            logs.setdefault(path.parent, set()).add(path.name)
+        logs = {f: names for f, names in logs.items() if f in owned}
+        if result.stopped and flooding.is_set() and watch.stopped_at is not None:
+            # Its own flood, stopped where it would have left the grader and its neighbours no room (red
+            # team 30): graded as it ran, a failure it caused, like a memory limit's kill.
+            stopped = watch.stopped_at
+            result.stopped, result.returncode = False, _KILLED
+            was, now = stopped.amount(stopped.free_before), stopped.amount(stopped.free_at)
+            why = (
+                f"this run was stopped: it was filling the workspace disk ({was} free → {now}, "
+                f"{stopped.amount(_held_amount(stopped))} in its {stopped.held.biggest or 'folders'})"
+            )
+            result.stderr = f"{result.stderr}\n[grader] {why}\n"
+            with self._lock:
+                self.disk_fills.append(f"{why} ({label!r})")
         if result.stopped:
+            self._reclaim(cwd, home, logs, label, room_before)
             raise self.skip(self._suite_hung_reason)
         if result.timed_out and clipped:
             raise self.skip(f"not finished: the grade's budget of {self.budget:g} s ran out during {label!r}")
@@ -516,7 +639,7 @@ class Context:
                 self.timeouts.append((label, allowed))
         self.outputs.append((label, f"{result.stdout}\n{result.stderr}"))
         self.sandbox_users.add(result.user)
-        self._reclaim(home, label, room_before)
+        self._reclaim(cwd, home, logs, label, room_before, stopped=watch.stopped_at is not None)
         self._check_space(result, watch, label)
         return result, read_audit_log(audit_log)
 
@@ -942,9 +1065,85 @@ def _pythonpath(cwd: Path, roots: Sequence[str] = ()) -> str:
     return os.pathsep.join(dict.fromkeys([*parts, str(cwd)]))
 
 
+_KILLED = 128 + 9  # a shell's exit status for a command killed by SIGKILL
+
+
+class _AnyOf(threading.Event):
+    """Set when any of ``events`` is (the sandbox polls ``is_set`` to stop a run)."""
+
+    def __init__(self, *events: threading.Event | None) -> None:
+        super().__init__()
+        self._events = [e for e in events if e is not None]
+
+    def is_set(self) -> bool:
+        return any(e.is_set() for e in self._events)
+
+
+def _floor(before: diskwatch.Room) -> diskwatch.Room | None:
+    """Room below which a run filling the workspace disk with its own files is stopped: a quarter of what
+    it found free, and never below the room a grade needs; none on a disk that had little to start with
+    (there a full disk is the grader's: `Context._check_space`)."""
+    if before.bytes < 2 * _ROOM or before.files < 2 * _FILES_ROOM:
+        return None
+    return diskwatch.Room(max(_ROOM, before.bytes // 4), max(_FILES_ROOM, before.files // 4))
+
+
+def _held_amount(fill: diskwatch.Fill) -> int:
+    return fill.held.files if fill.files else fill.held.bytes
+
+
+def for_want_of_room(reason: str) -> bool:
+    """Whether a not-assessable reason is the workspace disk's being full (`no_space_reason`, or a run the
+    disk filled under: `Context._check_space`), wherever in the reason a check quotes it. Read from the
+    grader's own text; a submission that gets these words into a reason only gets its check run once more."""
+    return "no space left on device: workspace" in reason or _FILLED_UNDER in reason
+
+
+def _added(cwd: Path, pristine: Path) -> list[Path]:
+    """The topmost entries of ``cwd`` that ``pristine`` does not hold at the same path (what a run added to
+    its copy of the tree), walked without following a link or recursing; a folder both hold is entered."""
+    added: list[Path] = []
+    stack = [Path()]
+    while stack:
+        rel = stack.pop()
+        try:
+            with os.scandir(cwd / rel) as entries:
+                for entry in entries:
+                    sub = rel / entry.name
+                    try:
+                        there = os.lstat(pristine / sub)
+                    except OSError:
+                        added.append(cwd / sub)
+                        continue
+                    with contextlib.suppress(OSError):
+                        if entry.is_dir(follow_symlinks=False) and stat.S_ISDIR(there.st_mode):
+                            stack.append(sub)
+        except OSError:
+            continue
+    return added
+
+
+def _discard(path: Path) -> None:
+    """Remove ``path`` (a folder with all it holds; a link itself, never what it points to)."""
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            remove_tree(path)
+        else:
+            path.unlink()
+    except OSError:
+        pass
+
+
 def _usage(folder: Path) -> tuple[int, int]:
-    """(bytes, files) under ``folder``, walked without following a link or recursing."""
-    size = count = 0
+    """(bytes, files) of ``folder`` and all under it (1 file for the folder itself, or ``folder`` being a
+    file), walked without following a link or recursing."""
+    try:
+        top = os.lstat(folder)
+    except OSError:
+        return 0, 0
+    if not stat.S_ISDIR(top.st_mode):
+        return top.st_blocks * 512, 1
+    size, count = 0, 1
     stack = [str(folder)]
     while stack:
         try:

@@ -1,18 +1,22 @@
 """Who filled the workspace disk: sampled while a run runs, measured at the moment the disk is full.
 
+Full means out of bytes or out of files (inodes): empty files exhaust a disk's inodes long before its bytes
+(red team 30: a default tmpfs of 8 GiB has about 3 million, which a loop of ``open(...).close()`` spends in
+under a minute), and a disk with no inode left refuses every copy however many bytes it has free.
+
 In ``grade batch --jobs 2`` two candidates share the workspace disk, so a run that finds the disk full may
 have been flooded by its neighbour (red-team R11). The grader cannot tell that from the run's output (a
 submission can print ENOSPC) nor at the end (the flood may be deleted by then). So while a run runs, a
-thread polls the disk's free space; the first time it falls below ``full``, it measures how many bytes the
-candidate's own running folders hold *at that moment* (plus files its sandbox users deleted but still hold
-open), and compares that with what the disk lost since the run started (docs/security.md, "Disk").
+thread polls the disk's free space and free files; the first time either falls below its floor, it measures
+how many bytes and files the candidate's own running folders hold *at that moment* (plus files its sandbox
+users deleted but still hold open), and compares that with what the disk lost since the run started
+(docs/security.md, "Disk").
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -21,30 +25,56 @@ from pathlib import Path
 
 from grader.walk import tree
 
-__all__ = ["Fill", "Held", "Watch", "held_bytes", "size_text"]
+__all__ = ["Fill", "Held", "Room", "Watch", "held_by", "room", "size_text"]
 
 POLL = 0.25  # seconds between two samples of the free space
 _WALK_FILES = 200_000  # entries one measurement may look at before it gives up (then: the run's own)
 _WALK_SECONDS = 5.0
+_MEANINGFUL_BYTES = 1024**2  # below this, what a run holds is told by its count of files
+
+
+@dataclass(frozen=True)
+class Room:
+    """What a disk has free: bytes, and files (inodes; a file system without an inode count says plenty)."""
+
+    bytes: int
+    files: int
+
+
+_PLENTY = 1 << 62
+
+
+def room(path: Path) -> Room | None:
+    """``path``'s disk's free bytes and files for an unprivileged writer; None when it cannot be read."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return Room(st.f_bavail * st.f_frsize, st.f_favail if st.f_files else _PLENTY)
 
 
 @dataclass(frozen=True)
 class Held:
-    """What a candidate's folders held: ``complete`` False when the count hit a cap (then the bytes are a
-    lower bound and the fill is taken as the run's own)."""
+    """What a candidate's folders held: ``complete`` False when the count hit a cap (then the bytes and files
+    are a lower bound and the fill is taken as the run's own)."""
 
     bytes: int
     complete: bool
     biggest: str = ""  # the folder holding the most of it, for the note
+    files: int = 0  # entries (files, folders, links) under the folders
 
 
 @dataclass(frozen=True)
 class Fill:
-    """The disk went full while the run ran: free space at its start and when measured, what the run held."""
+    """The disk went full while the run ran: free room at its start and when measured, what the run held.
+
+    ``files`` True: it ran out of files (inodes), and ``free_before``/``free_at`` count files, not bytes.
+    """
 
     free_before: int
     free_at: int
     held: Held
+    files: bool = False
 
     @property
     def lost(self) -> int:
@@ -53,22 +83,47 @@ class Fill:
     @property
     def own(self) -> bool:
         """The run's own files account for the fill (at least half of what the disk lost since it started)."""
-        return not self.held.complete or 2 * self.held.bytes >= self.lost
+        held = self.held.files if self.files else self.held.bytes
+        return not self.held.complete or 2 * held >= self.lost
+
+    def amount(self, n: int) -> str:
+        """``n`` of what ran out, as a reviewer reads it."""
+        return f"{n:,} files" if self.files else size_text(n)
 
 
 class Watch:
     """Polls ``root``'s disk from a thread while ``with`` runs; ``fill`` is the first full moment measured.
 
-    ``measure`` is called from the thread at that moment. A measurement during which the free space moved by
-    more than half of what was lost (files deleted under the walk) is not kept: the next sample tries again.
+    Full: fewer than ``full`` bytes or ``full_files`` files free. ``measure`` is called from the thread at
+    that moment. A measurement during which the free room moved by more than half of what was lost (files
+    deleted under the walk) is not kept: the next sample tries again.
     """
 
-    def __init__(self, root: Path, free_before: int, full: int, measure: Callable[[], Held]) -> None:
+    def __init__(
+        self,
+        root: Path,
+        before: Room,
+        full: int,
+        full_files: int,
+        measure: Callable[[], Held],
+        *,
+        floor: Room | None = None,
+        stop: threading.Event | None = None,
+    ) -> None:
+        # ``floor``: below it (bytes or files) a fill that is the run's own sets ``stop`` (the sandbox kills
+        # the run), so that one candidate's flood leaves room for the grader and its neighbours.
+        self.floor = floor
+        self.stop = stop
+        self.stopped_at: Fill | None = None
+        self._next_try = 0.0
         self.root = root
-        self.free_before = free_before
+        self.before = before
+        self.free_before = before.bytes
         self.full = full
+        self.full_files = full_files
         self.measure = measure
-        self.min_free = free_before
+        self.min_free = before.bytes
+        self.min_files = before.files
         self.fill: Fill | None = None
         self.seen_full = False
         self._stop = threading.Event()
@@ -82,55 +137,82 @@ class Watch:
         self._stop.set()
         self._thread.join()
 
-    def _free(self) -> int | None:
-        try:
-            return shutil.disk_usage(self.root).free
-        except OSError:
-            return None
-
     def _poll(self) -> None:
         while True:
-            free = self._free()
-            if free is not None:
-                self.min_free = min(self.min_free, free)
-                if free < self.full and self.fill is None:
+            now = room(self.root)
+            if now is not None:
+                self.min_free = min(self.min_free, now.bytes)
+                self.min_files = min(self.min_files, now.files)
+                if self._below_floor(now):
+                    self._try_stop(now)
+                if (now.bytes < self.full or now.files < self.full_files) and self.fill is None:
                     self.seen_full = True
-                    self._try_measure(free)
+                    self._try_measure(now)
             if self._stop.wait(POLL):
                 return
 
-    def _try_measure(self, free: int) -> None:
+    def _below_floor(self, now: Room) -> bool:
+        floor = self.floor
+        if floor is None or self.stop is None or self.stopped_at is not None:
+            return False
+        return (now.bytes < floor.bytes or now.files < floor.files) and time.monotonic() >= self._next_try
+
+    def _try_stop(self, now: Room) -> None:
+        assert self.floor is not None and self.stop is not None
+        self._next_try = time.monotonic() + 2.0  # a neighbour's flood: look again, not at every sample
         held = self.measure()
-        after = self._free()
-        lost = max(1, self.free_before - free)
-        if after is None or abs(after - free) * 2 > lost:
+        files = now.bytes >= self.floor.bytes
+        before, free = (self.before.files, now.files) if files else (self.before.bytes, now.bytes)
+        fill = Fill(before, free, held, files=files)
+        if fill.own:
+            self.stopped_at = fill
+            self.stop.set()
+
+    def _try_measure(self, now: Room) -> None:
+        held = self.measure()
+        after = room(self.root)
+        files = now.bytes >= self.full  # out of files, not of bytes
+        if after is None:
+            return
+        if files:
+            free, before, later = now.files, self.before.files, after.files
+        else:
+            free, before, later = now.bytes, self.before.bytes, after.bytes
+        lost = max(1, before - free)
+        if abs(later - free) * 2 > lost:
             return  # the disk changed a lot under the walk: not a measurement of this moment
-        self.fill = Fill(self.free_before, min(free, after), held)
+        self.fill = Fill(before, min(free, later), held, files=files)
 
 
-def held_bytes(folders: Mapping[Path, str], uids: Collection[int], device: int) -> Held:
-    """Bytes (allocated blocks) under ``folders`` (path: what to call it in a note), walked with
+def held_by(folders: Mapping[Path, str], uids: Collection[int], device: int) -> Held:
+    """Bytes (allocated blocks) and entries under ``folders`` (path: what to call it in a note), walked with
     `grader.walk.tree` (never into a link, without recursion), capped; plus files on ``device`` owned by one
-    of ``uids`` that were deleted but are still open (a process's fd)."""
+    of ``uids`` that were deleted but are still open (a process's fd). ``biggest`` is the folder holding
+    the most bytes, or the most entries when they hold next to no bytes (a flood of empty files)."""
     started = time.monotonic()
-    total = 0
-    seen = 0
+    total = seen = 0
     per_top: dict[str, int] = {}
+    per_top_files: dict[str, int] = {}
     for top, name in folders.items():
-        here_total = 0
+        here_total = here_seen = 0
         for folder, below, others in tree(top, max_depth=None):
             for entry in below + others:
-                seen += 1
-                if seen > _WALK_FILES or time.monotonic() - started > _WALK_SECONDS:
-                    return Held(total + here_total, False, _biggest(per_top))
+                here_seen += 1
+                if seen + here_seen > _WALK_FILES or time.monotonic() - started > _WALK_SECONDS:
+                    per_top_files[name] = per_top_files.get(name, 0) + here_seen
+                    biggest = _biggest(per_top_files)
+                    return Held(total + here_total, False, biggest, seen + here_seen)
                 with contextlib.suppress(OSError):  # gone under the walk: Watch checks the free space
                     here_total += os.lstat(os.path.join(folder, entry)).st_blocks * 512
         per_top[name] = per_top.get(name, 0) + here_total
+        per_top_files[name] = per_top_files.get(name, 0) + here_seen
         total += here_total
+        seen += here_seen
     unlinked = _deleted_open(uids, device, started) if uids else 0
     if unlinked:
         per_top["(deleted files still open)"] = unlinked
-    return Held(total + unlinked, True, _biggest(per_top))
+    biggest = _biggest(per_top) if total + unlinked >= _MEANINGFUL_BYTES else _biggest(per_top_files)
+    return Held(total + unlinked, True, biggest, seen)
 
 
 def _deleted_open(uids: Collection[int], device: int, started: float) -> int:

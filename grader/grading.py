@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -21,7 +21,7 @@ from grader import __version__
 from grader._json import jsonable
 from grader.acquire import acquire, no_space, no_space_reason, redact
 from grader.checks import PHASES, CheckResult, registry
-from grader.context import Context
+from grader.context import Context, for_want_of_room
 from grader.deeptree import MAX_DEPTH, remove_workspace
 from grader.details import submission_relative
 from grader.errors import BadInput, NotAssessable, describe
@@ -74,8 +74,11 @@ def grade(
     store: Path | None = None,
     store_formats: tuple[str, ...] = ("json", "markdown"),
     budget: float | None = None,
+    notes: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Grade one submission; raises BadInput only for an unusable target (before any code runs).
+
+    ``notes``: said first in the report's notes (e.g. `grade batch`: why this candidate was graded again).
 
     ``budget``: seconds the whole grade may take (default ``BUDGET_TIMEOUTS`` × ``timeout``). No command
     starts once it is spent and none runs past it; the rows that left unassessed are not-assessable, and
@@ -117,6 +120,7 @@ def grade(
             store_formats=store_formats,
             budget=budget,
             started=started,
+            notes=list(notes),
         )
     except OSError as exc:
         if not no_space(exc):
@@ -166,10 +170,10 @@ def _pipeline(
     store_formats: tuple[str, ...],
     budget: float,
     started: float,
+    notes: list[str],
 ) -> dict[str, Any]:
 
     timings: dict[str, float] = {}
-    notes: list[str] = []
     start = time.monotonic()
     workspace = acquire(target, root)
     timings["acquire"] = _since(start)
@@ -376,6 +380,22 @@ def run_checks(
             one(check_id)
     finally:
         ctx.wait_probes()  # nothing may still run in the workspace when it is reported or removed
+    # A check the full workspace disk left unassessed runs once more, alone, when the room is back: a run
+    # that flooded the disk (this submission's, whose flood its reclaim removed, or a neighbour's in a batch)
+    # must not take rows out of the total, a committed key's among them (red team 30).
+    again = [c for c in ordered if for_want_of_room(results[c].not_assessable or "")]
+    whose = ctx.wait_for_room() if again else None
+    if again and whose is not None:
+        ctx.forget_for_room()
+        try:
+            for check_id in again:
+                one(check_id)
+        finally:
+            ctx.wait_probes()
+        ctx.disk_fills.append(
+            f"{', '.join(again)}: run again once the workspace disk had room; it had none the first time, "
+            f"and {whose or 'nothing says whose'}"
+        )
     return {c: results[c] for c in ordered}
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.diskwatch import Fill, Held, held_bytes
+from grader.diskwatch import Fill, Held, held_by
 
 MiB = 1024**2
 
@@ -27,7 +27,7 @@ def test_counts_allocated_bytes_and_never_follows_a_link(tmp_path: Path) -> None
     with open(home / "sparse.bin", "wb") as handle:  # 1 GiB long, nothing allocated: fills no disk
         handle.truncate(1024**3)
     device = os.stat(tmp_path).st_dev
-    held = held_bytes({home: "home"}, (), device)
+    held = held_by({home: "home"}, (), device)
     assert held.complete
     assert 3 * MiB <= held.bytes < 4 * MiB
     assert held.biggest == "home"
@@ -41,8 +41,8 @@ def test_counts_a_deleted_file_its_sandbox_user_still_holds_open(tmp_path: Path)
     device = os.stat(tmp_path).st_dev
     with open(hidden, "rb"):
         hidden.unlink()
-        seen = held_bytes({tmp_path / "run": "home"}, {uid}, device)
-        other = held_bytes({tmp_path / "run": "home"}, {uid + 1}, device)
+        seen = held_by({tmp_path / "run": "home"}, {uid}, device)
+        other = held_by({tmp_path / "run": "home"}, {uid + 1}, device)
     assert seen.bytes >= 2 * MiB and seen.biggest == "(deleted files still open)"
     assert other.bytes < MiB  # another candidate's uid: not this submission's bytes
 
@@ -53,3 +53,20 @@ def test_a_fill_is_the_runs_own_when_it_holds_half_of_what_was_lost() -> None:
     assert not Fill(**lost_300, held=Held(10 * MiB, True)).own
     # a count that hit its cap is a lower bound: the fill is taken as the run's own
     assert Fill(**lost_300, held=Held(10 * MiB, False)).own
+
+
+def test_a_flood_of_empty_files_is_counted_by_its_files(tmp_path: Path) -> None:
+    # Red team 30: empty files exhaust a disk's inodes while its bytes stay free; what a run holds is then
+    # told by how many entries its folders hold, and the biggest folder is the one with the most of them.
+    home, work = tmp_path / "home", tmp_path / "work"
+    _write(work / "module.py", 8192)
+    (home / "flood").mkdir(parents=True)
+    for i in range(500):
+        (home / "flood" / str(i)).touch()
+    held = held_by({work: "working folder", home: "home"}, (), os.stat(tmp_path).st_dev)
+    assert held.complete and held.files == 502  # the flood folder and its 500 files, the module
+    assert held.biggest == "home"
+    files_lost = {"free_before": 1000, "free_at": 0, "files": True}
+    assert Fill(**files_lost, held=held).own  # 502 of 1000 files lost: its own
+    assert not Fill(**files_lost, held=Held(held.bytes, True, "home", 20)).own
+    assert Fill(**files_lost, held=held).amount(1000) == "1,000 files"

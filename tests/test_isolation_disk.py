@@ -29,10 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # 320 MiB: the runs start with more than the grader's 256 MiB "room" (grader/context.py, _ROOM) free, so a
 # full disk is attributed by whose files filled it, not by the old small-disk rule.
 _DISK_MIB = 320
-_DISK_WORD = "workspace disk filled while this run ran, and not with this run's files"
 
 # The flood of R11: 16 MiB files in $HOME until ENOSPC, held, then deleted (the run ends clean). Every
 # run of the suite floods (the replay suite and the probes that rerun it; the others stay quick).
+_NOT_ITS_OWN = "workspace disk filled while this run ran, and not with this run's files"
+
 _FILLER = textwrap.dedent(
     """
     import errno, glob, os, time
@@ -191,21 +192,19 @@ def test_a_neighbours_flood_never_scores_the_victim_zero(tmp_path: Path, small_d
         },
         jobs=2,
     )
-    alice = _rows(_report(out, "alice"))
-    # not-assessable, or left to the reviewer ("manual": a check that scores part of a row from the replay)
-    hit = {rid for rid, row in alice.items() if row["status"] in ("not-assessable", "manual")}
-    # The flood reached the victim (its cache write needs room only a flood takes) ...
-    assert alice["offline-replay"]["status"] == "not-assessable", alice["offline-replay"]
-    # (a run that started while the flood was already there is the grader's small disk: "no space left")
-    # Each unassessed row names the disk: a run of the victim's the flood reached, or the grader's own write
-    # in the victim's workspace that the flood made fail.
-    for rid in hit:
-        evidence = alice[rid]["evidence"]
-        assert _DISK_WORD in evidence or "no space left on device: workspace" in evidence, alice[rid]
-    # ... and every row it did not leave unassessed scores as the sample alone would: never 0 for the flood.
-    for rid, score in default_scores().items():
-        if rid not in hit:
-            assert alice[rid]["score"] == score, (alice[rid]["status"], alice[rid]["evidence"])
+    report = _report(out, "alice")
+    alice = _rows(report)
+    # The flood reached the victim (its cache write needs room only a flood takes): its first grade had rows
+    # the full disk left unassessed, so it was graded again, alone, after the batch ...
+    again = [n for n in report["notes"] if n.startswith("graded again, alone, after the rest of the batch")]
+    # The first try's reason is kept: a run the neighbour's flood filled under, or the grader's own write in
+    # the victim's workspace that the flood made fail.
+    assert again and (_NOT_ITS_OWN in again[0] or "no space left on device: workspace" in again[0]), report
+
+    # ... and scores as the sample alone does: never 0 for the flood, and no row left out of the total.
+    assert {rid: row["score"] for rid, row in alice.items()} == default_scores(), {
+        rid: row["evidence"] for rid, row in alice.items() if row["status"] != "scored"
+    }
     # The filler cleaned up, so its suite passed and it is graded as it ran; its report says what it did.
     mallory = _report(out, "mallory")
     assert _rows(mallory)["offline-replay"]["score"] == load_rubric().max
@@ -307,3 +306,128 @@ def test_a_flood_left_in_place_does_not_take_rows_out_of_the_total(
     assert secrets["status"] == "scored" and secrets["score"] == 0, secrets
     assert not [r for r in rows.values() if r["status"] == "not-assessable"], report["notes"]
     assert any("left the workspace disk nearly full" in note for note in report["notes"]), report["notes"]
+
+
+# Red team 30: empty files, written into the working folder (the checkout copy the suite runs in) until the
+# disk has no inode left. Bytes stay free; the grader's copies fail for want of files. Every run of the
+# suite floods (the replay suite and each probe that reruns it), several at once under --jobs 2.
+_INODE_FLOOD = textwrap.dedent(
+    """
+    import os
+
+
+    def test_warm_cache():
+        folder = os.path.join(os.getcwd(), ".warm")
+        os.makedirs(folder, exist_ok=True)
+        i = 0
+        try:
+            while True:
+                open(os.path.join(folder, str(i)), "w").close()
+                i += 1
+        except OSError:
+            pass
+    """
+)
+
+
+def _inode_flooder(repo: Path) -> None:
+    (repo / "tests" / "test_zz_warm.py").write_text(_INODE_FLOOD)
+
+
+@pytest.fixture
+def few_inodes(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs with bytes to spare (1 GiB) and 150,000 files."""
+    with _tmpfs(tmp_path, "size=1g,nr_inodes=150000") as where:
+        yield where
+
+
+@pytest.mark.index
+def test_a_flood_of_empty_files_in_the_working_folder_costs_no_row_its_place(
+    tmp_path: Path, few_inodes: Path
+) -> None:
+    from tests.test_batch import leaked_key
+
+    def mutate(repo: Path) -> None:
+        leaked_key(repo)
+        _inode_flooder(repo)
+
+    repo = copy_sample(tmp_path / "subs" / "flooder", mutate=mutate)
+    out = tmp_path / "report.json"
+    args = ["--jobs", "2", "--timeout", "150", "--format", "json", "-o", str(out), "-q", str(repo)]
+    done = _grade(args, cwd=tmp_path, tmpdir=few_inodes)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    rows = _rows(report)
+    # The committed key is reported, and no row leaves the total for a disk the submission filled itself.
+    assert rows["no-credentials"]["status"] == "scored" and rows["no-credentials"]["score"] == 0
+    assert not [r for r in rows.values() if r["status"] == "not-assessable"], report["notes"]
+    # It is graded as it ran: its flood is its own failure, and the report says what it did.
+    assert rows["offline-replay"]["score"] < load_rubric().max
+    notes = " ".join(report["notes"])
+    assert "files" in notes and "workspace disk" in notes, report["notes"]
+
+
+@pytest.mark.index
+def test_a_neighbours_flood_of_empty_files_leaves_the_victim_graded_as_alone(
+    tmp_path: Path, few_inodes: Path
+) -> None:
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    out = _batch(
+        tmp_path,
+        few_inodes,
+        {
+            "mallory": copy_sample(subs / "mallory", mutate=_inode_flooder),
+            "alice": copy_sample(subs / "alice"),
+        },
+        jobs=2,
+    )
+    alice = _rows(_report(out, "alice"))
+    assert {rid: row["score"] for rid, row in alice.items()} == default_scores(), {
+        rid: row["evidence"] for rid, row in alice.items() if row["status"] != "scored"
+    }
+    assert _rows(_report(out, "mallory"))["offline-replay"]["score"] < load_rubric().max
+
+
+# A flood at a pace the 0.25 s sample can follow (about 20,000 files a second): stopped at its floor.
+_PACED_FLOOD = textwrap.dedent(
+    """
+    import os, time
+
+
+    def test_fill_slowly():
+        folder = os.path.join(os.environ["HOME"], "paced")
+        os.makedirs(folder, exist_ok=True)
+        i = 0
+        try:
+            while True:
+                for _ in range(2000):
+                    open(os.path.join(folder, str(i)), "w").close()
+                    i += 1
+                time.sleep(0.1)
+        except OSError:
+            pass
+    """
+)
+
+
+@pytest.mark.index
+def test_a_run_filling_the_disk_with_its_own_files_is_stopped_at_its_floor(
+    tmp_path: Path, few_inodes: Path
+) -> None:
+    def mutate(repo: Path) -> None:
+        (repo / "tests" / "test_zz_paced.py").write_text(_PACED_FLOOD)
+
+    repo = copy_sample(tmp_path / "subs" / "paced", mutate=mutate)
+    out = tmp_path / "report.json"
+    args = ["--jobs", "1", "--timeout", "150", "--format", "json", "-o", str(out), "-q", str(repo)]
+    done = _grade(args, cwd=tmp_path, tmpdir=few_inodes)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    stopped = [
+        n for n in report["notes"] if n.startswith("this run was stopped: it was filling the workspace")
+    ]
+    assert stopped and "files in its home" in stopped[0], report["notes"]
+    rows = _rows(report)
+    assert rows["offline-replay"]["score"] < load_rubric().max  # its own failure, graded as it ran
+    assert not [r for r in rows.values() if r["status"] == "not-assessable"], report["notes"]

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from grader import walk
+from grader.acquire import no_space, no_space_reason, no_space_text
 from grader.checks import Finding
 from grader.context import makefile_targets
 from grader.errors import NotAssessable
@@ -117,6 +118,9 @@ class CanaryProbe:
     # It applied but was not run: the grade's budget was spent, or the replay suite hung (red team 7, R7-2:
     # a submission that spent the budget before it kept a leak at record time unseen, row still at 3).
     skipped: bool = False
+    # Skipped because the workspace disk had no room for its copy: the grader's disk, not the submission's
+    # choice, so with nothing else found the row is not assessable rather than capped.
+    no_room: bool = False
 
 
 @dataclass(frozen=True)
@@ -475,7 +479,16 @@ def canary_result(ctx: Context) -> CanaryProbe:
 
 def probe_canary(ctx: Context) -> CanaryProbe:
     """Run the record command with a canary key against the stand-in, in a scratch copy; report leaks."""
-    plan = _plan(ctx)
+    try:
+        plan = _plan(ctx)
+    except OSError as exc:
+        # No room for its copy (another candidate's flood: red team 30): the static scan still counts.
+        if not no_space(exc):
+            raise
+        reason = no_space_reason("workspace", ctx.workspace.root)
+        return CanaryProbe(f"not available: {reason}", skipped=True, no_room=True)
+    except NotAssessable as exc:
+        return CanaryProbe(f"not available: {exc.reason}", skipped=True, no_room=no_space_text(exc.reason))
     return plan if isinstance(plan, CanaryProbe) else _execute(ctx, plan)
 
 

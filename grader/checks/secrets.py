@@ -132,6 +132,12 @@ def secrets(ctx: Context) -> CheckResult:
         )
         + _unscanned(stats.unscanned + canary.unscanned),
     }
+    if canary.no_room and not found:
+        # Nothing found, and the probe that would have looked for a key the recording leaks had no room to
+        # run: the grader's disk decides nothing here, neither the cap nor full marks.
+        reason = canary.status.removeprefix("not available: ")
+        facts["summary"] = f"not assessable: {reason} (the canary record probe's copy)"
+        return CheckResult(facts=facts, details=details, not_assessable=reason)
     findings = [_to_finding(f) for f in found] + canary.leaks
     details += [f"{_KIND_WORDS[f.kind]}: {f.render()}" for f in found]
     details += canary.details

@@ -43,6 +43,7 @@ def joined_strings(data: bytes, filename: str = "<source>") -> Iterator[tuple[in
     starts += [m.end() for m in re.finditer(rb"\n", data)]
     added: set[int] = set()  # the literals inside a sum already read whole
     for node in ast.walk(tree):
+        value: str | None
         if isinstance(node, ast.BinOp):
             if id(node) in added:
                 continue
