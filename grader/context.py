@@ -184,6 +184,7 @@ class Context:
         self.jobs = 1
         self._logs = workspace.root / "logs"
         self._logs.mkdir(parents=True, exist_ok=True)
+        self._roomy_at_start = self.has_room()
 
     def suite_command(self) -> SuiteCommand:
         """How the suite is run, from the pristine copy's Makefile or README: read once per grade (every
@@ -252,10 +253,12 @@ class Context:
 
     def wait_for_room(self) -> str | None:
         """Wait, at most one command timeout and never past the grade's budget, for the workspace disk to
-        have room again (a neighbour's flood ends with its run, whose reclaim removes it). None when it
-        does not; else whose the disk was when the wait began, for the note."""
+        have room again (a neighbour's flood ends with its run, whose reclaim removes it); no wait when the
+        disk was short of room when the grade began. None when it does not; else whose the disk was when
+        the wait began, for the note."""
         whose = self._whose_fill()
-        limit = time.monotonic() + self.timeout
+        # A disk short of room from the start is not a flood that will end: no wait, only a look.
+        limit = time.monotonic() + (self.timeout if self._roomy_at_start else 0.0)
         if self.deadline is not None:
             limit = min(limit, self.deadline)
         while not self.has_room():
