@@ -12,6 +12,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, cast
 
 from grader import pysource, walk
+from grader.acquire import no_space, no_space_reason
 from grader.checks import CheckResult, Finding, register, reworded_rerun
 from grader.checks.ask_in_suite import exit_code, in_suite_argv, is_module_command
 from grader.checks.canary import make_canary
@@ -21,7 +22,7 @@ from grader.checks.keys import prompt_blind
 from grader.checks.serve_probe import ServeProbe, probe_serve
 from grader.checks.served_answers import served_answers
 from grader.checks.unrecorded_inputs import unrecorded_inputs
-from grader.context import makefile_target_lines
+from grader.context import for_want_of_room, makefile_target_lines
 from grader.details import counted
 from grader.drift_run import ANSWER_KEYS, printed_objects
 from grader.errors import NotAssessable
@@ -366,9 +367,15 @@ def _reworded_probe(
             except NotAssessable:
                 raise
             except Exception as exc:  # a probe the grader could not prepare costs the submission nothing
+                if no_space(exc):
+                    raise NotAssessable(no_space_reason("workspace", ctx.workspace.root)) from None
                 return f"its copy could not be prepared ({type(exc).__name__}: {str(exc)[:200]})"
             return prepared, prepared.run() if prepared.run is not None else None
         except NotAssessable as exc:
+            if for_want_of_room(exc.reason):
+                # Not run for a full disk (a flood of the suite's own, under way while the copy was made:
+                # red team 30): the rows it informs wait for the room, never scored without it.
+                raise
             return str(exc)
 
     return ctx.memo(name, get)
