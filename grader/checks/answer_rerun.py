@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
 from grader.checks.ask_in_suite import ask
+from grader.context import for_want_of_room
 from grader.details import counted
 from grader.drift_run import printed_objects, triage_command
 from grader.errors import NotAssessable
@@ -104,7 +105,11 @@ def _answer_probe(ctx: Context) -> AnswerProbe | None:
         started = cast("tuple[list[Perturbed], ReplayRun | None] | None", ctx.probe_result(LABEL))
         perturbed, rerun = started if started is not None else _perturbed_run(ctx)
         primary = ctx.replay_run()
-    except NotAssessable:
+    except NotAssessable as exc:
+        if for_want_of_room(exc.reason):
+            # Not made for a full disk (red team 30): the replay row waits for the room (it is run again)
+            # rather than capped for a skip the submission did not cause.
+            raise
         return None
     probe = AnswerProbe(perturbed=len(perturbed))
     if rerun is None or primary.guard is None:
