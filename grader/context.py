@@ -1104,7 +1104,9 @@ def for_want_of_room(reason: str) -> bool:
 
 def _added(cwd: Path, pristine: Path) -> list[Path]:
     """The topmost entries of ``cwd`` that ``pristine`` does not hold at the same path (what a run added to
-    its copy of the tree), walked without following a link or recursing; a folder both hold is entered."""
+    its copy of the tree), walked without following a link or recursing; a folder both hold is entered, and
+    a folder where the pristine tree holds something else (a test file the run turned into a folder of
+    files) is added whole."""
     added: list[Path] = []
     stack = [Path()]
     while stack:
@@ -1119,8 +1121,11 @@ def _added(cwd: Path, pristine: Path) -> list[Path]:
                         added.append(cwd / sub)
                         continue
                     with contextlib.suppress(OSError):
-                        if entry.is_dir(follow_symlinks=False) and stat.S_ISDIR(there.st_mode):
-                            stack.append(sub)
+                        if entry.is_dir(follow_symlinks=False):
+                            if stat.S_ISDIR(there.st_mode):
+                                stack.append(sub)
+                            else:
+                                added.append(cwd / sub)
         except OSError:
             continue
     return added

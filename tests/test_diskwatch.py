@@ -70,3 +70,22 @@ def test_a_flood_of_empty_files_is_counted_by_its_files(tmp_path: Path) -> None:
     assert Fill(**files_lost, held=held).own  # 502 of 1000 files lost: its own
     assert not Fill(**files_lost, held=Held(held.bytes, True, "home", 20)).own
     assert Fill(**files_lost, held=held).amount(1000) == "1,000 files"
+
+
+def test_what_a_run_added_to_its_copy_is_told_from_what_it_changed(tmp_path: Path) -> None:
+    # The reclaim after a flood removes only what the pristine tree does not hold: a flood folder, a file
+    # dropped beside the tests, a test file turned into a folder of files; an edited file stays (red team 30).
+    from grader.context import _added
+
+    pristine, copy = tmp_path / "pristine", tmp_path / "copy"
+    for base in (pristine, copy):
+        _write(base / "tests" / "test_a.py", 10)
+        _write(base / "README.md", 10)
+    (copy / "tests" / "test_a.py").unlink()
+    _write(copy / "tests" / "test_a.py" / "0", 0)
+    _write(copy / ".warm" / "1", 0)
+    _write(copy / "tests" / "extra.txt", 0)
+    _write(copy / "README.md", 20)
+    (copy / "link").symlink_to(tmp_path, target_is_directory=True)
+    added = sorted(p.relative_to(copy).as_posix() for p in _added(copy, pristine))
+    assert added == [".warm", "link", "tests/extra.txt", "tests/test_a.py"]
