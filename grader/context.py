@@ -297,9 +297,11 @@ class Context:
                 and self._pristine is not None
                 and for_want_of_room(self._replay_error.reason)
             ):
-                self._replay_error = None
-                # The suite's first run may have left the checkout half-written: the next one gets a copy.
-                self.checkout = self.scratch_copy("replay")
+                # The suite's first run may have left the checkout half-written: the next one gets a copy
+                # (no room for it: the first reason stands).
+                with contextlib.suppress(NotAssessable):
+                    self.checkout = self.scratch_copy("replay")
+                    self._replay_error = None
 
     def require_env(self) -> Env:
         """The installed environment, or NotAssessable with the install failure's reason."""
