@@ -15,7 +15,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["DEFAULT_CAP", "UnsafeFile", "is_regular", "read_blocks", "read_bytes", "read_text"]
+__all__ = ["DEFAULT_CAP", "UnsafeFile", "is_regular", "read_blocks", "read_bytes", "read_text", "within"]
 
 DEFAULT_CAP = 16 * 1024**2
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -27,6 +27,18 @@ _DIR_FLAGS = os.O_RDONLY | _NOFOLLOW | _DIRECTORY | getattr(os, "O_CLOEXEC", 0)
 
 class UnsafeFile(OSError):
     """The file is a link, has a link among its folders, is not a regular file, or is over the cap."""
+
+
+def within(root: Path, rel: str | Path) -> Path | None:
+    """``root / rel`` when it names a place below ``root``: None for an absolute ``rel``, one that climbs
+    out with ``..``, or one that leads out through a link (red team 31: a ``testpaths`` entry of
+    ``../../…/host/folder`` had the grader rename host folders as root)."""
+    pure = Path(rel)
+    if pure.is_absolute() or ".." in pure.parts:
+        return None
+    joined = root / pure
+    real, base = os.path.realpath(joined), os.path.realpath(root)
+    return joined if real == base or real.startswith(base.rstrip("/") + "/") else None
 
 
 def _components(path: Path, root: Path | None) -> tuple[Path, list[str]]:

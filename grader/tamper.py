@@ -40,7 +40,7 @@ from grader._toml import tomllib
 from grader.audit._grader_startup import LATER as _LATER_STDLIB
 from grader.audit._grader_startup import standard_spec
 from grader.pytest_config import addopts_text, ini_sections, is_test_module
-from grader.safeio import UnsafeFile, read_bytes
+from grader.safeio import UnsafeFile, read_bytes, within
 
 __all__ = [
     "CLEAN_LAUNCHER",
@@ -215,8 +215,8 @@ def _env_folders(repo: Path, roots: list[str]) -> Iterator[tuple[str, str]]:
     (``testpaths``; none set: ``tests/`` and ``test/``) that pytest skips as an environment: named like one
     (``venv``, ``.venv``, ``node_modules``) or holding a ``pyvenv.cfg``."""
     for base in roots or ["tests", "test"]:
-        top = repo / base if base not in ("", ".") else repo
-        if top.is_symlink() or not top.is_dir():
+        top = within(repo, base) if base not in ("", ".") else repo
+        if top is None or top.is_symlink() or not top.is_dir():
             continue
         for folder in walk.folders(top, depth=_ENV_DEPTH, skip=_INSTALLED):
             marked = (folder / "pyvenv.cfg").is_file() and not (folder / "pyvenv.cfg").is_symlink()
@@ -736,6 +736,7 @@ class GuardLog:
     # --ignore, --ignore-glob), e.g. "--ignore"; empty when nothing was
     narrowed: str = ""
     collected: int | None = None  # tests the finished session had collected (after deselection)
+    optimized: int = 0  # the interpreter's -O level: above 0, assert statements were compiled out
     records: int = 0
     messages: dict[str, str] = field(default_factory=dict)  # nodeid -> first line of its failure
     foreign: int = 0  # lines without the run's nonce: written to the descriptor by the suite, not the guard
@@ -808,6 +809,8 @@ def read_guard(path: Path, nonce: str = "") -> GuardLog:
             log.narrowed = narrowed[:200] if isinstance(narrowed, str) else ""
             collected = rec.get("collected")
             log.collected = collected if isinstance(collected, int) and collected >= 0 else None
+            optimized = rec.get("optimized")
+            log.optimized = optimized if isinstance(optimized, int) and optimized > 0 else 0
             continue
         nodeid, when = str(rec.get("nodeid", "?")), rec.get("when")
         if rec.get("late") is True:

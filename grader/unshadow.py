@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import pysource
-from .safeio import read_bytes
+from .safeio import read_bytes, within
 
 __all__ = ["Shadow", "ascii_skeleton", "enter_folder", "revive", "revive_file_name", "shadows"]
 
@@ -273,7 +273,9 @@ def revive(copy: Path, rel: str) -> list[Shadow]:
     Returns what was undone; nothing when the file is unsafe to read (link, not regular, over the cap), does
     not parse, or hides nothing this module undoes.
     """
-    path = copy / rel
+    path = within(copy, rel)
+    if path is None:
+        return []
     try:
         text = read_bytes(path, cap=_CAP, root=copy).decode("utf-8")
         tree = pysource.parse(text, filename=rel)
@@ -353,7 +355,9 @@ def revive(copy: Path, rel: str) -> list[Shadow]:
 def revive_file_name(copy: Path, rel: str) -> str | None:
     """Copy ``copy/rel`` (a test module whose file name has look-alike letters) to its ASCII name beside it,
     so pytest collects it; the new relative path, or None when that name is taken or the file is unsafe."""
-    path = copy / rel
+    path = within(copy, rel)
+    if path is None:
+        return None
     target = path.with_name(ascii_skeleton(path.name))
     if target == path or target.exists() or target.is_symlink():
         return None
@@ -369,7 +373,9 @@ def enter_folder(copy: Path, rel: str) -> str | None:
     """Rename folder ``copy/rel`` (``tests/build``, ``tests/.slow``: pytest's default ``norecursedirs``) so
     that pytest collects the tests below it; the new relative path, or None (a link, not a folder, name
     taken)."""
-    path = copy / rel
+    path = within(copy, rel)
+    if path is None:  # only the grader's own copy is ever changed, never a place a path leads out to
+        return None
     # `.slow` → `slow__entered`: pytest skips every dot folder.
     target = path.with_name(f"{path.name.lstrip('.')}__entered")
     if path.is_symlink() or not path.is_dir() or target.exists() or target.is_symlink():

@@ -488,3 +488,77 @@ def _pytest_file(repo: Path, rel: str) -> str:
         check=False,
     )
     return done.stdout
+
+
+def _listing(top: Path) -> list[tuple[str, bytes]]:
+    return sorted(
+        (p.relative_to(top).as_posix(), p.read_bytes() if p.is_file() else b"") for p in top.rglob("*")
+    )
+
+
+def _host_folder(tmp_path: Path) -> Path:
+    """A folder outside every checkout, laid out to be entered: a test below a `pyvenv.cfg`, in `build/`,
+    in a dot folder."""
+    host = tmp_path / "host" / "tp"
+    for folder in ("envx", "build", ".slow"):
+        (host / folder).mkdir(parents=True)
+        (host / folder / "test_canary.py").write_text("def test_canary():\n    assert False\n")
+    (host / "envx" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    return host
+
+
+def _escaping(host: Path) -> str:
+    # Climbs to / from wherever the grader keeps its copy, as the red team's did.
+    return "../" * 40 + host.as_posix().lstrip("/")
+
+
+@pytest.mark.parametrize("form", ["relative", "absolute"])
+def test_testpaths_outside_the_checkout_are_neither_scanned_nor_changed(tmp_path: Path, form: str) -> None:
+    """Red team 31: `testpaths` naming `../../…/host/folder` had the grader walk that host folder and rename
+    `envx/` and its `pyvenv.cfg` there, as root. Only folders inside the checkout are looked at or entered."""
+    from grader import tamper
+
+    host = _host_folder(tmp_path)
+    before = _listing(host)
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "tests" / "test_ok.py").write_text("def test_ok():\n    pass\n")
+    entry = _escaping(host) if form == "relative" else host.as_posix()
+    (repo / "pyproject.toml").write_text(f'[tool.pytest.ini_options]\ntestpaths = ["tests", "{entry}"]\n')
+
+    scan = tamper.scan(repo)
+
+    assert scan.unentered == [], scan.unentered
+    outside = os.path.relpath(host / "envx", repo)
+    for rel in (outside, f"{outside}/../build", host.as_posix() + "/envx"):
+        assert unshadow.enter_folder(repo, rel) is None
+        assert unshadow.revive_file_name(repo, f"{rel}/test_c\u0430nary.py") is None
+        assert unshadow.revive(repo, f"{rel}/test_canary.py") == []
+    assert _listing(host) == before
+
+
+@pytest.mark.slow
+def test_a_grade_changes_nothing_testpaths_lead_out_to(tmp_path: Path, grade_cache: Path) -> None:
+    """The red team's submission, graded: the host folder its `testpaths` names is as it was, and the
+    grade is the honest sample's."""
+    from grader.grading import grade
+    from grader.rubric import load_rubric
+    from tests.adversarial.builders import commit, sample_copy
+
+    host = _host_folder(tmp_path)
+    before = _listing(host)
+    repo = sample_copy(tmp_path / "cand")
+    pyproject = repo / "pyproject.toml"
+    text = pyproject.read_text(encoding="utf-8")
+    assert 'testpaths = ["tests"]' in text
+    pyproject.write_text(
+        text.replace('testpaths = ["tests"]', f'testpaths = ["tests", "{_escaping(host)}"]'), encoding="utf-8"
+    )
+    commit(repo, "take-home submission")
+
+    report = grade(str(repo), rubric=load_rubric(), timeout=120, cache_root=grade_cache, jobs=1)
+
+    assert _listing(host) == before
+    row = next(r for r in report["rows"] if r["id"] == "offline-replay")
+    assert row["score"] == 3, row
+    assert "test_canary" not in json.dumps(report)
