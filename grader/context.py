@@ -115,6 +115,8 @@ class ReplayRun:
     renamed: dict[str, str] = field(default_factory=dict)
     # test files the suite's own run deleted or rewrote (red team 4, F8): their tests count from `whole`
     changed_tests: list[str] = field(default_factory=list)
+    # the suite's own run had its assert statements compiled out (python -O): every test counts from `whole`
+    optimized: bool = False
     log_mismatch: str = ""  # the submission-writable result log disagrees with the guard
     how: str = ""  # where the command came from (grader.manifest.SuiteCommand.how), for the evidence
 
@@ -711,6 +713,15 @@ class Context:
             # Red team 15: the suite's own code changed what pytest collects (a conftest's configure hook).
             why = f"the suite's own code changed what pytest was asked to collect ({guard.narrowed})"
             narrowed = whole_suite_because(None, why, suite.plain)
+        if guard is not None and guard.optimized:
+            # Red team 31: `python -O -m pytest --assert=plain` (or PYTHONOPTIMIZE) compiles every assert
+            # out, so a failing test passes. The whole-suite run is a plain interpreter's.
+            rr.optimized = True
+            why = (
+                f"the suite's run had Python's optimizations on (-O, level {guard.optimized}): "
+                "its assert statements were compiled out"
+            )
+            narrowed = whole_suite_because(narrowed, why, suite.plain)
         hidden = [*rr.scan.shadowed, *rr.scan.look_alike_files, *rr.scan.unentered]
         if hidden:
             # Red team 20, F1 and 25, F3-F5: tests deleted, redefined or written so that pytest passes over

@@ -1009,5 +1009,8 @@ def pytest_sessionfinish(session, exitstatus):
             "collected": collected,
             "deselected": _STATE["deselected"],
             "narrowed": _STATE["narrowed"],
+            # `python -O` or PYTHONOPTIMIZE compiles assert statements out (red team 31: with
+            # `--assert=plain` too, a failing test passed); the grader runs the suite again without.
+            "optimized": sys.flags.optimize,
         }
     )

@@ -478,7 +478,9 @@ def _tamper_evidence(rr: ReplayRun, results: Results) -> _Evidence:
                 # Red-team F15b: a skipped test that never finishes when run would have hung the suite.
                 ev.hidden.append(f"{nodeid} (did not finish when run: the rerun timed out)")
     if guard is not None and rr.whole is not None and not rr.run.timed_out:
-        left_out = _left_out(guard, rr.whole, rr.run.duration, rr.changed_tests)
+        # An optimized run's passes are no evidence: any test it ran that fails in the whole run counts.
+        changed = {n.split("::", 1)[0] for n in guard.outcomes} if rr.optimized else set(rr.changed_tests)
+        left_out = _left_out(guard, rr.whole, rr.run.duration, sorted(changed))
         for copied, submitted in rr.renamed.items():  # the copy's names back to the submission's
             left_out = [line.replace(copied, submitted) for line in left_out]
         ev.left_out, ev.left_out_because = left_out, rr.left_out_because
