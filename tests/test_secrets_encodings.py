@@ -5,6 +5,7 @@ the tree and in history, at the right line, and never shown in full."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from urllib.parse import urlencode
@@ -22,6 +23,10 @@ LINES = f"# settings\nMODEL=gpt-4o-mini\nOPENAI_API_KEY={KEY}\n"
 
 def _escaped(text: str) -> str:
     return "".join(f"\\u{ord(c):04x}" for c in text)
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
 
 
 def _entities(text: str) -> str:
@@ -62,6 +67,72 @@ CASES = {
         ).encode(),
         3,
     ),
+    # Red team 31: each of these kept full marks.
+    "utf-32 without a BOM": ("logs/record-env.txt", LINES.encode("utf-32-le"), 3),
+    "a TOML string continued with a backslash": (
+        "config/settings.toml",
+        (
+            f'[openai]\nbase_url = "https://api.openai.com/v1"\nkey = """{KEY[:30]}\\\n    {KEY[30:]}"""\n'
+        ).encode(),
+        3,
+    ),
+    "a YAML double-quoted string continued with a backslash": (
+        "deploy/values.yaml",
+        f'openai:\n  model: gpt-4o-mini\n  key: "{KEY[:30]}\\\n    {KEY[30:]}"\n'.encode(),
+        3,
+    ),
+    "a Kubernetes Secret's base64 value": (
+        "deploy/secret.yaml",
+        f"apiVersion: v1\nkind: Secret\ndata:\n  openai: {_b64(KEY)}\n".encode(),
+        4,
+    ),
+    "a docker registry auth (base64 of user:key)": (
+        "deploy/registry.json",
+        json.dumps(
+            {"auths": {"registry.example.com": {"auth": _b64(f"candidate:{KEY}")}}}, indent=2
+        ).encode(),
+        4,
+    ),
+    "adjacent Python bytes literals": (
+        "agent/_settings.py",
+        f'"""Settings."""\nRECORD_KEY = (b"{KEY[:30]}"\n              b"{KEY[30:]}").decode()\n'.encode(),
+        2,
+    ),
+    "adjacent Python literals in a Markdown fence": (
+        "docs/live.md",
+        (
+            f'# Recording live\n\n```python\nclient = OpenAI(\n    api_key=("{KEY[:30]}"\n'
+            f'             "{KEY[30:]}"))\n```\n'
+        ).encode(),
+        5,
+    ),
+    "adjacent Python literals in a notebook's code cell": (
+        "notebooks/explore.ipynb",
+        json.dumps(
+            {
+                "cells": [
+                    {"cell_type": "markdown", "metadata": {}, "source": ["# Explore\n"]},
+                    {
+                        "cell_type": "code",
+                        "execution_count": 1,
+                        "metadata": {},
+                        "outputs": [],
+                        "source": [
+                            "%pip install openai\n",
+                            "import os\n",
+                            f'os.environ["OPENAI_API_KEY"] = ("{KEY[:30]}"\n',
+                            f'    "{KEY[30:]}")\n',
+                        ],
+                    },
+                ],
+                "metadata": {},
+                "nbformat": 4,
+                "nbformat_minor": 5,
+            },
+            indent=1,
+        ).encode(),
+        18,
+    ),
     "HTML character references": (
         "site/index.html",
         f"<html>\n<body>\n<p data-k=&quot;{_entities(KEY)}&quot;>hi &amp; bye</p>\n".encode(),
@@ -90,4 +161,12 @@ def test_text_that_only_looks_encoded_gives_no_finding(tmp_path: Path) -> None:
     repo.mkdir()
     (repo / "notes.env").write_bytes("OPENAI_API_KEY=sk-...\nTOKEN=changeme\n".encode("utf-16"))
     (repo / "strings.json").write_text('{"quote": "\\u0022hello\\u0022", "key": "<your-key>"}\n')
+    # Base64 of text, a continued line and joined literals, none holding a key.
+    (repo / "secret.yaml").write_text(
+        f"data:\n  greeting: {_b64('hello, this is only a sentence of plain words')}\n"
+    )
+    (repo / "run.sh").write_text('uv run pytest \\\n  --maxfail=1 \\\n  -q\nexport OPENAI_API_KEY="sk-..."\n')
+    (repo / "README.md").write_text(
+        '```python\nprompt = ("You triage tickets. "\n          "Answer in JSON.")\n```\n'
+    )
     assert scan_tree(repo) == []

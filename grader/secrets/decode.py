@@ -18,6 +18,8 @@ __all__ = [
     "MAX_DECODED",
     "TEXT_ESCAPES",
     "Embedded",
+    "base64_texts",
+    "continuations_joined",
     "decompress",
     "embedded_bodies",
     "html_unescaped",
@@ -189,12 +191,72 @@ def html_unescaped(data: bytes) -> bytes | None:
     return decoded if decoded != data else None
 
 
+# A backslash ending a line, with the next line's indentation.
+_CONTINUATION = re.compile(rb"\\\r?\n[ \t]*")
+
+
+def continuations_joined(data: bytes) -> bytes | None:
+    """``data`` with lines continued by a backslash at their end joined, the next line's indentation
+    dropped (a TOML ``\"\"\"`` string, a YAML double-quoted scalar, a shell command and a C string read that
+    way; red team 31 split a key over two lines so), or None when no line is continued. The line breaks
+    taken out follow the joined line: every other line stays where it was."""
+    if b"\\\n" not in data and b"\\\r\n" not in data:
+        return None
+    out: list[bytes] = []
+    pos = pending = 0  # pending: line breaks taken out of the line being joined
+    for match in _CONTINUATION.finditer(data):
+        if pending and -1 < (end := data.find(b"\n", pos, match.start())):
+            out += [data[pos:end], b"\n" * pending]  # that joined line ended before this continuation
+            pos, pending = end, 0
+        out.append(data[pos : match.start()])
+        pos, pending = match.end(), pending + 1
+    if pending:
+        end = data.find(b"\n", pos)
+        end = len(data) if end == -1 else end
+        out += [data[pos:end], b"\n" * pending]
+        pos = end
+    out.append(data[pos:])
+    return b"".join(out)
+
+
 # Escapes that keep a text's lines where they were, each undone on its own (the forms readers undo).
 TEXT_ESCAPES: tuple[tuple[Callable[[bytes], bytes | None], str], ...] = (
     (json_unescaped, "JSON-escaped"),
     (percent_decoded, "percent-encoded"),
     (html_unescaped, "HTML-escaped"),
+    (continuations_joined, "continued over lines"),
 )
+
+# Base64 tokens are found as runs in a mask of the data (every base64 character one byte, the rest another):
+# translate and find work at C speed, where a regex tried every offset (it doubled the tree scan's time).
+_BASE64_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-")
+_MASK = bytes(0x41 if b in _BASE64_CHARS else 0x20 for b in range(256))
+_MIN_TOKEN = b"A" * 28  # base64 of the shortest key a rule finds, and then some
+_PRINTABLE = bytes(range(0x20, 0x7F)) + b"\t\r\n"
+_MAX_TOKEN = 64 * 1024  # a longer token is an image or an archive, not a credential written down
+
+
+def base64_texts(data: bytes) -> Iterator[Embedded]:
+    """Every base64 token in ``data`` whose decoded bytes are text (a Kubernetes Secret's ``data:`` value,
+    a docker ``auth`` of ``user:key``, a Basic header: red team 31), with where it starts."""
+    mask = data.translate(_MASK)
+    start = mask.find(_MIN_TOKEN)
+    while start != -1:
+        end = mask.find(b" ", start)
+        end = len(data) if end == -1 else end
+        token = data[start:end]
+        at, start = start, mask.find(_MIN_TOKEN, end)
+        if len(token) > _MAX_TOKEN:
+            continue
+        urlsafe = b"-" in token or b"_" in token
+        if urlsafe and (b"+" in token or b"/" in token):
+            continue
+        try:
+            raw = base64.b64decode(token + b"=" * (-len(token) % 4), altchars=b"-_" if urlsafe else None)
+        except (binascii.Error, ValueError):
+            continue
+        if len(raw) >= 16 and not raw.translate(None, _PRINTABLE):
+            yield Embedded(at, raw, "base64")
 
 
 def _wide_encoding(data: bytes) -> str | None:
@@ -204,6 +266,13 @@ def _wide_encoding(data: bytes) -> str | None:
     sample = data[:4096]
     if len(sample) < 16 or b"\0" not in sample:
         return None
+    quarter = len(sample) // 4
+    # UTF-32: three NULs in every four bytes, the character's byte first (LE) or last (BE).
+    lanes = [sample[i::4].count(0) for i in range(4)]
+    if lanes[0] < 0.05 * quarter and min(lanes[1:]) > 0.9 * quarter:
+        return "utf-32-le"
+    if lanes[3] < 0.05 * quarter and min(lanes[:3]) > 0.9 * quarter:
+        return "utf-32-be"
     half = len(sample) // 2
     even, odd = sample[0::2].count(0), sample[1::2].count(0)
     # ASCII text in UTF-16 without a BOM: every other byte is NUL, the others almost never.

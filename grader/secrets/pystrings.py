@@ -1,17 +1,19 @@
 """Python string literals as the interpreter joins them: adjacent literals (``"sk-proj-" "abc..."``, one per
 line inside parentheses) and a literal continued with a backslash at the end of a line hold a key that no
 line of the file shows whole (red team 29, F2); so do literals added together (``"sk-proj-" + "abc..."``),
-which the compiler folds into one constant. Each such string's value, with the line it starts at."""
+which the compiler folds into one constant. Each such string's value, with the line it starts at. Python
+written elsewhere (a Markdown fence, a notebook's code cell: red team 31) is read the same way."""
 
 from __future__ import annotations
 
 import ast
+import json
 import re
 from collections.abc import Iterator
 
 from grader import pysource
 
-__all__ = ["MAX_SOURCE", "joined_strings", "may_join"]
+__all__ = ["MAX_SOURCE", "embedded_python", "joined_strings", "may_join"]
 
 MAX_SOURCE = 1024 * 1024  # a larger .py file is data, not source a key would be written into
 _MIN_VALUE = 16  # shorter than any key a rule finds
@@ -83,9 +85,59 @@ def _summed(node: ast.expr) -> list[ast.expr] | None:
 def _value(node: ast.expr) -> str | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
+    if isinstance(node, ast.Constant) and isinstance(node.value, bytes):  # b"sk-proj-" b"abc...": one too
+        return node.value.decode("latin-1")
     # f"sk-proj-" f"{''}abc": an f-string made of constant parts only is one string too.
     if isinstance(node, ast.JoinedStr) and all(
         isinstance(part, ast.Constant) and isinstance(part.value, str) for part in node.values
     ):
         return "".join(str(part.value) for part in node.values)  # type: ignore[attr-defined]
     return None
+
+
+# A fenced block in Markdown, tagged as Python (or untagged: a snippet is most often the project's language).
+_FENCE = re.compile(
+    rb"^[ \t]{0,3}(?P<fence>`{3,}|~{3,})[ \t]*(?:python3?|py|ipython3?|pycon)?[ \t]*\r?\n"
+    rb"(?P<code>.*?)^[ \t]{0,3}(?P=fence)",
+    re.M | re.S,
+)
+# IPython's magics and shell escapes are not Python: blanked, so the rest of the cell still parses.
+_MAGIC = re.compile(rb"^([ \t]*)[%!].*$", re.M)
+_SOURCE_KEY = re.compile(rb'"source"[ \t\r\n]*:')
+
+
+def embedded_python(data: bytes, name: str) -> Iterator[tuple[int, bytes]]:
+    """(lines before it in the file, Python source) for each piece of Python inside ``data`` that is not a
+    Python file: a Markdown file's fenced blocks, a notebook's code cells. Pieces `may_join` would not
+    parse are left out."""
+    lowered = name.lower()
+    if lowered.endswith((".md", ".markdown")) and len(data) <= MAX_SOURCE:
+        for match in _FENCE.finditer(data):
+            code = match.group("code")
+            if may_join(code):
+                yield data.count(b"\n", 0, match.start("code")), code
+    elif lowered.endswith(".ipynb") and len(data) <= 4 * MAX_SOURCE:
+        yield from _notebook_cells(data)
+
+
+def _notebook_cells(data: bytes) -> Iterator[tuple[int, bytes]]:
+    try:
+        notebook = json.loads(data)
+    except (ValueError, RecursionError):
+        return
+    cells = notebook.get("cells") if isinstance(notebook, dict) else None
+    if not isinstance(cells, list):
+        return
+    # The n-th "source" key is the n-th cell's (nbformat writes cells in order, one source line per line):
+    # its first string's line is the cell's first line, and findings land where the key is, or near it.
+    keys = [data.count(b"\n", 0, data.find(b'"', m.end())) + 1 for m in _SOURCE_KEY.finditer(data)]
+    for index, cell in enumerate(cells):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source")
+        text = "".join(s for s in source if isinstance(s, str)) if isinstance(source, list) else source
+        if not isinstance(text, str):
+            continue
+        code = _MAGIC.sub(rb"\1pass", text.encode("utf-8", "surrogateescape"))
+        if may_join(code):
+            yield (keys[index] if index < len(keys) else 1) - 1, code

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import operator
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
@@ -13,7 +14,7 @@ try:
 except ImportError:  # pragma: no cover - a core dependency; the slower exact search below stands in
     ahocorasick_rs = None  # type: ignore[assignment]
 
-from grader.secrets.decode import MARKERS, TEXT_ESCAPES, embedded_bodies
+from grader.secrets.decode import MARKERS, TEXT_ESCAPES, base64_texts, embedded_bodies
 from grader.secrets.filters import is_placeholder, left_boundary_ok
 from grader.secrets.findings import SecretFinding, make_finding
 from grader.secrets.rules import Rule, load_rules
@@ -131,7 +132,7 @@ class Scanner:
                 if unescaped is not None:  # same lines as the file: only the encoding is named
                     inner = self._scan(unescaped, source=source, kind=kind, commit=commit, depth=depth + 1)
                     found.extend(replace(f, encoding=f.encoding or named) for f in inner)
-            for body in embedded_bodies(data, markers=present):
+            for body in itertools.chain(embedded_bodies(data, markers=present), base64_texts(data)):
                 line = line_at(body.start)
                 inner = self._scan(body.data, source=source, kind=kind, commit=commit, depth=depth + 1)
                 for finding in inner:

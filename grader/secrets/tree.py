@@ -26,7 +26,7 @@ from grader.secrets.inflate import (
     compression,
     embedded,
 )
-from grader.secrets.pystrings import joined_strings, may_join
+from grader.secrets.pystrings import embedded_python, joined_strings, may_join
 from grader.secrets.redact import redact
 from grader.secrets.scanner import Scanner, ScanStats, git_blob_id
 from grader.secrets.tapes import looks_like_tape
@@ -165,9 +165,16 @@ def scan_blob(
     elif not is_tape:
         # A PDF has no NUL in its head: its FlateDecode streams are found wherever they are.
         found += _scan_streams(scanner, data, rel, kind=kind, commit=commit)
-        if rel.lower().endswith((".py", ".pyw")) and (
-            joined := _scan_joined(scanner, data, rel, kind=kind, commit=commit, known=found)
-        ):
+        if rel.lower().endswith((".py", ".pyw")):
+            pieces: Iterable[tuple[int, bytes]] = [(0, data)]
+        else:
+            pieces = embedded_python(data, rel)
+        joined: list[SecretFinding] = []
+        for before, code in pieces:
+            joined += _scan_joined(
+                scanner, code, rel, kind=kind, commit=commit, known=found + joined, lines_before=before
+            )
+        if joined:
             found += joined
             if commit is None:  # the history pass takes the tree's findings for the same blob
                 scanner.tree_blobs[git_blob_id(data)] = found
@@ -187,10 +194,12 @@ def _scan_joined(
     kind: str,
     commit: str | None,
     known: list[SecretFinding],
+    lines_before: int = 0,
 ) -> list[SecretFinding]:
     """Keys in string literals Python joins (adjacent literals, a backslash-newline inside one), reported at
-    the line the string starts; a key a line of the file already showed is not reported twice. The strings
-    are scanned together, one per line of a text of their own."""
+    the line the string starts (``lines_before`` the source's first line in the file: a fence, a notebook
+    cell); a key a line of the file already showed is not reported twice. The strings are scanned together,
+    one per line of a text of their own."""
     if not may_join(data):
         return []  # never parsed: not charged to the cap
     if scanner.stats.parsed + len(data) > PARSE_CAP:
@@ -216,7 +225,7 @@ def _scan_joined(
     for f in scanner.scan_bytes(text, source=rel, kind=kind, commit=commit):
         if f.fingerprint not in seen:
             seen.add(f.fingerprint)
-            line = strings[bisect.bisect_right(firsts, f.line) - 1][0]
+            line = strings[bisect.bisect_right(firsts, f.line) - 1][0] + lines_before
             found.append(replace(f, line=line, encoding=f.encoding or "Python string literals joined"))
     return found
 
