@@ -531,9 +531,11 @@ _OWN_CONFIG_OPTIONS = ("-c", "--config-file", "--inifile")
 # whole-suite run puts pytest's defaults back. addopts counts when it selects (-k, -m, --ignore...).
 _COLLECTION_KEYS = ("python_files", "python_functions", "python_classes", "norecursedirs")
 _SELECTING_ADDOPTS = re.compile(
-    r"(?:^|\s)(?:-k|-m|--ignore|--ignore-glob|--deselect)(?:[\s=]|$)"
+    r"(?:^|\s)(?:--ignore|--ignore-glob|--deselect)(?:[\s=]|$)"
+    # -k and -m, glued to their value too (-knot_label), or last of a run of short options (-qk)
+    r"|(?:^|\s)-[a-zA-Z]*[km](?:[\s=]|[^\s-])"
     # a collection key overridden from inside addopts (red team 4, F6: -o python_files=test_[a-t]*.py)
-    r"|(?:^|\s)(?:-o|--override-ini)(?:\s*|=)['\"]?(?:python_files|python_functions|python_classes|norecursedirs)="
+    r"|(?:^|\s)(?:-[a-zA-Z]*o|--override-ini)(?:\s*|=)['\"]?(?:python_files|python_functions|python_classes|norecursedirs)="
 )
 # What the whole-suite run passes to undo them: pytest's own defaults, the configuration's addopts off.
 _DEFAULT_COLLECTION = [
@@ -611,6 +613,7 @@ def _narrowing(
     rest = _after_pytest(line) or []
     if any("$" in a or "`" in a for a in rest):
         return WholeSuite(f"{place}: `{line}` (its arguments are not plain words)", [], env), None
+    rest = [word for arg in rest for word in _short_options(arg)]
     kept: list[str] = []
     paths: list[str] = []
     narrowing: list[str] = []
@@ -654,6 +657,24 @@ def _narrowing(
             why = f"{place}: `{line}` leaves out {rel} (and any test outside {', '.join(paths)})"
             return WholeSuite(why, kept, env), plain
     return None, plain
+
+
+def _short_options(arg: str) -> list[str]:
+    """``arg`` as pytest's parser reads it: short options written together (``-qx``) and a short option glued
+    to its value (``-o'python_functions=test_[!p]*'``, ``-knot_label``: red team 31) apart, the value its
+    own word; anything else as it is."""
+    if not arg.startswith("-") or arg.startswith("--") or len(arg) <= 2:
+        return [arg]
+    words: list[str] = []
+    for at, letter in enumerate(arg[1:], start=1):
+        option = f"-{letter}"
+        if option in _VALUE_OPTIONS:
+            value = arg[at + 1 :]
+            return [*words, option, *([value] if value else [])]
+        if not letter.isalpha():
+            return [arg]  # not a run of options (a negative number, `-=`): left as written
+        words.append(option)
+    return words
 
 
 def _read_text(repo: Path, name: str) -> str | None:

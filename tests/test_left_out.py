@@ -296,6 +296,10 @@ def test_configuration_that_selects_nothing_leaves_nothing_out(tmp_path: Path) -
     narrowed = _narrowed(tmp_path, "pytest")
     assert narrowed is not None and "pytest.ini: addopts = -m 'not live'" in narrowed.why
     assert narrowed.args[:2] == ["-o", "addopts="]
+    for glued in ("-knot_currency", "-qmlive", "-opython_functions=test_[!p]*"):
+        (tmp_path / "pytest.ini").write_text(f"[pytest]\naddopts = -ra {glued}\n")
+        narrowed = _narrowed(tmp_path, "pytest")
+        assert narrowed is not None and f"pytest.ini: addopts = -ra {glued}" in narrowed.why, glued
 
 
 # --- red team 5, G5: deselection the grader cannot read from the recipe line or the usual files ----------
@@ -311,6 +315,10 @@ _DESELECT = " ".join(f"--deselect=tests/test_bad.py::test_label[{i}]" for i in r
         ("pytest --config-file=ci/pytest.ini", "--config-file=ci/pytest.ini, a configuration file"),
         ("pytest -o python_functions=test_good*", "-o python_functions=test_good*"),
         ("pytest --override-ini=norecursedirs=edge", "--override-ini=norecursedirs=edge"),
+        # Red team 31: glued to its value, or last of a run of short options.
+        ("pytest -o'python_functions=test_[!p]*'", "-o python_functions=test_[!p]*"),
+        ("pytest -qopython_files=test_[!r]*.py", "-o python_files=test_[!r]*.py"),
+        ("pytest -knot_currency", "-k not_currency"),
     ],
 )
 def test_arguments_from_a_file_or_a_configuration_of_its_own_leave_tests_out(
