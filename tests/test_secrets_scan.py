@@ -281,3 +281,15 @@ def test_a_key_after_20_mb_of_log_or_70_mb_of_gzip_is_found(tmp_path: Path) -> N
         ("server.log.1.gz", "openai-project-key"),
     ]
     assert scanner.stats.unscanned == []
+
+
+def test_a_private_key_block_is_found_at_its_own_begin_line_after_unended_ones() -> None:
+    """Red team 31: 2 MB of `-----BEGIN RSA PRIVATE KEY-----` lines without an END held the scan for minutes
+    (each BEGIN's match ran on through the next ones to the end of the file). A block ends at the next
+    `-----` line: the BEGIN lines before a real block are not part of it, and the block is where it starts."""
+    block = expand(
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIE{{b64:60}}\n{{b64:64}}\n-----END RSA PRIVATE KEY-----\n",
+        "scan:pem",
+    )
+    findings = scan_text("-----BEGIN RSA PRIVATE KEY-----\n" * 3 + block, source="deploy/id_rsa")
+    assert [(f.rule, f.line) for f in findings] == [("private-key", 4)], findings
