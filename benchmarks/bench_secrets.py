@@ -117,7 +117,10 @@ def build(root: Path, megabytes: int, seed: int = 7) -> dict[str, list[str]]:
     files: dict[str, str] = {}
     target = megabytes * 1024 * 1024
     total, i = 0, 0
-    while total < target:
+    # One plant per file: at least as many files as true samples, whatever the size (--quick's corpus had
+    # fewer files than the rule set has samples, and failed to build).
+    plants = sum(len(r.true_samples) for r in rules)
+    while total < target or i < plants:
         kind = i % 10
         if kind < 6:
             name, text = f"cassettes/{i:05d}.json", _tape(rng, pool, i, rng.randint(40_000, 120_000))
@@ -135,6 +138,8 @@ def build(root: Path, megabytes: int, seed: int = 7) -> dict[str, list[str]]:
         for j, template in enumerate(rule.true_samples):
             secret = expand(template, f"bench:{rule.id}:{j}")
             key = _extract(secret, rule)
+            if key is None:  # this seed drew a sample under the rule's entropy floor: nothing to recall
+                continue
             target_file = names.pop(rng.randrange(len(names)))  # one plant per file: none overwrites another
             if target_file.endswith(".yaml") and n % 2:
                 files[target_file] = _vcr(rng, pool, 4000, secret)
@@ -165,9 +170,9 @@ def build(root: Path, megabytes: int, seed: int = 7) -> dict[str, list[str]]:
     return planted
 
 
-def _extract(sample: str, rule: object) -> str:
+def _extract(sample: str, rule: object) -> str | None:
     findings = Scanner().scan_text(sample, source="sample")
-    return next(f.fingerprint for f in findings)
+    return next((f.fingerprint for f in findings), None)
 
 
 def _write(root: Path, files: dict[str, str]) -> None:
