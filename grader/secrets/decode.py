@@ -196,26 +196,32 @@ _CONTINUATION = re.compile(rb"\\\r?\n[ \t]*")
 
 
 def continuations_joined(data: bytes) -> bytes | None:
-    """``data`` with lines continued by a backslash at their end joined, the next line's indentation
+    """The lines of ``data`` continued by a backslash at their end, joined, the next line's indentation
     dropped (a TOML ``\"\"\"`` string, a YAML double-quoted scalar, a shell command and a C string read that
-    way; red team 31 split a key over two lines so), or None when no line is continued. The line breaks
-    taken out follow the joined line: every other line stays where it was."""
-    if b"\\\n" not in data and b"\\\r\n" not in data:
+    way; red team 31 split a key over two lines so), or None when no line is continued. Every other line is
+    left empty, so that only the joined lines are scanned again; each stays where it was, the line breaks
+    taken out following it."""
+    if b"\\\n" not in data and (b"\r" not in data or b"\\\r\n" not in data):
         return None
     out: list[bytes] = []
     pos = pending = 0  # pending: line breaks taken out of the line being joined
+    done = 0  # where the text not yet written out (as line breaks only) starts
     for match in _CONTINUATION.finditer(data):
         if pending and -1 < (end := data.find(b"\n", pos, match.start())):
             out += [data[pos:end], b"\n" * pending]  # that joined line ended before this continuation
-            pos, pending = end, 0
+            pos, pending, done = end, 0, end
+        if not pending:  # a new joined line starts at the start of this one
+            start = data.rfind(b"\n", done, match.start()) + 1 or done
+            out.append(b"\n" * data.count(b"\n", done, start))
+            pos = start
         out.append(data[pos : match.start()])
         pos, pending = match.end(), pending + 1
     if pending:
         end = data.find(b"\n", pos)
         end = len(data) if end == -1 else end
         out += [data[pos:end], b"\n" * pending]
-        pos = end
-    out.append(data[pos:])
+        done = end
+    out.append(b"\n" * data.count(b"\n", done))
     return b"".join(out)
 
 
@@ -246,13 +252,18 @@ def base64_texts(data: bytes) -> Iterator[Embedded]:
         end = len(data) if end == -1 else end
         token = data[start:end]
         at, start = start, mask.find(_MIN_TOKEN, end)
-        if len(token) > _MAX_TOKEN:
+        # Base64 of text mixes cases; a snake_case name, a lowercase path or an upper-case constant does not.
+        if len(token) > _MAX_TOKEN or token.islower() or token.isupper():
             continue
         urlsafe = b"-" in token or b"_" in token
         if urlsafe and (b"+" in token or b"/" in token):
             continue
+        altchars = b"-_" if urlsafe else None
         try:
-            raw = base64.b64decode(token + b"=" * (-len(token) % 4), altchars=b"-_" if urlsafe else None)
+            # The first 24 bytes say whether it is text; only then is the whole token decoded.
+            if base64.b64decode(token[:32], altchars=altchars).translate(None, _PRINTABLE):
+                continue
+            raw = base64.b64decode(token + b"=" * (-len(token) % 4), altchars=altchars)
         except (binascii.Error, ValueError):
             continue
         if len(raw) >= 16 and not raw.translate(None, _PRINTABLE):
