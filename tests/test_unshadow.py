@@ -562,3 +562,68 @@ def test_a_grade_changes_nothing_testpaths_lead_out_to(tmp_path: Path, grade_cac
     row = next(r for r in report["rows"] if r["id"] == "offline-replay")
     assert row["score"] == 3, row
     assert "test_canary" not in json.dumps(report)
+
+
+# --- red team 32: names that draw like test names, and rename targets already taken -----------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "taken"),
+    [
+        ("t\u0435st_client_extra.py", True),  # look-alike letter, its ASCII name an honest passing module
+        ("te\u200bst_regress.py", False),  # zero-width space
+        ("test_regress.py ", False),  # trailing space
+        ("te\u00adst_regress.py", False),  # soft hyphen
+        ("test_regress.py\u200b", False),  # zero-width space after `.py`
+    ],
+)
+def test_a_test_module_whose_name_only_reads_as_one_is_run_in_the_copy(
+    tmp_path: Path, name: str, taken: bool
+) -> None:
+    """F-A, F-D: 52/57 against 47 for the twin. pytest passes over the file; the copy runs it under a name
+    pytest collects, another one when its ASCII name is taken."""
+    from grader import tamper
+
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / name).write_text("def test_regression():\n    assert False\n", encoding="utf-8")
+    honest = tmp_path / "tests" / "test_client_extra.py"
+    if taken:
+        honest.write_text("def test_regression():\n    assert True\n", encoding="utf-8")
+    before = _pytest(tmp_path)
+    assert "failed" not in before, before
+
+    scan = tamper.scan(tmp_path)
+    assert scan.look_alike_files == [f"tests/{name}"], scan.look_alike_files
+    renamed = unshadow.revive_file_name(tmp_path, f"tests/{name}")
+
+    assert renamed is not None and renamed.isascii(), renamed
+    assert "1 failed" in _pytest(tmp_path)
+    if taken:
+        assert honest.read_text(encoding="utf-8").endswith("assert True\n")  # left as it was
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # F-B: the name the grader renames the hidden definition to is already the module's.
+        "def test_label_regression():\n    assert False\n"
+        "def test_label_regression():\n    pass\n"
+        "def test_label_regression__hidden_L1():\n    pass\n",
+        # F-B: the same for a look-alike test name.
+        "def t\u0435st_parse_roundtrip():\n    assert False\n"
+        "def test_parse_roundtrip__look_alike_L1():\n    pass\n",
+        # F-E: a name with an invisible combining grapheme joiner, a function and a class.
+        "def te\u034fst_regress():\n    assert False\n",
+        "class Te\u034fstRegressions:\n    def test_regress(self):\n        assert False\n",
+    ],
+    ids=["hidden-name-taken", "look-alike-name-taken", "invisible-function", "invisible-class"],
+)
+def test_a_hidden_test_comes_back_under_a_name_the_module_does_not_use(tmp_path: Path, source: str) -> None:
+    module = tmp_path / "test_hidden.py"
+    module.write_text(source, encoding="utf-8")
+    assert "failed" not in _pytest(tmp_path)
+
+    assert unshadow.revive(tmp_path, "test_hidden.py")
+
+    assert module.read_text(encoding="utf-8").count("\n") == source.count("\n")
+    assert "1 failed" in _pytest(tmp_path)
