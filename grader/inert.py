@@ -13,16 +13,20 @@ Control characters are *escaped*, not dropped: the evidence still shows that som
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any
 
-__all__ = ["csv_cell", "inert", "inert_tree"]
+__all__ = ["csv_cell", "draws_nothing", "inert", "inert_tree", "visible"]
 
 # C0 except tab and newline (kept: they are whitespace every renderer already handles), DEL, C1, the
 # bidi embeddings/overrides/isolates, the line/paragraph separators some terminals and editors obey, and
 # lone surrogates (red team 7, R7-3: one in a skip reason made the report unwritable as UTF-8: exit 1, no
 # report, the candidate "not assessable").
 _ACTIVE = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+    # and what draws nothing inside a word (zero-width space and joiners, soft hyphen, word joiner, the
+    # combining grapheme joiner, a BOM): red team 32 named test files and functions with them
+    "\u00ad\u034f\u200b-\u200d\u2060-\u2064\ufeff]"
 )
 # Starts of a cell a spreadsheet evaluates (OWASP "CSV injection"): formulas, and tab/CR that some
 # importers strip before looking at the next character.
@@ -37,6 +41,18 @@ def _escape(match: re.Match[str]) -> str:
 def inert(text: str) -> str:
     """``text`` with every control character escaped as ``\\xNN``/``\\uNNNN`` (tab and newline kept)."""
     return _ACTIVE.sub(_escape, text) if _ACTIVE.search(text) else text
+
+
+def draws_nothing(char: str) -> bool:
+    """Whether ``char`` shows nothing where it stands: a format character (zero-width space and joiners,
+    soft hyphen, word joiner, bidi marks) or the combining grapheme joiner."""
+    return unicodedata.category(char) == "Cf" or char == "\u034f"
+
+
+def visible(text: str) -> str:
+    """``text`` as a reader sees it, without the characters that draw nothing: what a check matching words
+    reads (red team 32: a REPLAY.md whose every `TODO` was written `TO\u200bDO` counted as filled in)."""
+    return "".join(c for c in text if not draws_nothing(c)) if not text.isascii() else text
 
 
 def inert_tree(value: Any) -> Any:

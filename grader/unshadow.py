@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import pysource
+from .inert import draws_nothing
 from .safeio import read_bytes, within
 
 __all__ = ["Shadow", "ascii_skeleton", "enter_folder", "revive", "revive_file_name", "shadows"]
@@ -77,17 +78,12 @@ _HIDING_DECORATORS = {"fixture": "fixture", "property": "property", "cached_prop
 _REQUESTS = frozenset({"usefixtures", "getfixturevalue"})  # ways to ask for a fixture by its name
 
 
-def _invisible(c: str) -> bool:
-    # Format characters (zero-width space and joiners, soft hyphen, word joiner, bidi marks) and the
-    # combining grapheme joiner draw nothing (red team 32: `te\u200bst_x.py`, `def te\u034fst_x`).
-    return unicodedata.category(c) == "Cf" or c == "\u034f"
-
-
 def ascii_skeleton(name: str) -> str:
     """``name`` as it reads: look-alike letters of other scripts, and accents, as the Latin letters they
     show; characters that draw nothing left out; trailing white space (`test_x.py `) dropped."""
     folded = unicodedata.normalize("NFKD", name.translate(_LOOK_ALIKE))
-    return "".join(c for c in folded if not unicodedata.combining(c) and not _invisible(c)).rstrip()
+    # Red team 32: `te\u200bst_x.py`, `def te\u034fst_x`, `test_x.py `.
+    return "".join(c for c in folded if not unicodedata.combining(c) and not draws_nothing(c)).rstrip()
 
 
 def _decorator_name(node: ast.expr) -> str:

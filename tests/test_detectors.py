@@ -978,3 +978,18 @@ def test_boundary_an_agent_importing_other_names_of_the_client_module_is_fine(tm
                         "def triage(m):\n    return make()\n",
     })  # fmt: skip
     assert boundary(folder_context(repo)).facts["agent_imports_cassette"] == 0
+
+
+def test_replay_doc_unfilled_text_written_with_invisible_characters_is_still_unfilled(tmp_path):
+    """Red team 32, F-F: the template's REPLAY.md left as generated, each `TODO` written `TO\u200bDO`
+    (a zero-width space): replay-doc went from 0 to 2. What draws nothing is not read."""
+    from tests.helpers.bake import bake
+
+    stub = (bake(tmp_path / "bake") / "REPLAY.md").read_text(encoding="utf-8")
+    assert stub.count("TODO") >= 5
+    plain = replay_doc(folder_context(_sample_with_doc(tmp_path / "plain", stub)))
+    hidden = stub.replace("TODO", "TO\u200bDO").replace("TBD", "T\u2060BD")
+    disguised = replay_doc(folder_context(_sample_with_doc(tmp_path / "disguised", hidden)))
+
+    assert disguised.facts["sections_found"] == plain.facts["sections_found"], disguised.details
+    assert _replay_doc_row(disguised)[0].score == _replay_doc_row(plain)[0].score

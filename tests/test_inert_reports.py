@@ -175,6 +175,8 @@ def test_inert_keeps_ordinary_text_and_escapes_each_control_character() -> None:
         == "tests/test_a.py::test_x — naïve ✓\ttab\nline"
     )
     assert inert("a\x1b[31mb\rc\x07d\u202ee\u2066f\x85") == "a\\x1b[31mb\\x0dc\\x07d\\u202ee\\u2066f\\x85"
+    # Red team 32: what draws nothing inside a name shows in the evidence (`te\u200bst_x.py`).
+    assert inert("te\u200bst_x.py te\u034fst_y so\u00adft") == "te\\u200bst_x.py te\\u034fst_y so\\xadft"
 
 
 def test_summary_csv_neutralizes_formula_cells(tmp_path: Path) -> None:
