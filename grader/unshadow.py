@@ -372,8 +372,9 @@ def revive(copy: Path, rel: str) -> list[Shadow]:
 
 
 def revive_file_name(copy: Path, rel: str) -> str | None:
-    """Copy ``copy/rel`` (a test module whose file name has look-alike letters) to its ASCII name beside it,
-    so pytest collects it; the new relative path, or None when that name is taken or the file is unsafe."""
+    """Copy ``copy/rel`` (a test module whose file name only reads as one: look-alike letters, characters that
+    draw nothing) to its ASCII name beside it, or to another name pytest collects when that one is taken, so
+    pytest collects it; the new relative path, or None when the path leads out or the file is unsafe."""
     path = within(copy, rel)
     if path is None:
         return None
